@@ -1,0 +1,14 @@
+"""Binary formats, bytes -> plain dataclasses: one module per format.
+
+hostelf   host ELF sections that carry GPU code (lief)
+container CUDA fat binary containers
+entry     fat binary entries and their decompression (zstd, LZ4)
+cubin     device ELF: kernels, parameter records, embedded bitcode
+ptx       PTX entry points and embedded bitcode
+bitcode   LLVM bitcode: kernel signatures, globals, launch bounds, annotations
+kernels   the kernel table built from all of the above
+"""
+
+from .kernels import KernelRecord, KernelTable, ModuleRecord, ParamRecord, extract
+
+__all__ = ["KernelRecord", "KernelTable", "ModuleRecord", "ParamRecord", "extract"]

@@ -1,0 +1,168 @@
+"""Cubin (CUDA device ELF): kernels, their parameter records, device variables and the
+LLVM bitcode clang embeds with -fembed-bitcode.
+
+What is read, and where:
+- kernels: FUNC symbols marked as entries (st_other bit 0x10, STO_CUDA_ENTRY);
+- parameters: the kernel's `.nv.info.<kernel>` attribute records. Each record is
+  u8 format, u8 attribute, u16 value-or-length (format 4 = EIFMT_SVAL has a payload of that
+  length). EIATTR_KPARAM_INFO (0x17) payload: u32 index, u16 ordinal, u16 offset, u32 packed
+  with the size in bits 18..31. EIATTR_CBANK_PARAM_SIZE (0x19) is the total parameter size,
+  EIATTR_MAX_THREADS (0x05) / EIATTR_REQNTID (0x10) the launch bounds (3 x u32);
+- bitcode: local OBJECT symbols `llvm_$_embedded_$_module` / `llvm_$_cmdline` (value = offset in
+  their section, normally `.nv.global.init`). A device-linked (-fgpu-rdc) cubin has one pair per
+  translation unit;
+- device variables: other OBJECT symbols in `.nv.global*` / `.nv.constant*` sections.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass, field
+
+import lief
+
+from ..errors import FormatError
+
+lief.logging.disable()
+
+EMBEDDED_MODULE = "llvm_$_embedded_$_module"
+EMBEDDED_CMDLINE = "llvm_$_cmdline"
+
+STO_CUDA_ENTRY = 0x10
+STT_OBJECT = 1
+STT_FUNC = 2
+
+EIFMT_SVAL = 4
+EIATTR_MAX_THREADS = 0x05
+EIATTR_REQNTID = 0x10
+EIATTR_KPARAM_INFO = 0x17
+EIATTR_CBANK_PARAM_SIZE = 0x19
+
+
+@dataclass(frozen=True)
+class CubinParam:
+    ordinal: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class CubinKernel:
+    name: str
+    params: tuple[CubinParam, ...]  # by ordinal
+    param_size: int | None
+    max_threads: tuple[int, int, int] | None  # __launch_bounds__ / .maxntid
+    reqntid: tuple[int, int, int] | None
+
+
+@dataclass(frozen=True)
+class EmbeddedModule:
+    bitcode: bytes = field(repr=False)
+    cmdline: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DeviceVariable:
+    name: str
+    size: int
+    section: str
+
+
+@dataclass(frozen=True)
+class Cubin:
+    relocatable: bool
+    kernels: dict[str, CubinKernel]
+    modules: tuple[EmbeddedModule, ...]
+    variables: tuple[DeviceVariable, ...]
+
+
+def parse(data: bytes) -> Cubin:
+    if data[:4] != b"\x7fELF":
+        raise FormatError("cubin entry is not an ELF image")
+    elf = lief.ELF.parse(io.BytesIO(data))
+    if elf is None:
+        raise FormatError("cubin entry is a corrupt ELF image")
+    sections = list(elf.sections)
+
+    def section_bytes(index: int) -> tuple[str, bytes]:
+        if not 0 < index < len(sections):
+            raise FormatError(f"cubin symbol refers to section #{index}, which does not exist")
+        sec = sections[index]
+        if sec.type == lief.ELF.Section.TYPE.NOBITS:
+            return sec.name, b""
+        if sec.file_offset + sec.size > len(data):
+            raise FormatError(f"cubin section {sec.name} runs past the end of the image")
+        return sec.name, data[sec.file_offset : sec.file_offset + sec.size]
+
+    info_sections = {s.name[len(".nv.info.") :]: s for s in sections if s.name.startswith(".nv.info.")}
+    modules_raw: list[bytes] = []
+    cmdlines: list[tuple[str, ...]] = []
+    kernels: dict[str, CubinKernel] = {}
+    variables: list[DeviceVariable] = []
+
+    for sym in elf.symbols:
+        st_type = sym.information & 0xF
+        if st_type == STT_FUNC and sym.other & STO_CUDA_ENTRY:
+            kernels[sym.name] = _kernel(sym.name, info_sections.get(sym.name), data)
+        elif st_type != STT_OBJECT or not sym.name:
+            continue
+        elif sym.name in (EMBEDDED_MODULE, EMBEDDED_CMDLINE):
+            sec_name, content = section_bytes(sym.shndx)
+            if sym.value + sym.size > len(content):
+                raise FormatError(f"cubin symbol {sym.name} lies outside its section {sec_name}")
+            blob = content[sym.value : sym.value + sym.size]
+            if sym.name == EMBEDDED_MODULE:
+                modules_raw.append(blob)
+            else:
+                cmdlines.append(tuple(a.decode("utf-8", "replace") for a in blob.split(b"\0") if a))
+        elif 0 < sym.shndx < len(sections):
+            sec_name = sections[sym.shndx].name
+            if sec_name.startswith((".nv.global", ".nv.constant")):
+                variables.append(DeviceVariable(sym.name, sym.size, sec_name))
+
+    # Each translation unit contributes one module and one command line, in the same order.
+    modules = tuple(
+        EmbeddedModule(bc, cmdlines[i] if i < len(cmdlines) else ()) for i, bc in enumerate(modules_raw)
+    )
+    return Cubin(
+        relocatable=elf.header.file_type == lief.ELF.Header.FILE_TYPE.REL,
+        kernels=kernels,
+        modules=modules,
+        variables=tuple(variables),
+    )
+
+
+def _kernel(name: str, info, data: bytes) -> CubinKernel:
+    params: dict[int, CubinParam] = {}
+    param_size = max_threads = reqntid = None
+    if info is not None:
+        raw = data[info.file_offset : info.file_offset + info.size]
+        if len(raw) != info.size:
+            raise FormatError(f"cubin section .nv.info.{name} runs past the end of the image")
+        for attr, payload, value in _attributes(raw, name):
+            if attr == EIATTR_KPARAM_INFO and len(payload) >= 12:
+                _index, ordinal, offset, packed = struct.unpack_from("<IHHI", payload)
+                params[ordinal] = CubinParam(ordinal, offset, (packed >> 18) & 0x3FFF)
+            elif attr == EIATTR_CBANK_PARAM_SIZE:
+                param_size = value
+            elif attr == EIATTR_MAX_THREADS and len(payload) >= 12:
+                max_threads = struct.unpack_from("<III", payload)
+            elif attr == EIATTR_REQNTID and len(payload) >= 12:
+                reqntid = struct.unpack_from("<III", payload)
+    return CubinKernel(name, tuple(params[k] for k in sorted(params)), param_size, max_threads, reqntid)
+
+
+def _attributes(raw: bytes, name: str):
+    """Yield (attribute, payload, value) for each record of an .nv.info section."""
+    pos = 0
+    while pos + 4 <= len(raw):
+        fmt, attr, value = struct.unpack_from("<BBH", raw, pos)
+        pos += 4
+        payload = b""
+        if fmt == EIFMT_SVAL:
+            if pos + value > len(raw):
+                raise FormatError(f"cubin section .nv.info.{name}: attribute {attr:#x} runs past the section")
+            payload = raw[pos : pos + value]
+            pos += value
+        yield attr, payload, value

@@ -1,0 +1,315 @@
+"""The kernel table: every kernel of an executable with its parameter layout and bitcode.
+
+Combines the per-format parsers: host ELF -> fat binary containers -> entries -> cubin
+(or PTX) -> embedded bitcode. The device code gives the authoritative parameter layout
+(what the CUDA runtime copies at launch); the bitcode gives each parameter's LLVM type.
+
+-fgpu-rdc builds: each object carries its relocatable fat binary in `__nv_relfatbin`, and
+the device link (nvcc -dlink) adds one linked container to `.nv_fatbin`, whose cubin holds
+one embedded module per translation unit. Only `.nv_fatbin` is launched from, so that is
+what is recorded; a kernel's `link_modules` name the other translation units' modules the
+JIT must link with it (a kernel may call device functions defined elsewhere).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import cxxfilt
+
+from ..errors import FormatError, InputError, NotCudaBinaryError, ProteusError
+from . import bitcode as bitcode_mod
+from . import container as container_mod
+from . import cubin as cubin_mod
+from . import hostelf
+from . import ptx as ptx_mod
+from .entry import Kind
+
+
+@dataclass(frozen=True)
+class ParamRecord:
+    index: int
+    kind: str  # int | float | pointer | aggregate | vector | other | unknown (no bitcode)
+    llvm_type: str | None
+    size: int
+    offset: int
+    align: int
+    byval: bool = False
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    name: str
+    demangled: str
+    fatbin: int  # index into KernelTable.fatbins
+    arch: int  # SM version of the device code that defines the layout
+    module: int | None  # index into KernelTable.modules; None when no bitcode defines it
+    link_modules: tuple[int, ...]  # other modules to link with it (-fgpu-rdc)
+    params: tuple[ParamRecord, ...]
+    param_size: int
+    globals: tuple[str, ...]  # device variables it reaches
+    max_threads: tuple[int, int, int] | None  # __launch_bounds__ (max threads per block)
+    min_ctas: int | None  # __launch_bounds__ (min blocks per SM)
+    jit_args: tuple[int, ...] | None  # annotate("jit", ...) indices, 1-based
+    layout_source: str  # "cubin" or "ptx"
+
+    @property
+    def has_bitcode(self) -> bool:
+        return self.module is not None
+
+
+@dataclass(frozen=True)
+class ModuleRecord:
+    index: int
+    sha256: str
+    arch: int
+    fatbin: int
+    source_filename: str
+    triple: str
+    cmdline: tuple[str, ...]
+    bitcode: bytes = field(repr=False, compare=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.bitcode)
+
+
+@dataclass(frozen=True)
+class EntryRecord:
+    kind: str
+    arch: int
+    compression: str
+    stored_size: int
+    size: int
+
+
+@dataclass(frozen=True)
+class FatbinRecord:
+    index: int
+    section: str
+    offset: int  # in the section
+    address: int  # virtual address of the container in the unrelocated image
+    size: int
+    sha256: str  # of the container bytes: how the shim recognizes it when it is registered
+    entries: tuple[EntryRecord, ...]
+
+
+@dataclass(frozen=True)
+class AppInfo:
+    name: str
+    path: str
+    sha256: str
+    size: int
+    file_type: str
+    pie: bool
+    stripped: bool
+    cudart: str
+    rdc: bool
+
+
+@dataclass(frozen=True)
+class KernelTable:
+    app: AppInfo
+    fatbins: tuple[FatbinRecord, ...]
+    modules: tuple[ModuleRecord, ...]
+    kernels: tuple[KernelRecord, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def kernels_with_bitcode(self) -> list[KernelRecord]:
+        return [k for k in self.kernels if k.has_bitcode]
+
+
+Progress = Callable[[int, int], None]
+
+
+def read_input(path: str | os.PathLike) -> bytes:
+    """Read the input file, turning OS errors into one-line InputErrors."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        raise InputError("is a directory, not an executable", p)
+    try:
+        with open(p, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise InputError("no such file", p) from None
+    except PermissionError:
+        raise InputError("permission denied", p) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", p) from None
+
+
+def extract(path: str | os.PathLike, progress: Progress | None = None) -> KernelTable:
+    """Open an executable and build its kernel table. Errors carry the path."""
+    p = os.fspath(path)
+    data = read_input(p)
+    try:
+        return build(data, p, progress)
+    except ProteusError as exc:
+        if exc.path is None:
+            exc.path = p
+        raise
+
+
+def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTable:
+    elf = hostelf.parse(data)
+    section = elf.sections.get(hostelf.CUDA_FATBIN)
+    if section is None:
+        if hostelf.HIP_FATBIN in elf.sections:
+            raise NotCudaBinaryError("HIP binaries (.hip_fatbin) are not supported yet")
+        if hostelf.CUDA_RELFATBIN in elf.sections:
+            raise NotCudaBinaryError(
+                "only relocatable device code (__nv_relfatbin) and no device-linked .nv_fatbin: "
+                "link the -fgpu-rdc objects with a device link step (nvcc -dlink)"
+            )
+        raise NotCudaBinaryError("no .nv_fatbin section: not a CUDA executable (or its GPU code was stripped)")
+
+    containers = container_mod.parse_section(section.data)
+    warnings: list[str] = []
+    fatbins: list[FatbinRecord] = []
+    modules: list[ModuleRecord] = []
+    module_index: dict[str, int] = {}  # sha256 -> index: identical bitcode (cubin and PTX copies) is stored once
+    analyses: list[bitcode_mod.BitcodeModule] = []
+    kernels: list[KernelRecord] = []
+
+    for ci, cont in enumerate(containers):
+        if progress:
+            progress(ci, len(containers))
+        fatbins.append(
+            FatbinRecord(
+                index=ci,
+                section=section.name,
+                offset=cont.offset,
+                address=section.address + cont.offset if section.address else 0,
+                size=cont.header_size + cont.size,
+                sha256=cont.digest,
+                entries=tuple(
+                    EntryRecord(e.kind_name, e.arch, e.compression, e.payload_size, e.uncompressed_size or e.payload_size)
+                    for e in cont.entries
+                ),
+            )
+        )
+        for arch, cubin, ptx in _device_code_by_arch(cont):
+            embedded = (cubin.modules if cubin else ()) or (ptx.modules if ptx else ())
+            mod_ids = []
+            for emb in embedded:
+                digest = hashlib.sha256(emb.bitcode).hexdigest()
+                if digest not in module_index:
+                    a = bitcode_mod.analyze(emb.bitcode)
+                    module_index[digest] = len(modules)
+                    modules.append(ModuleRecord(len(modules), digest, arch, ci, a.source_filename, a.triple, emb.cmdline, emb.bitcode))
+                    analyses.append(a)
+                mod_ids.append(module_index[digest])
+            layouts = cubin.kernels if cubin and cubin.kernels else (ptx.entries if ptx else {})
+            source = "cubin" if cubin and cubin.kernels else "ptx"
+            for name, layout in layouts.items():
+                defining = next((i for i in mod_ids if name in analyses[i].kernels), None)
+                bk = analyses[defining].kernels[name] if defining is not None else None
+                params = _merge_params(name, layout.params, bk, warnings)
+                kernels.append(
+                    KernelRecord(
+                        name=name,
+                        demangled=_demangle(name),
+                        fatbin=ci,
+                        arch=arch,
+                        module=defining,
+                        link_modules=tuple(i for i in mod_ids if i != defining) if defining is not None else (),
+                        params=params,
+                        param_size=layout.param_size if layout.param_size is not None else _end(params),
+                        globals=bk.globals if bk else (),
+                        max_threads=layout.max_threads or (bk.max_threads if bk else None),
+                        min_ctas=(bk.min_ctas if bk else None) or getattr(layout, "min_ctas", None),
+                        jit_args=bk.jit_args if bk else None,
+                        layout_source=source,
+                    )
+                )
+    if progress:
+        progress(len(containers), len(containers))
+
+    missing = [k for k in kernels if not k.has_bitcode]
+    if missing and len(missing) < len(kernels):
+        names = ", ".join(sorted({k.demangled for k in missing})[:5])
+        warnings.append(f"{len(missing)} of {len(kernels)} kernels have no embedded bitcode and will run unspecialized: {names}")
+
+    return KernelTable(
+        app=hostelf_app_info(path, data, elf),
+        fatbins=tuple(fatbins),
+        modules=tuple(modules),
+        kernels=tuple(kernels),
+        warnings=tuple(warnings),
+    )
+
+
+def hostelf_app_info(path: str, data: bytes, elf: hostelf.HostElf) -> AppInfo:
+    return AppInfo(
+        name=os.path.basename(path),
+        path=os.path.abspath(path),
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+        file_type=elf.file_type,
+        pie=elf.is_pie,
+        stripped=elf.stripped,
+        cudart=elf.cudart,
+        rdc=hostelf.CUDA_RELFATBIN in elf.sections,
+    )
+
+
+def _device_code_by_arch(cont: container_mod.Container):
+    """Yield (arch, cubin or None, ptx or None) for each architecture in a container."""
+    by_arch: dict[int, dict[int, object]] = {}
+    for e in cont.entries:
+        if e.kind not in (Kind.ELF, Kind.PTX):
+            continue
+        slot = by_arch.setdefault(e.arch, {})
+        if e.kind in slot:  # a second image of the same kind and arch adds nothing we use
+            continue
+        payload = e.payload()
+        try:
+            slot[e.kind] = cubin_mod.parse(payload) if e.kind == Kind.ELF else ptx_mod.parse(payload)
+        except FormatError as exc:
+            raise FormatError(f"fatbin entry at offset {e.offset:#x} ({e.kind_name} sm_{e.arch}): {exc.message}") from None
+    for arch in sorted(by_arch):
+        yield arch, by_arch[arch].get(Kind.ELF), by_arch[arch].get(Kind.PTX)
+
+
+def _merge_params(name: str, layout, bk: bitcode_mod.BitcodeKernel | None, warnings: list[str]) -> tuple[ParamRecord, ...]:
+    if bk is not None and len(bk.params) != len(layout):
+        warnings.append(
+            f"{_demangle(name)}: bitcode has {len(bk.params)} parameters, device code {len(layout)}; "
+            "its parameters will not be specialized"
+        )
+        bk = None
+    out = []
+    for i, lp in enumerate(layout):
+        bp = bk.params[i] if bk else None
+        kind = bp.kind if bp else "unknown"
+        if bp and bp.size is not None and bp.size != lp.size:
+            warnings.append(
+                f"{_demangle(name)}: parameter {i} is {bp.size} bytes in bitcode ({bp.llvm_type}) but {lp.size} "
+                "in device code; it will not be specialized"
+            )
+            kind = "unknown"
+        align = (bp.align if bp and bp.align else None) or _natural_align(lp.offset, lp.size)
+        out.append(ParamRecord(i, kind, bp.llvm_type if bp else None, lp.size, lp.offset, align, bp.byval if bp else False))
+    return tuple(out)
+
+
+def _natural_align(offset: int, size: int) -> int:
+    align = 1
+    while align < 8 and align * 2 <= size and offset % (align * 2) == 0:
+        align *= 2
+    return align
+
+
+def _end(params: tuple[ParamRecord, ...]) -> int:
+    return max((p.offset + p.size for p in params), default=0)
+
+
+def _demangle(name: str) -> str:
+    try:
+        return cxxfilt.demangle(name)
+    except cxxfilt.InvalidName:
+        return name

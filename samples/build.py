@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Build the sample apps with clang-19 and -fembed-bitcode (and one with nvcc, without).
+
+    python3 samples/build.py                 # all apps for sm_90 into samples/build/
+    python3 samples/build.py --arch sm_80    # another GPU architecture
+    python3 samples/build.py loop_count two_tu --out /tmp/apps
+
+clang-19 predates CUDA 13, so the build makes two fixes at build time, inside the output
+directory (nothing outside it is touched):
+  1. empty stand-ins for headers clang's CUDA wrapper includes but CUDA 13 lacks
+     (texture_fetch_functions.h, texture_indirect_functions.h, curand_mtgp32_kernel.h);
+  2. a --cuda-path tree whose bin/fatbinary translates clang's `--image=profile=sm_90,file=X`
+     into CUDA 13's `--image3=kind=elf,sm=90,file=X` (compute_90 -> kind=ptx) and can choose
+     the compression mode, with include/, lib64/, nvvm/, ptxas and nvlink linked to the real
+     toolkit.
+Apps are rebuilt only when a source or this script is newer than the binary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE / "src"
+STUB_HEADERS = ("texture_fetch_functions.h", "texture_indirect_functions.h", "curand_mtgp32_kernel.h")
+
+
+@dataclass(frozen=True)
+class App:
+    sources: tuple[str, ...]
+    cudart: str = "static"  # how the CUDA runtime is linked: static (the common case) or dynamic
+    compress: str | None = None  # fatbinary --compress-mode; None = CUDA 13's default (zstd PTX)
+    compiler: str = "clang"  # "nvcc": no embedded bitcode, the negative case
+    extra_archs: tuple[str, ...] = ()
+    rdc: bool = False  # separate compilation (-fgpu-rdc) + nvcc -dlink device link
+    note: str = field(default="", compare=False)
+
+
+APPS: dict[str, App] = {
+    "loop_count": App(("loop_count.cu",), note="scalar trip counts; int, float, double, bool, 64-bit scalars"),
+    "loop_count_dynamic": App(("loop_count.cu",), cudart="dynamic", note="same app, dynamic cudart"),
+    "loop_count_lz4": App(("loop_count.cu",), compress="speed", note="PTX compressed with LZ4"),
+    "loop_count_uncompressed": App(("loop_count.cu",), compress="none", note="no compression"),
+    "loop_count_zstd_all": App(("loop_count.cu",), compress="size", note="cubin and PTX compressed with zstd"),
+    "loop_count_multi_arch": App(("loop_count.cu",), extra_archs=("sm_80",), note="two architectures"),
+    "loop_count_nvcc": App(("loop_count.cu",), compiler="nvcc", note="nvcc build: no bitcode"),
+    "device_globals": App(("device_globals.cu",), note="__device__ and __constant__ variables"),
+    "multi_kernel": App(("multi_kernel.cu",), note="four kernels in one translation unit"),
+    "two_tu": App(("two_tu_main.cu", "two_tu_kernels.cu"), note="two .cu files, two fat binaries"),
+    "two_tu_rdc": App(("two_tu_main.cu", "two_tu_kernels.cu"), rdc=True, note="-fgpu-rdc + nvcc -dlink"),
+    "templates": App(("templates.cu",), note="templates, struct by value, __launch_bounds__"),
+    "annotated": App(("annotated.cu",), note='annotate("jit", 2, 3)'),
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> None:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"build failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+
+
+def make_compat_tree(out: Path, cuda: Path) -> tuple[Path, Path]:
+    """The two CUDA 13 fixes: stand-in headers and a --cuda-path with a translating fatbinary."""
+    stubs = out / "compat" / "stubs"
+    stubs.mkdir(parents=True, exist_ok=True)
+    for name in STUB_HEADERS:
+        (stubs / name).write_text(f"/* empty stand-in for {name}, absent from CUDA 13 */\n")
+    tree = out / "compat" / "cuda"
+    (tree / "bin").mkdir(parents=True, exist_ok=True)
+    for name in ("include", "lib64", "nvvm", "version.json"):
+        _symlink(cuda / name, tree / name)
+    for tool in ("ptxas", "nvlink"):
+        _symlink(cuda / "bin" / tool, tree / "bin" / tool)
+    wrapper = tree / "bin" / "fatbinary"
+    wrapper.write_text(FATBINARY_WRAPPER.format(python=sys.executable, real=cuda / "bin" / "fatbinary"))
+    wrapper.chmod(0o755)
+    return tree, stubs
+
+
+def _symlink(target: Path, link: Path) -> None:
+    if link.is_symlink() or link.exists():
+        if link.is_symlink() and os.readlink(link) == str(target):
+            return
+        link.unlink()
+    link.symlink_to(target)
+
+
+FATBINARY_WRAPPER = '''#!{python}
+"""clang-19 -> CUDA 13 fatbinary flag translation (written by samples/build.py)."""
+import os, sys
+args = []
+for a in sys.argv[1:]:
+    if a.startswith("--image=profile="):
+        spec = dict(kv.split("=", 1) for kv in a[len("--image="):].split(","))
+        profile = spec.pop("profile")
+        kind = "elf" if profile.startswith("sm_") else "ptx"
+        args.append("--image3=kind=%s,sm=%s,file=%s" % (kind, profile.split("_", 1)[1], spec["file"]))
+    else:
+        args.append(a)
+mode = os.environ.get("SAMPLES_FATBIN_COMPRESS_MODE")
+if mode:
+    args.append("--compress-mode=" + mode)
+os.execv("{real}", ["fatbinary"] + args)
+'''
+
+
+def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path) -> str:
+    exe = out / name
+    stamp = out / f".{name}.stamp"  # what the binary was built with: an --arch change rebuilds it
+    config = f"{args.arch} {args.clang} {args.cuda_path}\n"
+    sources = [SRC / s for s in app.sources]
+    inputs = sources + [SRC / "common.h", Path(__file__)]
+    if (exe.exists() and stamp.exists() and stamp.read_text() == config
+            and exe.stat().st_mtime > max(p.stat().st_mtime for p in inputs)):
+        return f"{name}: up to date"
+    tmp = out / f".{name}.tmp"
+    tmp.unlink(missing_ok=True)
+    cuda = Path(args.cuda_path)
+    archs = [args.arch] + [a for a in app.extra_archs if a != args.arch]
+    libs = ["-L", str(cuda / "lib64"), "-Wl,-rpath," + str(cuda / "lib64")]
+    libs += ["-lcudart"] if app.cudart == "dynamic" else ["-lcudart_static", "-ldl", "-lrt", "-lpthread"]
+    env = dict(os.environ)
+    if app.compress:
+        env["SAMPLES_FATBIN_COMPRESS_MODE"] = app.compress
+
+    if app.compiler == "nvcc":
+        run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(SRC), *map(str, sources), "-o", str(tmp)])
+    else:
+        flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(SRC), "-O3", "-std=c++17",
+                 "-fembed-bitcode", "-Wno-unknown-cuda-version"]
+        flags += [f"--cuda-gpu-arch={a}" for a in archs]
+        if app.rdc:
+            objdir = out / f".{name}.objs"
+            objdir.mkdir(exist_ok=True)
+            objs = []
+            for s in sources:
+                obj = objdir / (s.stem + ".o")
+                run([args.clang, *flags, "-fgpu-rdc", "-c", str(s), "-o", str(obj)], env=env)
+                objs.append(str(obj))
+            dlink = objdir / "dlink.o"
+            run([str(cuda / "bin" / "nvcc"), "-dlink", *[f"-arch={a}" for a in archs], *objs, "-o", str(dlink)])
+            run([args.clang, *objs, str(dlink), *libs, "-o", str(tmp)])
+        else:
+            run([args.clang, *flags, *map(str, sources), *libs, "-o", str(tmp)], env=env)
+    tmp.replace(exe)
+    stamp.write_text(config)
+    return f"{name}: built ({app.note})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("apps", nargs="*", help=f"apps to build (default: all): {', '.join(APPS)}")
+    parser.add_argument("--out", default=str(HERE / "build"), help="output directory (default: samples/build)")
+    parser.add_argument("--arch", default=os.environ.get("SAMPLES_ARCH", "sm_90"), help="GPU architecture (default: sm_90)")
+    parser.add_argument("--clang", default=os.environ.get("CLANG", "clang++-19"))
+    parser.add_argument("--cuda-path", default=os.environ.get("CUDA_PATH", "/usr/local/cuda"))
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--list", action="store_true", help="list the apps and exit")
+    args = parser.parse_args(argv)
+
+    if args.list:
+        for name, app in APPS.items():
+            print(f"{name:26} {app.note}")
+        return 0
+    unknown = [a for a in args.apps if a not in APPS]
+    if unknown:
+        parser.error(f"unknown app(s): {', '.join(unknown)}")
+    for tool, hint in ((args.clang, "apt-get install clang-19 llvm-19 lld-19"),
+                       (str(Path(args.cuda_path) / "bin" / "nvcc"), "install the CUDA toolkit or pass --cuda-path")):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"samples/build.py: {tool} not found ({hint})")
+
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    tree, stubs = make_compat_tree(out, Path(args.cuda_path))
+    names = args.apps or list(APPS)
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for line in pool.map(lambda n: build_app(n, APPS[n], out, args, tree, stubs), names):
+            log(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
