@@ -37,7 +37,7 @@ class App:
     sources: tuple[str, ...]
     cudart: str = "static"  # how the CUDA runtime is linked: static (the common case) or dynamic
     compress: str | None = None  # fatbinary --compress-mode; None = CUDA 13's default (zstd PTX)
-    compiler: str = "clang"  # "nvcc": no embedded bitcode, the negative case
+    compiler: str = "clang"  # "nvcc": no embedded bitcode; "mixed": the last source built by nvcc
     extra_archs: tuple[str, ...] = ()
     rdc: bool = False  # separate compilation (-fgpu-rdc) + nvcc -dlink device link
     note: str = field(default="", compare=False)
@@ -55,6 +55,8 @@ APPS: dict[str, App] = {
     "multi_kernel": App(("multi_kernel.cu",), note="four kernels in one translation unit"),
     "two_tu": App(("two_tu_main.cu", "two_tu_kernels.cu"), note="two .cu files, two fat binaries"),
     "two_tu_rdc": App(("two_tu_main.cu", "two_tu_kernels.cu"), rdc=True, note="-fgpu-rdc + nvcc -dlink"),
+    "mixed_nvcc": App(("two_tu_main.cu", "two_tu_kernels.cu"), compiler="mixed",
+                      note="one TU by clang with bitcode, one by nvcc without"),
     "templates": App(("templates.cu",), note="templates, struct by value, __launch_bounds__"),
     "annotated": App(("annotated.cu",), note='annotate("jit", 2, 3)'),
 }
@@ -140,7 +142,20 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path) -> 
         flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(SRC), "-O3", "-std=c++17",
                  "-fembed-bitcode", "-Wno-unknown-cuda-version"]
         flags += [f"--cuda-gpu-arch={a}" for a in archs]
-        if app.rdc:
+        if app.compiler == "mixed":
+            objdir = out / f".{name}.objs"
+            objdir.mkdir(exist_ok=True)
+            *clang_srcs, nvcc_src = sources
+            objs = []
+            for s in clang_srcs:
+                obj = objdir / (s.stem + ".o")
+                run([args.clang, *flags, "-c", str(s), "-o", str(obj)], env=env)
+                objs.append(str(obj))
+            obj = objdir / (nvcc_src.stem + ".o")
+            run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(SRC), "-c", str(nvcc_src), "-o", str(obj)])
+            objs.append(str(obj))
+            run([args.clang, *objs, *libs, "-o", str(tmp)])
+        elif app.rdc:
             objdir = out / f".{name}.objs"
             objdir.mkdir(exist_ok=True)
             objs = []

@@ -73,6 +73,10 @@ def parse(data: bytes) -> HostElf:
     binary = lief.ELF.parse(io.BytesIO(data), config)
     if binary is None:
         raise FormatError("corrupt or truncated ELF file (LIEF could not parse it)")
+    hdr = binary.header
+    table_end = hdr.section_header_offset + hdr.numberof_sections * hdr.section_header_size
+    if table_end > len(data):
+        raise FormatError(f"truncated ELF file: its section table ends at byte {table_end}, the file at {len(data)}")
 
     sections: dict[str, Section] = {}
     for sec in binary.sections:

@@ -1,0 +1,72 @@
+"""The command line as a user runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from proteus_rewrite import __version__, store
+
+from .conftest import run_cli
+
+
+def test_version_and_help_with_examples():
+    v = run_cli("--version")
+    assert v.returncode == 0 and __version__ in v.stdout
+    h = run_cli("--help")
+    assert h.returncode == 0
+    assert "Examples:" in h.stdout and "proteus-rewrite inspect ./app --json" in h.stdout
+    assert "Exit codes:" in h.stdout
+
+
+def test_rewrite_defaults_to_proteus_out_app_and_leaves_the_input_alone(samples, tmp_path):
+    app = samples / "loop_count"
+    before = hashlib.sha256(app.read_bytes()).hexdigest()
+    proc = run_cli(str(app), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "proteus-out" / "loop_count" / "loop_count.kstore"
+    assert out.is_file() and str(out.relative_to(tmp_path)) in proc.stdout
+    assert "recorded 3 kernel(s), 3 with bitcode" in proc.stdout
+    assert hashlib.sha256(app.read_bytes()).hexdigest() == before
+    assert store.read(out).app.sha256 == before
+
+
+def test_rewrite_with_output_directory(samples, tmp_path):
+    proc = run_cli(str(samples / "two_tu"), "-o", str(tmp_path / "jit"))
+    assert proc.returncode == 0, proc.stderr
+    assert len(store.read(tmp_path / "jit" / "two_tu.kstore").kernels) == 3
+
+
+def test_inspect_lists_every_kernel(samples):
+    proc = run_cli("inspect", str(samples / "templates"))
+    assert proc.returncode == 0, proc.stderr
+    for name in ("void scale_add<float, 4>(float*, float const*, float, int)", "affine(Affine, float const*, float*)",
+                 "bounded_sum(float const*, float*, int, int)"):
+        assert name in proc.stdout
+    assert "128x1x1, min 4/SM" in proc.stdout
+    assert "5 kernel(s), 5 with bitcode" in proc.stdout
+
+
+def test_inspect_json_is_complete_and_matches_the_store(samples, tmp_path):
+    proc = run_cli("inspect", "--json", str(samples / "device_globals"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["app"]["cudart"] == "static"
+    assert {k["name"] for k in doc["kernels"]} == {"_Z10accumulatePKfi", "_Z5applyPfPKfi"}
+    assert all(k["has_bitcode"] and k["globals"] == ["coeffs", "hits", "table"] for k in doc["kernels"])
+    assert doc["modules"][0]["size"] > 0 and "bitcode" not in doc["modules"][0]
+    run_cli(str(samples / "device_globals"), "-o", str(tmp_path))
+    from_store = json.loads(run_cli("inspect", "--json", str(tmp_path / "device_globals.kstore")).stdout)
+    assert from_store["kernels"] == doc["kernels"]
+
+
+def test_inspect_warns_but_succeeds_when_some_kernels_lack_bitcode(samples):
+    proc = run_cli("inspect", str(samples / "mixed_nvcc"))
+    assert proc.returncode == 0
+    assert "warning: 2 of 3 kernels have no embedded bitcode" in proc.stderr
+    assert "3 kernel(s), 1 with bitcode" in proc.stdout
+
+
+def test_unknown_option_is_a_usage_error():
+    proc = run_cli("inspect", "--nope", "x")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
