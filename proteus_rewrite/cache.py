@@ -1,0 +1,255 @@
+"""The code cache: levels behind one get/put interface, first level first.
+
+    MemoryCache   level 1: this process's entries (a dict; the shim keeps its own C table in front)
+    StorageCache  level 2: one file per entry under PROTEUS_CACHE_DIR (default: the user's XDG
+                  cache directory, proteus-rewrite/jit), shared by every process and run
+
+An entry file (`<key>.pjc`) is written to a temporary file in the same directory and renamed
+into place, so a reader sees a whole entry or none, whatever other processes do. Its layout:
+
+    magic b"PRJITC01" | u32 meta length | u32 0 | u64 payload length | 32-byte SHA-256 of
+    meta + payload | meta (UTF-8 JSON) | payload (cubin or PTX)
+
+A read verifies the checksum; a damaged entry is deleted and reported as a miss, so it is
+rebuilt, never loaded. The directory is kept under PROTEUS_CACHE_MAX_MB by deleting the
+least recently used entries (a hit refreshes an entry's modification time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import struct
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import CacheError
+
+log = logging.getLogger("proteus_rewrite")
+
+MAGIC = b"PRJITC01"
+HEADER = struct.Struct("<8sIIQ32s")
+SUFFIX = ".pjc"
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    kind: str  # "cubin" or "ptx"
+    arch: int
+    data: bytes = field(repr=False)
+    meta: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass
+class LevelStats:
+    hits: int = 0
+    misses: int = 0
+    puts: int = 0
+    corrupt: int = 0
+    evicted: int = 0
+
+
+class MemoryCache:
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+        self.stats = LevelStats()
+
+    def get(self, key: str) -> Entry | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            self.stats.misses += 1
+        else:
+            self.stats.hits += 1
+        return entry
+
+    def put(self, entry: Entry) -> None:
+        self._entries[entry.key] = entry
+        self.stats.puts += 1
+
+
+def default_cache_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("proteus-rewrite")) / "jit"
+
+
+class StorageCache:
+    name = "disk"
+
+    def __init__(self, directory: str | os.PathLike | None = None, max_mb: int = 1024) -> None:
+        self.dir = Path(directory) if directory else default_cache_dir()
+        self.max_bytes = max_mb * 1024 * 1024
+        self.stats = LevelStats()
+
+    def path(self, key: str) -> Path:
+        return self.dir / f"{key}{SUFFIX}"
+
+    def get(self, key: str) -> Entry | None:
+        p = self.path(key)
+        try:
+            raw = p.read_bytes()
+        except FileNotFoundError:
+            self.stats.misses += 1
+            return None
+        except OSError as exc:
+            log.warning("cache: cannot read %s: %s", p, exc.strerror or exc)
+            self.stats.misses += 1
+            return None
+        entry = decode(raw, key)
+        if entry is None:
+            self.stats.corrupt += 1
+            self.stats.misses += 1
+            log.warning("cache: %s is damaged; it will be rebuilt", p)
+            p.unlink(missing_ok=True)
+            return None
+        try:
+            os.utime(p)  # least-recently-used order
+        except OSError:
+            pass
+        self.stats.hits += 1
+        return entry
+
+    def put(self, entry: Entry) -> None:
+        try:
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(encode(entry))
+                os.replace(tmp, self.path(entry.key))
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise CacheError(f"cannot write a cache entry: {exc.strerror or exc}", self.dir) from None
+        self.stats.puts += 1
+        self._enforce_cap()
+
+    def entries(self) -> list[tuple[Path, os.stat_result]]:
+        try:
+            it = list(os.scandir(self.dir))
+        except FileNotFoundError:
+            return []
+        out = []
+        for de in it:
+            if de.name.endswith(SUFFIX):
+                try:
+                    out.append((Path(de.path), de.stat()))
+                except FileNotFoundError:  # evicted by another process meanwhile
+                    pass
+        return out
+
+    def _enforce_cap(self) -> None:
+        entries = self.entries()
+        total = sum(st.st_size for _, st in entries)
+        if total <= self.max_bytes:
+            return
+        from filelock import FileLock
+
+        with FileLock(str(self.dir / ".evict.lock")):
+            entries = sorted(self.entries(), key=lambda e: e[1].st_mtime)
+            total = sum(st.st_size for _, st in entries)
+            target = int(self.max_bytes * 0.9)  # some headroom, so every put does not evict
+            for p, st in entries:
+                if total <= target:
+                    break
+                p.unlink(missing_ok=True)
+                total -= st.st_size
+                self.stats.evicted += 1
+
+    def clear(self) -> int:
+        n = 0
+        for p, _ in self.entries():
+            p.unlink(missing_ok=True)
+            n += 1
+        for tmp in self.dir.glob(".tmp-*") if self.dir.exists() else ():
+            tmp.unlink(missing_ok=True)
+        return n
+
+
+class CacheChain:
+    """Levels in order; a hit in a later level is copied into the earlier ones."""
+
+    def __init__(self, levels: list) -> None:
+        self.levels = levels
+
+    def get(self, key: str) -> tuple[Entry, str] | None:
+        for i, level in enumerate(self.levels):
+            entry = level.get(key)
+            if entry is not None:
+                for earlier in self.levels[:i]:
+                    earlier.put(entry)
+                return entry, level.name
+        return None
+
+    def put(self, entry: Entry) -> None:
+        for level in self.levels:
+            try:
+                level.put(entry)
+            except CacheError as exc:  # a full or read-only disk must not stop the JIT
+                log.warning("%s", exc)
+
+    def stats(self) -> dict[str, LevelStats]:
+        return {level.name: level.stats for level in self.levels}
+
+
+def make_chain(use_stored_cache: bool = True, directory: str | None = None, max_mb: int = 1024) -> CacheChain:
+    levels: list = [MemoryCache()]
+    if use_stored_cache:
+        levels.append(StorageCache(directory, max_mb))
+    return CacheChain(levels)
+
+
+def encode(entry: Entry) -> bytes:
+    meta = dict(entry.meta, key=entry.key, kind=entry.kind, arch=entry.arch)
+    meta_raw = json.dumps(meta, sort_keys=True).encode()
+    digest = hashlib.sha256(meta_raw + entry.data).digest()
+    return HEADER.pack(MAGIC, len(meta_raw), 0, len(entry.data), digest) + meta_raw + entry.data
+
+
+def decode(raw: bytes, key: str | None = None) -> Entry | None:
+    """The entry, or None if the bytes are not a whole, intact entry (for that key)."""
+    if len(raw) < HEADER.size:
+        return None
+    magic, meta_len, _, payload_len, digest = HEADER.unpack_from(raw)
+    if magic != MAGIC or HEADER.size + meta_len + payload_len != len(raw):
+        return None
+    body = raw[HEADER.size :]
+    if hashlib.sha256(body).digest() != digest:
+        return None
+    try:
+        meta = json.loads(body[:meta_len])
+        entry = Entry(meta["key"], meta["kind"], int(meta["arch"]), bytes(body[meta_len:]), meta)
+    except (ValueError, KeyError, TypeError):
+        return None
+    if key is not None and entry.key != key:
+        return None
+    return entry
+
+
+def describe(path: Path) -> dict:
+    """For `proteus-rewrite cache ls`: an entry's metadata, or why it is unreadable."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return {"file": path.name, "error": exc.strerror or str(exc)}
+    entry = decode(raw)
+    if entry is None:
+        return {"file": path.name, "error": "damaged"}
+    st = path.stat()
+    return {
+        "key": entry.key,
+        "kernel": entry.meta.get("kernel", "?"),
+        "kind": entry.kind,
+        "arch": entry.arch,
+        "bytes": len(raw),
+        "compile_ms": entry.meta.get("compile_ms"),
+        "last_used": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime)),
+    }

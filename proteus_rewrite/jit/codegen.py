@@ -1,0 +1,160 @@
+"""Code generation: LLVM IR -> PTX (llvmlite's NVPTX backend) -> cubin.
+
+Code kinds are small classes rather than strings and flags. PTX becomes a cubin through
+one of three compilers (PROTEUS_PTX_COMPILER):
+  nvjitlink  in-process, through cuda-bindings (libnvJitLink from the CUDA toolkit or the
+             nvidia-nvjitlink wheel) - the default: fastest here (18 ms vs 32 ms for ptxas
+             on the loop_count module; bench/results/specialize-*.json has the figures)
+  ptxas      the toolkit's ptxas in a subprocess
+  driver     no offline step: the PTX goes to cuModuleLoadData, which JIT-compiles it
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+
+from ..errors import SpecializeError
+
+TRIPLE = "nvptx64-nvidia-cuda"
+# PTX ISA version that each CUDA release introduced (the newest a compiler of that release reads).
+PTX_ISA = {(12, 0): 80, (12, 1): 81, (12, 2): 82, (12, 3): 83, (12, 4): 84, (12, 5): 85, (12, 6): 85,
+           (12, 7): 86, (12, 8): 87, (12, 9): 88, (13, 0): 90}
+LLVM_MAX_PTX = 90  # newest PTX ISA the NVPTX backend of llvmlite 0.50 (LLVM 22) emits
+
+
+@dataclass(frozen=True)
+class PTX:
+    text: str
+    arch: int
+
+    @property
+    def data(self) -> bytes:
+        return self.text.encode() + b"\0"
+
+
+@dataclass(frozen=True)
+class Cubin:
+    data: bytes
+    arch: int
+
+
+Image = PTX | Cubin
+
+
+@functools.lru_cache(maxsize=None)
+def target_machine(arch: int, ptx_isa: int, opt_level: int) -> llvm.TargetMachine:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    target = llvm.Target.from_triple(TRIPLE)
+    return target.create_target_machine(cpu=f"sm_{arch}", features=f"+ptx{ptx_isa}", opt=opt_level)
+
+
+def emit_ptx(module: llvm.ModuleRef, tm: llvm.TargetMachine, arch: int) -> PTX:
+    try:
+        return PTX(tm.emit_assembly(module), arch)
+    except RuntimeError as exc:
+        raise SpecializeError(f"PTX generation failed: {str(exc).strip().splitlines()[0]}") from None
+
+
+def ptx_isa_for(cuda_version: tuple[int, int]) -> int:
+    """The newest PTX ISA that a compiler or driver of this CUDA version reads, capped by LLVM."""
+    known = [isa for ver, isa in PTX_ISA.items() if ver <= cuda_version]
+    if not known:
+        raise SpecializeError(f"CUDA {cuda_version[0]}.{cuda_version[1]} is too old (12.0 or newer is needed)")
+    return min(max(known), LLVM_MAX_PTX)
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_cuda_version(compiler: str) -> tuple[int, int]:
+    """The CUDA version of the PTX compiler in use: what PTX ISA it accepts."""
+    if compiler == "nvjitlink":
+        return tuple(_nvjitlink().version())  # type: ignore[return-value]
+    if compiler == "ptxas":
+        out = subprocess.run([ptxas_path(), "--version"], capture_output=True, text=True).stdout
+        m = re.search(r"release (\d+)\.(\d+)", out)
+        if not m:
+            raise SpecializeError(f"cannot read the version of {ptxas_path()}")
+        return int(m.group(1)), int(m.group(2))
+    if compiler == "driver":
+        from cuda.bindings import driver
+
+        driver.cuInit(0)
+        err, v = driver.cuDriverGetVersion()
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise SpecializeError(f"cuDriverGetVersion failed: {err.name}")
+        return v // 1000, (v % 1000) // 10
+    raise SpecializeError(f"unknown PTX compiler {compiler!r}")
+
+
+def compile_ptx(ptx: PTX, compiler: str, opt_level: int = 3) -> Image:
+    if compiler == "driver":
+        return ptx
+    if compiler == "nvjitlink":
+        return Cubin(_nvjitlink_compile(ptx, opt_level), ptx.arch)
+    if compiler == "ptxas":
+        return Cubin(_ptxas_compile(ptx, opt_level), ptx.arch)
+    raise SpecializeError(f"unknown PTX compiler {compiler!r}")
+
+
+def _nvjitlink():
+    try:
+        from cuda.bindings import nvjitlink
+    except ImportError:
+        raise SpecializeError("cuda-bindings is not installed (pip install cuda-bindings)") from None
+    return nvjitlink
+
+
+def _nvjitlink_compile(ptx: PTX, opt_level: int) -> bytes:
+    nvjitlink = _nvjitlink()
+    try:
+        handle = nvjitlink.create(2, [f"-arch=sm_{ptx.arch}", f"-O{opt_level}"])
+    except Exception as exc:  # library not found, or an incompatible one
+        raise SpecializeError(f"nvJitLink is not usable: {str(exc).splitlines()[0]}") from None
+    try:
+        data = ptx.data
+        nvjitlink.add_data(handle, nvjitlink.InputType.PTX, data, len(data), "jit.ptx")
+        nvjitlink.complete(handle)
+        out = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, out)
+        return bytes(out)
+    except nvjitlink.nvJitLinkError as exc:
+        log = ""
+        try:
+            size = nvjitlink.get_error_log_size(handle)
+            buf = bytearray(size)
+            nvjitlink.get_error_log(handle, buf)
+            log = buf.rstrip(b"\0").decode(errors="replace").strip()
+        except Exception:
+            pass
+        raise SpecializeError(f"nvJitLink failed: {exc}{': ' + log.splitlines()[0] if log else ''}") from None
+    finally:
+        nvjitlink.destroy(handle)
+
+
+def ptxas_path() -> str:
+    found = shutil.which("ptxas") or os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "bin", "ptxas")
+    if not os.access(found, os.X_OK):
+        raise SpecializeError("ptxas not found (put the CUDA toolkit's bin/ on PATH or set CUDA_PATH)")
+    return found
+
+
+def _ptxas_compile(ptx: PTX, opt_level: int) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="proteus-ptxas-") as tmp:
+        src, dst = os.path.join(tmp, "jit.ptx"), os.path.join(tmp, "jit.cubin")
+        with open(src, "w") as f:
+            f.write(ptx.text)
+        proc = subprocess.run([ptxas_path(), f"-arch=sm_{ptx.arch}", f"-O{opt_level}", src, "-o", dst],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
+            raise SpecializeError(f"ptxas failed: {first}")
+        with open(dst, "rb") as f:
+            return f.read()

@@ -1,0 +1,154 @@
+"""JIT configuration from PROTEUS_* environment variables, with upstream Proteus's names,
+syntax and defaults (docs: README, "Configuration").
+
+Per-kernel overrides come from PROTEUS_TUNED_KERNELS, a JSON file
+{kernel: {Pipeline, SpecializeArgs, LaunchBounds, SpecializeDims, SpecializeDimsRange,
+OptLevel, CodeGenOptLevel, TunedMaxThreads, MinBlocksPerSM}}; a kernel is named by its
+mangled or demangled name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..errors import SpecializeError
+
+OPT_LEVELS = ("0", "1", "2", "3", "s", "z")
+PTX_COMPILERS = ("nvjitlink", "ptxas", "driver")
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.strip().lower() in ("0", "false", "no", "off"):
+        return False
+    raise SpecializeError(f"{name}={raw!r}: expected 0 or 1")
+
+
+@dataclass(frozen=True)
+class CodegenConfig:
+    """Everything that changes the generated code (and so goes into the cache key)."""
+
+    specialize_args: bool = True  # PROTEUS_SPECIALIZE_ARGS
+    specialize_launch_bounds: bool = True  # PROTEUS_SPECIALIZE_LAUNCH_BOUNDS
+    specialize_dims: bool = True  # PROTEUS_SPECIALIZE_DIMS
+    specialize_dims_range: bool = False  # PROTEUS_SPECIALIZE_DIMS_RANGE (off on CUDA, as upstream)
+    specialize_alignment: bool = False  # PROTEUS_SPECIALIZE_ALIGNMENT (ours; off until measured to help)
+    opt_level: str = "3"  # PROTEUS_OPT_LEVEL
+    codegen_opt_level: int = 3  # PROTEUS_CODEGEN_OPT_LEVEL
+    opt_pipeline: str | None = None  # PROTEUS_OPT_PIPELINE (textual new-PM pipeline)
+    ptx_compiler: str = "nvjitlink"  # PROTEUS_PTX_COMPILER (ours): nvjitlink | ptxas | driver
+    tuned_max_threads: int | None = None  # TunedMaxThreads from PROTEUS_TUNED_KERNELS
+    min_blocks_per_sm: int | None = None  # MinBlocksPerSM, applied only when the block size is TunedMaxThreads
+
+    def key_fields(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Config:
+    codegen: CodegenConfig = field(default_factory=CodegenConfig)
+    tuned: dict[str, CodegenConfig] = field(default_factory=dict)
+    disable: bool = False  # PROTEUS_DISABLE
+    use_stored_cache: bool = True  # PROTEUS_USE_STORED_CACHE
+    cache_dir: str | None = None  # PROTEUS_CACHE_DIR
+    cache_max_mb: int = 1024  # PROTEUS_CACHE_MAX_MB (ours)
+    dump_ir: bool = False  # PROTEUS_DUMP_LLVM_IR
+    trace: frozenset[str] = frozenset()  # PROTEUS_TRACE_OUTPUT: specialization;ir-dump;kernel-trace
+
+    def for_kernel(self, *names: str) -> CodegenConfig:
+        for n in names:
+            if n in self.tuned:
+                return self.tuned[n]
+        return self.codegen
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
+        env = os.environ if env is None else env
+        opt = env.get("PROTEUS_OPT_LEVEL", "3") or "3"
+        if opt not in OPT_LEVELS:
+            raise SpecializeError(f"PROTEUS_OPT_LEVEL={opt!r}: expected one of {', '.join(OPT_LEVELS)}")
+        cg_opt = env.get("PROTEUS_CODEGEN_OPT_LEVEL", "3") or "3"
+        if cg_opt not in ("0", "1", "2", "3"):
+            raise SpecializeError(f"PROTEUS_CODEGEN_OPT_LEVEL={cg_opt!r}: expected 0 to 3")
+        compiler = env.get("PROTEUS_PTX_COMPILER", "nvjitlink") or "nvjitlink"
+        if compiler not in PTX_COMPILERS:
+            raise SpecializeError(f"PROTEUS_PTX_COMPILER={compiler!r}: expected one of {', '.join(PTX_COMPILERS)}")
+        codegen = CodegenConfig(
+            specialize_args=_bool(env, "PROTEUS_SPECIALIZE_ARGS", True),
+            specialize_launch_bounds=_bool(env, "PROTEUS_SPECIALIZE_LAUNCH_BOUNDS", True),
+            specialize_dims=_bool(env, "PROTEUS_SPECIALIZE_DIMS", True),
+            specialize_dims_range=_bool(env, "PROTEUS_SPECIALIZE_DIMS_RANGE", False),
+            specialize_alignment=_bool(env, "PROTEUS_SPECIALIZE_ALIGNMENT", False),
+            opt_level=opt,
+            codegen_opt_level=int(cg_opt),
+            opt_pipeline=env.get("PROTEUS_OPT_PIPELINE") or None,
+            ptx_compiler=compiler,
+        )
+        try:
+            max_mb = int(env.get("PROTEUS_CACHE_MAX_MB", "1024") or "1024")
+        except ValueError:
+            raise SpecializeError(f"PROTEUS_CACHE_MAX_MB={env['PROTEUS_CACHE_MAX_MB']!r}: expected megabytes") from None
+        trace = frozenset(t.strip() for t in (env.get("PROTEUS_TRACE_OUTPUT") or "").split(";") if t.strip())
+        return cls(
+            codegen=codegen,
+            tuned=_tuned(env.get("PROTEUS_TUNED_KERNELS"), codegen),
+            disable=_bool(env, "PROTEUS_DISABLE", False),
+            use_stored_cache=_bool(env, "PROTEUS_USE_STORED_CACHE", True),
+            cache_dir=env.get("PROTEUS_CACHE_DIR") or None,
+            cache_max_mb=max_mb,
+            dump_ir=_bool(env, "PROTEUS_DUMP_LLVM_IR", False),
+            trace=trace,
+        )
+
+
+_TUNED_FIELDS = {
+    "Pipeline": ("opt_pipeline", str),
+    "SpecializeArgs": ("specialize_args", bool),
+    "LaunchBounds": ("specialize_launch_bounds", bool),
+    "SpecializeDims": ("specialize_dims", bool),
+    "SpecializeDimsRange": ("specialize_dims_range", bool),
+    "OptLevel": ("opt_level", str),
+    "CodeGenOptLevel": ("codegen_opt_level", int),
+    "TunedMaxThreads": ("tuned_max_threads", int),
+    "MinBlocksPerSM": ("min_blocks_per_sm", int),
+}
+
+
+def _tuned(path: str | None, base: CodegenConfig) -> dict[str, CodegenConfig]:
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise SpecializeError(f"PROTEUS_TUNED_KERNELS: cannot read: {exc.strerror or exc}", path) from None
+    except json.JSONDecodeError as exc:
+        raise SpecializeError(f"PROTEUS_TUNED_KERNELS: not JSON ({exc})", path) from None
+    if not isinstance(doc, dict):
+        raise SpecializeError("PROTEUS_TUNED_KERNELS: the top level must be an object {kernel: {...}}", path)
+    out = {}
+    for kernel, entry in doc.items():
+        if not isinstance(entry, dict):
+            raise SpecializeError(f"PROTEUS_TUNED_KERNELS: entry for {kernel!r} is not an object", path)
+        changes = {}
+        for key, value in entry.items():
+            if key not in _TUNED_FIELDS:
+                raise SpecializeError(f"PROTEUS_TUNED_KERNELS: {kernel!r}: unknown key {key!r}", path)
+            name, typ = _TUNED_FIELDS[key]
+            if typ is bool and isinstance(value, int):
+                value = bool(value)
+            elif typ is str and isinstance(value, int):
+                value = str(value)
+            if not isinstance(value, typ):
+                raise SpecializeError(f"PROTEUS_TUNED_KERNELS: {kernel!r}: {key} must be {typ.__name__}", path)
+            changes[name] = value
+        out[kernel] = dataclasses.replace(base, **changes)
+    return out

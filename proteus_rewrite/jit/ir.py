@@ -1,0 +1,261 @@
+"""Specialized IR for one launch: recorded bitcode + launch values -> an LLVM module whose
+only kernel has the original name and signature.
+
+The technique (verified with llvmlite 0.50 / LLVM 22): the original kernel becomes an
+internal, always-inline function `__proteus_impl`, and a new kernel with the original name
+and parameter list calls it, passing constants for the folded arguments. After inlining,
+O3 sees the constants everywhere. Block and grid sizes are folded the same way: the
+`llvm.nvvm.read.ptx.sreg.ntid/nctaid` intrinsics are renamed to functions the wrapper
+defines as constants. Device variables (`__device__`, `__constant__`) are not copied: every
+use is redirected to the address of the AOT module's variable, so JIT and AOT kernels
+share the same memory.
+
+llvmlite's structured API does the renames, linkage changes, attributes and dead-code
+pruning. Three edits it cannot make are done on LLVM's own printout of the (already
+pruned, single-kernel) module, each confined to lines this module itself produced:
+dropping the `ptx_kernel` calling convention from `__proteus_impl`'s `define` line, the
+device-variable redirection, and appending the wrapper and the dimension functions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import llvmlite.binding as llvm
+
+from ..errors import SpecializeError
+from ..fatbin import bitcode as bitcode_mod
+from ..fatbin.kernels import KernelRecord, KernelTable
+from .launch import Dim3
+
+IMPL = "__proteus_impl"
+SREG_PREFIX = "llvm.nvvm.read.ptx.sreg."
+SREG_RENAMED = "__proteus_sreg_"
+_BARE_NAME = re.compile(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to specialize, decided before any compilation (it is also the cache key's content)."""
+
+    folded: dict[int, str]  # parameter index -> IR constant text
+    block: Dim3
+    grid: Dim3
+    fold_dims: bool
+    dims_range: bool
+    max_threads: Dim3 | None  # "nvvm.maxntid" for the new kernel, None to leave launch bounds alone
+    min_ctas: int | None
+    alignment: dict[int, int] = field(default_factory=dict)  # pointer parameter -> known alignment
+    globals: dict[str, int] = field(default_factory=dict)  # device variable -> AOT address
+    relink_globals: bool = True  # False only for inspection without a GPU: the module keeps its own copies
+
+
+def llvm_name(name: str) -> str:
+    """How LLVM prints a global's name: bare, or quoted with \\XX escapes."""
+    if _BARE_NAME.fullmatch(name):
+        return "@" + name
+    escaped = "".join(c if 0x20 <= ord(c) < 0x7F and c not in '"\\' else f"\\{ord(c):02X}" for c in name)
+    return f'@"{escaped}"'
+
+
+def load_module(table: KernelTable, kernel: KernelRecord) -> llvm.ModuleRef:
+    """The kernel's translation unit, linked with the other units it needs (-fgpu-rdc)."""
+    if kernel.module is None:
+        raise SpecializeError(f"{kernel.demangled}: no bitcode was recorded for this kernel")
+    module = bitcode_mod.parse(table.modules[kernel.module].bitcode)
+    for i in kernel.link_modules:
+        try:
+            module.link_in(bitcode_mod.parse(table.modules[i].bitcode))
+        except RuntimeError as exc:
+            raise SpecializeError(f"{kernel.demangled}: linking translation unit {i} failed: {exc}") from None
+    return module
+
+
+def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan) -> llvm.ModuleRef:
+    module = load_module(table, kernel)
+    try:
+        fn = module.get_function(kernel.name)
+    except NameError:
+        raise SpecializeError(f"{kernel.demangled}: the bitcode does not define {kernel.name}") from None
+    params = _param_texts(str(fn), kernel.name)
+    if len(params) != len(kernel.params):
+        raise SpecializeError(f"{kernel.demangled}: bitcode has {len(params)} parameters, the store {len(kernel.params)}")
+
+    # Structured part: keep only what this kernel reaches, under names we control.
+    for f in module.functions:
+        if not f.is_declaration and f.name != kernel.name:
+            f.linkage = llvm.Linkage.internal
+    for g in module.global_variables:
+        if not g.is_declaration and g.name not in plan.globals:
+            g.linkage = llvm.Linkage.internal  # also llvm.used/compiler.used/global.annotations: pruned below
+    fn.name = IMPL
+    fn.add_function_attribute("alwaysinline")
+    renamed = []
+    for f in module.functions:
+        if f.is_declaration and f.name.startswith(SREG_PREFIX) and _wants_sreg(f.name[len(SREG_PREFIX):], plan):
+            reg = f.name[len(SREG_PREFIX):]
+            f.name = SREG_RENAMED + reg.replace(".", "_")
+            renamed.append(reg)
+    pm = llvm.create_new_module_pass_manager()
+    pm.add_global_dead_code_eliminate_pass()
+    pm.run(module, llvm.create_pass_builder(_any_target_machine(), llvm.create_pipeline_tuning_options()))
+    fn.linkage = llvm.Linkage.internal  # only now: unreferenced until the wrapper exists, DCE would drop it
+
+    # Textual part, on LLVM's printout of the pruned module.
+    text = str(module)
+    text = _drop_kernel_cc(text)
+    if plan.relink_globals:
+        text = _redirect_globals(text, module, plan.globals, kernel)
+    text = _drop_declarations(text, [SREG_RENAMED + r.replace(".", "_") for r in renamed])
+    text += _wrapper(kernel, params, plan, renamed)
+    try:
+        result = llvm.parse_assembly(text)
+        result.verify()
+    except RuntimeError as exc:
+        raise SpecializeError(f"{kernel.demangled}: the specialized module does not verify: {_first_line(exc)}") from None
+    return result
+
+
+def _wants_sreg(reg: str, plan: Plan) -> bool:
+    kind = reg.split(".")[0]
+    if kind in ("ntid", "nctaid"):
+        return plan.fold_dims or plan.dims_range
+    if kind in ("tid", "ctaid"):
+        return plan.dims_range
+    return False
+
+
+_TARGET_MACHINE = None
+
+
+def _any_target_machine() -> llvm.TargetMachine:
+    """GlobalDCE needs a pass builder, which needs some target machine; which one does not matter."""
+    global _TARGET_MACHINE  # a cache that says so: target machines are expensive to make
+    if _TARGET_MACHINE is None:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
+        _TARGET_MACHINE = llvm.Target.from_triple("nvptx64-nvidia-cuda").create_target_machine(cpu="sm_90")
+    return _TARGET_MACHINE
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split a parameter list at commas outside (), [], {}, <> and quotes."""
+    parts, depth, quote, start = [], 0, False, 0
+    for i, c in enumerate(text):
+        if c == '"':
+            quote = not quote
+        elif quote:
+            continue
+        elif c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    tail = text[start:].strip()
+    if tail:
+        parts.append(tail)
+    return parts
+
+
+def _param_texts(fn_text: str, name: str) -> list[str]:
+    """Each parameter's type and attributes, as printed (without its %name)."""
+    token = llvm_name(name) + "("
+    start = fn_text.find(token, fn_text.find("define"))
+    if start < 0:
+        raise SpecializeError(f"{name}: cannot find its definition in the module printout")
+    pos = start + len(token)
+    depth, quote = 1, False
+    for i in range(pos, len(fn_text)):
+        c = fn_text[i]
+        if c == '"':
+            quote = not quote
+        elif not quote and c == "(":
+            depth += 1
+        elif not quote and c == ")":
+            depth -= 1
+            if depth == 0:
+                break
+    else:
+        raise SpecializeError(f"{name}: unbalanced parameter list")
+    out = []
+    for p in _split_top_level(fn_text[pos:i]):
+        words = p.rsplit(" ", 1)
+        out.append(words[0] if len(words) == 2 and words[1].startswith("%") else p)
+    return out
+
+
+def _drop_kernel_cc(text: str) -> str:
+    pattern = re.compile(r"^(define [^\n]*?)\bptx_kernel (?=[^\n]*" + re.escape(llvm_name(IMPL)) + r"\()", re.M)
+    text, n = pattern.subn(r"\1", text, count=1)
+    if n != 1:
+        raise SpecializeError("internal: the kernel's define line was not found")
+    return text
+
+
+def _drop_declarations(text: str, names: list[str]) -> str:
+    for n in names:
+        text = re.sub(r"^declare [^\n]*" + re.escape(llvm_name(n)) + r"\([^\n]*\n", "", text, count=1, flags=re.M)
+    return text
+
+
+def _redirect_globals(text: str, module: llvm.ModuleRef, addresses: dict[str, int], kernel: KernelRecord) -> str:
+    """Point every use of a device variable at the AOT module's copy; drop the JIT module's own."""
+    for g in module.global_variables:
+        if g.name not in addresses:
+            continue
+        ref = re.escape(llvm_name(g.name)) + r"(?![-\w$.])"
+        addr = addresses[g.name]
+        glob = f"inttoptr (i64 {addr} to ptr addrspace(1))"
+        # The AOT variable lives in global memory whatever its address space (a __constant__ is
+        # global memory behind the constant cache), so every use goes through a global pointer.
+        text = re.sub(r"addrspacecast \(ptr addrspace\(\d+\) " + ref + r" to ptr\)", f"addrspacecast (ptr addrspace(1) {glob} to ptr)", text)
+        text = re.sub(r"ptr addrspace\(1\) " + ref, "ptr addrspace(1) " + glob, text)
+        text = re.sub(r"^" + ref + r" = [^\n]*\n", "", text, count=1, flags=re.M)
+        leftover = re.search(ref, text)
+        if leftover:
+            line = text[text.rfind("\n", 0, leftover.start()) + 1 : text.find("\n", leftover.start())]
+            raise SpecializeError(
+                f"{kernel.demangled}: device variable {g.name} is used in a form that cannot be redirected: {line.strip()[:120]}"
+            )
+    return text
+
+
+def _wrapper(kernel: KernelRecord, params: list[str], plan: Plan, renamed: list[str]) -> str:
+    decls, args = [], []
+    for i, ptext in enumerate(params):
+        align = plan.alignment.get(i)
+        decl = ptext if not align or re.search(r"\balign \d+", ptext) else f"{ptext} align {align}"
+        decls.append(f"{decl} %a{i}")
+        args.append(f"{ptext} {plan.folded[i]}" if i in plan.folded else f"{ptext} %a{i}")
+    attrs = []
+    if plan.max_threads:
+        attrs.append('"nvvm.maxntid"="{},{},{}"'.format(*plan.max_threads))
+        attrs.append(f'"nvvm.minctasm"="{plan.min_ctas or 1}"')
+    lines = [
+        "",
+        f"define ptx_kernel void {llvm_name(kernel.name)}({', '.join(decls)}) {' '.join(attrs)} {{",
+        f"  call void {llvm_name(IMPL)}({', '.join(args)})",
+        "  ret void",
+        "}",
+    ]
+    for reg in renamed:
+        kind, axis = reg.split(".")
+        value = {"ntid": plan.block, "nctaid": plan.grid}.get(kind)
+        fname = llvm_name(SREG_RENAMED + reg.replace(".", "_"))
+        if value is not None and plan.fold_dims:
+            body = f"  ret i32 {value['xyz'.index(axis)]}"
+        else:
+            bound = {"tid": plan.block, "ctaid": plan.grid, "ntid": plan.block, "nctaid": plan.grid}[kind]["xyz".index(axis)]
+            lo, hi = (1, bound + 1) if kind in ("ntid", "nctaid") else (0, bound)
+            body = f"  %v = call range(i32 {lo}, {hi}) i32 @{SREG_PREFIX}{reg}()\n  ret i32 %v"
+            lines.append(f"declare i32 @{SREG_PREFIX}{reg}()")
+        lines += [f"define internal i32 {fname}() alwaysinline {{", body, "}"]
+    return "\n".join(lines) + "\n"

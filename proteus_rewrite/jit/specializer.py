@@ -1,0 +1,174 @@
+"""The specializer: a recorded kernel + one launch -> a cubin (or PTX) and its cache key.
+
+This is what the shim calls on a cache miss. Steps, each timed:
+  plan      decide what to fold (scalars, dims, launch bounds, alignment) from the launch
+  key       hash everything that changes the code
+  cache     memory, then disk
+  ir        specialized module (ir.py)
+  optimize  the selected pipeline (pipeline.py)
+  ptx       NVPTX backend
+  cubin     nvJitLink / ptxas (or none: the driver compiles the PTX)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from .. import __version__
+from ..cache import CacheChain, Entry
+from ..errors import SpecializeError
+from ..fatbin.kernels import KernelRecord, KernelTable
+from . import codegen, ir, pipeline
+from .config import CodegenConfig, Config
+from .launch import Launch, foldable, ir_constant, python_value
+
+log = logging.getLogger("proteus_rewrite")
+
+ALIGNMENTS = (128, 64, 32, 16, 8)
+
+
+@dataclass(frozen=True)
+class Result:
+    key: str
+    kernel: str  # the entry point's name in the image: the kernel's own mangled name
+    image: codegen.Image
+    source: str  # "compiled", "memory" or "disk"
+    folded: dict[int, object]  # parameter index -> value, for reports
+    plan: ir.Plan
+    timings_ms: dict[str, float] = field(default_factory=dict)
+    ptx: codegen.PTX | None = None  # None when served from a cache
+    ir_text: str | None = None  # optimized IR, when asked for
+
+
+def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_globals: bool = True) -> ir.Plan:
+    folded: dict[int, str] = {}
+    if cg.specialize_args:
+        allowed = set(kernel.jit_args) if kernel.jit_args is not None else None
+        for p, raw in zip(kernel.params, launch.args):
+            if foldable(p) and (allowed is None or p.index + 1 in allowed):
+                folded[p.index] = ir_constant(p, raw)
+    alignment = {}
+    if cg.specialize_alignment:
+        for p, raw in zip(kernel.params, launch.args):
+            if p.kind == "pointer" and p.index not in folded:
+                addr = int.from_bytes(raw, "little")
+                best = next((a for a in ALIGNMENTS if addr and addr % a == 0), None)
+                if best:
+                    alignment[p.index] = best
+    max_threads = min_ctas = None
+    if cg.specialize_launch_bounds:
+        threads = launch.block[0] * launch.block[1] * launch.block[2]
+        declared = kernel.max_threads[0] * kernel.max_threads[1] * kernel.max_threads[2] if kernel.max_threads else None
+        if declared is not None and threads > declared:
+            raise SpecializeError(
+                f"{kernel.demangled}: block of {threads} threads exceeds its __launch_bounds__ ({declared})"
+            )
+        max_threads = launch.block
+        min_ctas = kernel.min_ctas or 1
+        if cg.min_blocks_per_sm and cg.tuned_max_threads == threads:
+            min_ctas = cg.min_blocks_per_sm
+    globals_ = {}
+    if relink_globals:
+        missing = [g for g in kernel.globals if g not in launch.globals]
+        if missing:
+            raise SpecializeError(f"{kernel.demangled}: the address of device variable(s) {', '.join(missing)} is unknown")
+        globals_ = {g: launch.globals[g] for g in kernel.globals}
+    return ir.Plan(
+        folded=folded,
+        block=launch.block,
+        grid=launch.grid,
+        fold_dims=cg.specialize_dims,
+        dims_range=cg.specialize_dims_range,
+        max_threads=max_threads,
+        min_ctas=min_ctas,
+        alignment=alignment,
+        globals=globals_,
+        relink_globals=relink_globals,
+    )
+
+
+def cache_key(table: KernelTable, kernel: KernelRecord, plan: ir.Plan, cg: CodegenConfig, ptx_isa: int, arch: int) -> str:
+    """SHA-256 over everything that changes the generated code."""
+    doc = {
+        "tool": __version__,
+        "llvm": ".".join(map(str, llvm.llvm_version_info)),
+        "llvmlite": llvmlite.__version__,
+        "modules": [table.modules[i].sha256 for i in (kernel.module, *kernel.link_modules)],
+        "kernel": kernel.name,
+        "arch": arch,
+        "ptx_isa": ptx_isa,
+        "folded": {str(k): v for k, v in sorted(plan.folded.items())},
+        # Dimensions matter when they are folded or bound the kernel; otherwise keep them out,
+        # so one variant serves every launch shape.
+        "block": plan.block if (plan.fold_dims or plan.dims_range or plan.max_threads) else None,
+        "grid": plan.grid if (plan.fold_dims or plan.dims_range) else None,
+        "max_threads": plan.max_threads,
+        "min_ctas": plan.min_ctas,
+        "alignment": {str(k): v for k, v in sorted(plan.alignment.items())},
+        "globals": dict(sorted(plan.globals.items())),
+        "relink_globals": plan.relink_globals,
+        "config": cg.key_fields(),
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def specialize(
+    table: KernelTable,
+    kernel: KernelRecord,
+    launch: Launch,
+    config: Config | None = None,
+    cache: CacheChain | None = None,
+    keep_ir: bool = False,
+    relink_globals: bool = True,
+) -> Result:
+    config = config or Config.from_env()
+    cg = config.for_kernel(kernel.name, kernel.demangled)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    launch.check(kernel)
+    if kernel.module is None:
+        raise SpecializeError(f"{kernel.demangled}: no bitcode was recorded for this kernel")
+    plan = make_plan(kernel, launch, cg, relink_globals)
+    isa = codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler))
+    key = cache_key(table, kernel, plan, cg, isa, launch.arch)
+    folded_values = {i: python_value(kernel.params[i], launch.args[i]) for i in plan.folded}
+    timings["plan"] = _ms(t0)
+
+    if cache is not None and not keep_ir:
+        hit = cache.get(key)
+        if hit is not None:
+            entry, level = hit
+            image = codegen.Cubin(entry.data, entry.arch) if entry.kind == "cubin" else codegen.PTX(entry.data.rstrip(b"\0").decode(), entry.arch)
+            return Result(key, kernel.name, image, level, folded_values, plan, timings)
+
+    t = time.perf_counter()
+    module = ir.specialize_module(table, kernel, plan)
+    timings["ir"] = _ms(t)
+    t = time.perf_counter()
+    tm = codegen.target_machine(launch.arch, isa, cg.codegen_opt_level)
+    pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
+    timings["optimize"] = _ms(t)
+    t = time.perf_counter()
+    ptx = codegen.emit_ptx(module, tm, launch.arch)
+    timings["ptx"] = _ms(t)
+    t = time.perf_counter()
+    image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
+    timings["cubin"] = _ms(t)
+    timings["total"] = _ms(t0)
+
+    if cache is not None:
+        kind = "cubin" if isinstance(image, codegen.Cubin) else "ptx"
+        cache.put(Entry(key, kind, launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
+                                                            "tool": __version__}))
+    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, ptx, str(module) if keep_ir else None)
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000.0
