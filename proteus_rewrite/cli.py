@@ -27,6 +27,9 @@ Examples:
   proteus-rewrite ./app -o /tmp/jit     record into /tmp/jit/
   proteus-rewrite inspect ./app         list the kernels and their bitcode
   proteus-rewrite inspect ./app --json  the same, machine-readable
+  proteus-rewrite specialize proteus-out/app/app.kstore axpy_loop \
+      --arg 0=1048576 --arg 1=8 --arg 2=0.5 --block 256 --emit ptx
+  proteus-rewrite cache stats           what the on-disk JIT cache holds
 
 Exit codes: 0 ok, 1 internal error, 2 usage, """ + ", ".join(f"{c} {n}" for c, n in EXIT_CODES.items())
 
@@ -87,6 +90,188 @@ def inspect(app: str, as_json: bool) -> None:
         _print_table(table)
     for w in table.warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
+
+
+@main.command(epilog=EPILOG)
+@click.argument("store_or_app", metavar="STORE", type=click.Path(path_type=str))
+@click.argument("kernel")
+@click.option("--arg", "args", multiple=True, metavar="N=VALUE",
+              help="Value of argument N (0-based): an int, a float, true/false, or hex bytes for a struct. "
+                   "Arguments without a value are not folded.")
+@click.option("--block", metavar="X[,Y,Z]", help="Block size (default: 256, or the kernel's __launch_bounds__ if smaller).")
+@click.option("--grid", default="1", show_default=True, metavar="X[,Y,Z]", help="Grid size.")
+@click.option("--arch", default="sm_90", show_default=True, help="GPU architecture to compile for.")
+@click.option("--global", "globals_", multiple=True, metavar="NAME=ADDR",
+              help="Address of a device variable in the AOT module (as the shim would supply it).")
+@click.option("--emit", type=click.Choice(["ir", "ptx", "cubin"]), default="ptx", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write here instead of stdout.")
+def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, output):
+    """Specialize KERNEL of STORE (a .kstore or the app) for given argument values and show the code.
+
+    KERNEL is a mangled or demangled name, or a unique prefix of one (e.g. axpy_loop).
+    The PROTEUS_* variables apply as at run time.
+    """
+    from . import jit
+    from .jit.launch import parse_value
+
+    table = _load(store_or_app)
+    sm = _arch(arch)
+    record = _find_kernel(table, kernel, sm)
+    given: dict[int, str] = {}
+    for a in args:
+        idx, sep, value = a.partition("=")
+        if not sep or not idx.strip().isdigit() or int(idx) >= len(record.params):
+            raise click.BadParameter(f"{a!r}: expected N=VALUE with N in 0..{len(record.params) - 1}", param_hint="--arg")
+        given[int(idx)] = value
+    raw = tuple(parse_value(p, given[p.index]) if p.index in given else bytes(p.size) for p in record.params)
+    addresses = {}
+    for g in globals_:
+        name, sep, addr = g.partition("=")
+        try:
+            addresses[name] = int(addr, 0)
+        except ValueError:
+            raise click.BadParameter(f"{g!r}: expected NAME=ADDRESS", param_hint="--global") from None
+    relink = bool(addresses) or not record.globals
+    if block is None:
+        bound = record.max_threads[0] * record.max_threads[1] * record.max_threads[2] if record.max_threads else 256
+        block = str(min(256, bound))
+    launch = jit.Launch(raw, _dim3(grid, "--grid"), _dim3(block, "--block"), sm, addresses,
+                        frozenset(i for i in range(len(record.params)) if i not in given))
+    result = jit.specialize(table, record, launch, jit.Config.from_env(), keep_ir=True, relink_globals=relink)
+
+    info = [f"kernel   {record.demangled} (sm_{sm})", f"key      {result.key}"]
+    info.append("folded   " + (", ".join(f"arg {i} = {v!r}" for i, v in sorted(result.folded.items())) or "nothing"))
+    if result.plan.max_threads:
+        info.append("bounds   maxntid {} minctasm {}".format(",".join(map(str, result.plan.max_threads)), result.plan.min_ctas))
+    if record.globals and not relink:
+        info.append(f"globals  {', '.join(record.globals)} keep their own copies here (pass --global NAME=ADDR to redirect)")
+    info.append("time     " + ", ".join(f"{k} {v:.1f} ms" for k, v in result.timings_ms.items()))
+    for line in info:
+        err_console.print(line, markup=False)
+    if emit == "cubin":
+        from .jit.codegen import Cubin
+
+        if not isinstance(result.image, Cubin):
+            raise click.UsageError("PROTEUS_PTX_COMPILER=driver produces no cubin offline; use --emit ptx")
+        if not output and sys.stdout.isatty():
+            raise click.UsageError("a cubin is binary: give -o FILE")
+        data = result.image.data
+    else:
+        data = (result.ir_text if emit == "ir" else result.ptx.text).encode()
+    if output:
+        _write_atomic(output, data)
+        err_console.print(f"wrote    {output}", markup=False)
+    else:
+        sys.stdout.buffer.write(data)
+
+
+@main.group()
+def cache():
+    """The on-disk JIT cache (PROTEUS_CACHE_DIR, default: the user cache directory)."""
+
+
+def _storage(directory: str | None):
+    from .cache import StorageCache
+    from .jit import Config
+
+    cfg = Config.from_env()
+    return StorageCache(directory or cfg.cache_dir, cfg.cache_max_mb)
+
+
+_dir_option = click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=str),
+                           help="Cache directory (default: PROTEUS_CACHE_DIR or the user cache directory).")
+
+
+@cache.command("ls")
+@_dir_option
+@click.option("--json", "as_json", is_flag=True)
+def cache_ls(directory, as_json):
+    """List the cached kernels, most recently used first."""
+    from .cache import describe
+
+    store = _storage(directory)
+    rows = [describe(p) for p, _ in sorted(store.entries(), key=lambda e: -e[1].st_mtime)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    grid = Table(show_edge=False, header_style="bold")
+    for col in ("key", "kernel", "kind", "sm", "bytes", "compile ms", "last used"):
+        grid.add_column(col)
+    for r in rows:
+        if "error" in r:
+            grid.add_row(r["file"], f"[red]{r['error']}[/]", "", "", "", "", "")
+        else:
+            grid.add_row(r["key"][:16], kernels_mod._demangle(r["kernel"]), r["kind"], str(r["arch"]), f"{r['bytes']:,}",
+                         f"{r['compile_ms']:.1f}" if r["compile_ms"] is not None else "", r["last_used"])
+    Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(grid)
+    click.echo(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'} in {store.dir}")
+
+
+@cache.command("stats")
+@_dir_option
+def cache_stats(directory):
+    """Entries, size and cap of the cache."""
+    store = _storage(directory)
+    entries = store.entries()
+    total = sum(st.st_size for _, st in entries)
+    click.echo(f"directory  {store.dir}")
+    click.echo(f"entries    {len(entries)}")
+    click.echo(f"size       {total / 1e6:.2f} MB of {store.max_bytes / 2**20:.0f} MiB (PROTEUS_CACHE_MAX_MB)")
+
+
+@cache.command("clear")
+@_dir_option
+def cache_clear(directory):
+    """Delete every cached kernel."""
+    store = _storage(directory)
+    n = store.clear()
+    click.echo(f"removed {n} entr{'y' if n == 1 else 'ies'} from {store.dir}")
+
+
+def _arch(text: str) -> int:
+    t = text.lower().removeprefix("sm_").removeprefix("sm")
+    if not t.isdigit():
+        raise click.BadParameter(f"{text!r}: expected sm_XX, e.g. sm_90", param_hint="--arch")
+    return int(t)
+
+
+def _dim3(text: str, hint: str) -> tuple[int, int, int]:
+    try:
+        parts = [int(p) for p in text.split(",")]
+    except ValueError:
+        parts = []
+    if not 1 <= len(parts) <= 3 or any(p < 1 for p in parts):
+        raise click.BadParameter(f"{text!r}: expected X[,Y,Z] of positive integers", param_hint=hint)
+    return tuple((parts + [1, 1])[:3])  # type: ignore[return-value]
+
+
+def _find_kernel(table: KernelTable, name: str, arch: int):
+    matches = [k for k in table.kernels if name in (k.name, k.demangled)]
+    if not matches:
+        matches = [k for k in table.kernels if k.demangled.startswith(name) or k.demangled.split("(")[0].split(" ")[-1] == name]
+    if not matches:
+        raise click.BadParameter(f"no kernel {name!r}; kernels: " + ", ".join(sorted({k.demangled for k in table.kernels})),
+                                 param_hint="KERNEL")
+    if len({k.name for k in matches}) > 1:
+        raise click.BadParameter(f"{name!r} is ambiguous: " + ", ".join(sorted({k.demangled for k in matches})), param_hint="KERNEL")
+    usable = [k for k in matches if k.has_bitcode and k.arch <= arch] or [k for k in matches if k.has_bitcode]
+    if not usable:
+        raise NoBitcodeError(f"kernel {matches[0].demangled} has no recorded bitcode")
+    return max(usable, key=lambda k: k.arch if k.arch <= arch else -k.arch)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _extract(app: str) -> KernelTable:

@@ -70,3 +70,57 @@ def test_inspect_warns_but_succeeds_when_some_kernels_lack_bitcode(samples):
 def test_unknown_option_is_a_usage_error():
     proc = run_cli("inspect", "--nope", "x")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
+
+
+def test_specialize_prints_ptx_with_the_folded_values(samples):
+    proc = run_cli("specialize", str(samples / "loop_count"), "axpy_loop", "--arg", "0=1048576", "--arg", "1=8",
+                   "--arg", "2=0.5", "--block", "256", "--emit", "ptx")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("fma.rn.f32") == 8 and ".maxntid 256, 1, 1" in proc.stdout
+    assert "folded   arg 0 = 1048576, arg 1 = 8, arg 2 = 0.5" in proc.stderr
+
+
+def test_specialize_writes_a_cubin_and_ir(samples, tmp_path):
+    out = tmp_path / "k.cubin"
+    proc = run_cli("specialize", str(samples / "templates"), "bounded_sum", "--arg", "2=4096", "--block", "128",
+                   "--emit", "cubin", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:4] == b"\x7fELF"
+    ir = run_cli("specialize", str(samples / "templates"), "bounded_sum", "--emit", "ir")  # block: its bound, 128
+    assert ir.returncode == 0, ir.stderr
+    assert 'define ptx_kernel void @_Z11bounded_sumPKfPfii(' in ir.stdout and '"nvvm.minctasm"="4"' in ir.stdout
+
+
+def test_specialize_bad_arguments_are_usage_errors(samples):
+    for args in (["--arg", "9=1"], ["--arg", "1=notanumber"], ["--block", "0"]):
+        proc = run_cli("specialize", str(samples / "loop_count"), "axpy_loop", *args)
+        assert proc.returncode in (2, 9), proc.stderr
+        assert "Traceback" not in proc.stderr
+    proc = run_cli("specialize", str(samples / "loop_count"), "nope")
+    assert proc.returncode == 2 and "axpy_loop(int, int, float" in proc.stderr
+
+
+def test_cache_commands(samples, tmp_path):
+    import os
+
+    env_dir = str(tmp_path / "cache")
+    os.environ["PROTEUS_CACHE_DIR"] = env_dir
+    try:
+        from proteus_rewrite.cache import make_chain
+        from proteus_rewrite.fatbin import extract
+        from proteus_rewrite.jit import Config, specialize
+
+        from .test_specializer import kernel, launch_for
+
+        t = extract(samples / "loop_count")
+        k = kernel(t, "axpy_loop")
+        specialize(t, k, launch_for(k, {1: "8"}), Config.from_env({}), make_chain(True, env_dir))
+        ls = run_cli("cache", "ls")
+        assert ls.returncode == 0 and "axpy_loop" in ls.stdout and "1 entry" in ls.stdout
+        stats = run_cli("cache", "stats")
+        assert "entries    1" in stats.stdout
+        clear = run_cli("cache", "clear")
+        assert "removed 1 entry" in clear.stdout
+        assert "entries    0" in run_cli("cache", "stats").stdout
+    finally:
+        del os.environ["PROTEUS_CACHE_DIR"]

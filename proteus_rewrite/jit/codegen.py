@@ -86,8 +86,11 @@ def compiler_cuda_version(compiler: str) -> tuple[int, int]:
     if compiler == "driver":
         from cuda.bindings import driver
 
-        driver.cuInit(0)
-        err, v = driver.cuDriverGetVersion()
+        try:
+            driver.cuInit(0)
+            err, v = driver.cuDriverGetVersion()
+        except Exception as exc:  # libcuda.so itself is missing: no driver on this machine
+            raise SpecializeError(f"no CUDA driver: {str(exc).splitlines()[0]}") from None
         if err != driver.CUresult.CUDA_SUCCESS:
             raise SpecializeError(f"cuDriverGetVersion failed: {err.name}")
         return v // 1000, (v % 1000) // 10

@@ -114,6 +114,12 @@ def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan) -> l
         result.verify()
     except RuntimeError as exc:
         raise SpecializeError(f"{kernel.demangled}: the specialized module does not verify: {_first_line(exc)}") from None
+    # Inline the original body into the new kernel now, so that any pipeline (a user's
+    # PROTEUS_OPT_PIPELINE need not inline) optimizes the kernel with its constants in place.
+    pm = llvm.create_new_module_pass_manager()
+    pm.add_always_inliner_pass()
+    pm.add_global_dead_code_eliminate_pass()
+    pm.run(result, llvm.create_pass_builder(_any_target_machine(), llvm.create_pipeline_tuning_options()))
     return result
 
 

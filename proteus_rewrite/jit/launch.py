@@ -18,6 +18,7 @@ class Launch:
     block: Dim3
     arch: int  # the device's SM version, e.g. 90
     globals: dict[str, int] = field(default_factory=dict)  # device variable -> its address in the AOT module
+    unknown: frozenset[int] = frozenset()  # parameters whose value is not known (never folded)
 
     def check(self, kernel: KernelRecord) -> None:
         if len(self.args) != len(kernel.params):

@@ -52,12 +52,12 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
     if cg.specialize_args:
         allowed = set(kernel.jit_args) if kernel.jit_args is not None else None
         for p, raw in zip(kernel.params, launch.args):
-            if foldable(p) and (allowed is None or p.index + 1 in allowed):
+            if foldable(p) and p.index not in launch.unknown and (allowed is None or p.index + 1 in allowed):
                 folded[p.index] = ir_constant(p, raw)
     alignment = {}
     if cg.specialize_alignment:
         for p, raw in zip(kernel.params, launch.args):
-            if p.kind == "pointer" and p.index not in folded:
+            if p.kind == "pointer" and p.index not in launch.unknown:
                 addr = int.from_bytes(raw, "little")
                 best = next((a for a in ALIGNMENTS if addr and addr % a == 0), None)
                 if best:
