@@ -67,6 +67,9 @@ def rewrite(app: str, outdir: str | None) -> None:
     table = _extract(app)
     _require_bitcode(table, app)
     path = store.write(table, store.store_path(outdir, table.app.name))
+    from .inject import shim
+
+    shim_path = shim.install(outdir)
     for w in table.warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
     with_bc = len(table.kernels_with_bitcode)
@@ -75,6 +78,7 @@ def rewrite(app: str, outdir: str | None) -> None:
         f"from {len(table.fatbins)} fat binar{'y' if len(table.fatbins) == 1 else 'ies'} "
         f"({table.app.cudart} cudart) -> {path}"
     )
+    click.echo(f"run it with: LD_PRELOAD={shim_path} {app}")
 
 
 @main.command(epilog=EPILOG)

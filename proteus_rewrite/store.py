@@ -99,6 +99,7 @@ def write(table: KernelTable, path: str | os.PathLike) -> Path:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

@@ -84,6 +84,7 @@ class EntryRecord:
     compression: str
     stored_size: int
     size: int
+    sha256: str = ""  # of the decompressed cubin: matches an app that loads the cubin itself
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,8 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
                 size=cont.header_size + cont.size,
                 sha256=cont.digest,
                 entries=tuple(
-                    EntryRecord(e.kind_name, e.arch, e.compression, e.payload_size, e.uncompressed_size or e.payload_size)
+                    EntryRecord(e.kind_name, e.arch, e.compression, e.payload_size, e.uncompressed_size or e.payload_size,
+                                hashlib.sha256(e.payload()).hexdigest() if e.kind == Kind.ELF else "")
                     for e in cont.entries
                 ),
             )

@@ -1,0 +1,1 @@
+"""Building libproteus.so and setting it up for an app (and, later, rewriting ELF files)."""

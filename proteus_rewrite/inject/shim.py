@@ -1,0 +1,102 @@
+"""libproteus.so: built once when the package is installed, copied beside each app's store.
+
+The shim is generic: it finds the kernel stores (*.kstore) and `proteus-python.cfg` in its
+own directory. That file names the Python that has proteus_rewrite installed (its shared
+libpython, its home and its sys.path), so the shim can start it inside the app on the
+first miss. It is written by `proteus-rewrite APP`, from the interpreter running it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from ..errors import InjectError
+
+SHIM_NAME = "libproteus.so"
+PYTHON_CFG = "proteus-python.cfg"
+PACKAGED = Path(__file__).resolve().parent.parent / "_shim" / SHIM_NAME
+
+
+def source_path() -> Path:
+    return Path(__file__).resolve().parent.parent.parent / "shim" / "proteus_shim.c"
+
+
+def build(output: str | os.PathLike, source: str | os.PathLike | None = None, cc: str | None = None) -> Path:
+    """Compile the shim (C, no CUDA headers needed) into `output`, atomically."""
+    src = Path(source) if source else source_path()
+    if not src.is_file():
+        raise InjectError("shim source not found (install from a source tree)", src)
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
+    fd, tmp = tempfile.mkstemp(prefix=".libproteus-", suffix=".so", dir=out.parent)
+    os.close(fd)
+    cmd = [compiler, "-std=gnu11", "-O2", "-Wall", "-shared", "-fPIC", "-fvisibility=hidden", "-o", tmp, str(src), "-ldl", "-lpthread"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        Path(tmp).unlink(missing_ok=True)
+        first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
+        raise InjectError(f"building the shim failed: {first}", src)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, out)
+    return out
+
+
+def packaged_shim() -> Path:
+    """The shim built at install time (pip install .); built here as a fallback in a source checkout."""
+    if PACKAGED.is_file():
+        return PACKAGED
+    if source_path().is_file():
+        return build(PACKAGED)
+    raise InjectError("libproteus.so is missing from the installation; reinstall proteus-rewrite", PACKAGED)
+
+
+def libpython() -> str:
+    """The shared libpython of this interpreter (the one with proteus_rewrite installed)."""
+    names = [sysconfig.get_config_var(v) for v in ("INSTSONAME", "LDLIBRARY")]
+    dirs = [sysconfig.get_config_var("LIBDIR"), os.path.join(sys.base_prefix, "lib"),
+            os.path.join(sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("MULTIARCH") or "")]
+    for d in filter(None, dirs):
+        for n in names:
+            if n and ".so" in n and os.path.isfile(os.path.join(d, n)):
+                return os.path.join(d, n)
+    raise InjectError(
+        f"this Python ({sys.executable}) has no shared libpython (build it with --enable-shared, "
+        "or run proteus-rewrite from one that has)"
+    )
+
+
+def python_config() -> str:
+    package_root = str(Path(__file__).resolve().parent.parent.parent)  # where proteus_rewrite itself lives
+    paths = [package_root] + [p for p in sys.path if p and os.path.isdir(p) and p != package_root]
+    lines = [f"libpython {libpython()}", f"home {sys.base_prefix}"] + [f"path {p}" for p in paths]
+    return "\n".join(lines) + "\n"
+
+
+def install(outdir: str | os.PathLike) -> Path:
+    """Copy the shim into `outdir` with its proteus-python.cfg; returns the shim's path."""
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    dst = out / SHIM_NAME
+    cfg = python_config()
+    for name, write in ((SHIM_NAME, lambda f: f.write(packaged_shim().read_bytes())), (PYTHON_CFG, lambda f: f.write(cfg.encode()))):
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=out)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+            os.chmod(tmp, 0o755 if name == SHIM_NAME else 0o644)
+            os.replace(tmp, out / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return dst
+
+
+if __name__ == "__main__":  # python -m proteus_rewrite.inject.shim [OUTPUT]: (re)build the packaged shim
+    print(build(sys.argv[1] if len(sys.argv) > 1 else PACKAGED))

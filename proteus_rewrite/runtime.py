@@ -1,0 +1,265 @@
+"""The Python half of libproteus.so, called from C on a miss (never on a cache hit).
+
+    init(shim_dir, driver_version)            once, when the first kernel is launched
+    kernel_info(image_ptr, name, arch)        which recorded kernel a launch handle is
+    specialize(kid, args, grid, block, globals, arch) -> cubin/PTX bytes, or None to run the original
+    load_failed(kid, cuda_error)              the driver refused our image
+    write_report(path, counters)              at exit, for PROTEUS_REPORT
+
+Kernel stores (*.kstore) are found beside the shim (or in PROTEUS_STORE_DIR). A loaded
+image is matched to a recorded fat binary by the SHA-256 of its bytes, so a store that
+does not belong to the running binary (say, the app was rebuilt) matches nothing and the
+app simply runs its original kernels. Every failure here becomes one warning per kernel
+and a None, never an exception into C.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import struct
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import __version__, store
+from .cache import CacheChain, make_chain
+from .errors import ProteusError
+from .fatbin.kernels import KernelRecord, KernelTable
+from .jit import Config, Launch
+from .jit import specializer as spec_mod
+from .jit.launch import foldable
+
+log = logging.getLogger("proteus_rewrite")
+
+WRAPPER_MAGIC = 0x466243B1
+FATBIN_MAGIC = 0xBA55ED50
+
+
+@dataclass
+class KernelStats:
+    name: str
+    demangled: str
+    specializations: int = 0
+    memory_hits: int = 0
+    disk_hits: int = 0
+    compile_ms: float = 0.0
+    failures: dict[str, int] = field(default_factory=dict)
+    variants: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class State:
+    shim_dir: str
+    driver_version: int
+    config: Config
+    cache: CacheChain
+    tables: list[KernelTable]
+    by_fatbin: dict[str, tuple[KernelTable, int]]  # container sha256 -> (table, fatbin index)
+    by_entry: dict[str, tuple[KernelTable, int]]  # cubin sha256 -> (table, fatbin index)
+    images: dict[int, tuple[KernelTable, int] | None] = field(default_factory=dict)
+    kernels: list[tuple[KernelTable, KernelRecord]] = field(default_factory=list)
+    stats: list[KernelStats] = field(default_factory=list)
+    warned: set[str] = field(default_factory=set)
+    started: float = field(default_factory=time.time)
+
+
+_state: State | None = None  # module-level on purpose: one per process, like the shim's tables
+
+
+def _warn_once(what: str, message: str) -> None:
+    assert _state is not None
+    if what not in _state.warned:
+        _state.warned.add(what)
+        print(f"proteus: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _trace(token: str, message: str) -> None:
+    if _state is not None and token in _state.config.trace:
+        print(f"proteus: {message}", file=sys.stderr, flush=True)
+
+
+def init(shim_dir: str, driver_version: int) -> None:
+    global _state
+    logging.basicConfig(level=logging.WARNING, format="proteus: %(levelname)s: %(message)s")
+    config = Config.from_env()
+    store_dir = Path(os.environ.get("PROTEUS_STORE_DIR") or shim_dir)
+    tables, by_fatbin, by_entry = [], {}, {}
+    for path in sorted(store_dir.glob(f"*{store.SUFFIX}")):
+        try:
+            table = store.read(path)
+        except ProteusError as exc:
+            print(f"proteus: warning: {exc}; ignoring it", file=sys.stderr)
+            continue
+        tables.append(table)
+        for f in table.fatbins:
+            by_fatbin[f.sha256] = (table, f.index)
+            for e in f.entries:
+                if e.sha256:
+                    by_entry[e.sha256] = (table, f.index)
+    if not tables:
+        print(f"proteus: warning: no kernel store (*.kstore) in {store_dir}; kernels run unspecialized", file=sys.stderr)
+    _state = State(shim_dir, driver_version, config, make_chain(config.use_stored_cache, config.cache_dir, config.cache_max_mb),
+                   tables, by_fatbin, by_entry)
+
+
+def _image(ptr: int) -> tuple[KernelTable, int] | None:
+    """Which recorded fat binary the image at `ptr` (a fatbin wrapper, container or cubin) is."""
+    assert _state is not None
+    if ptr in _state.images:
+        return _state.images[ptr]
+    found = None
+    magic = struct.unpack("<I", ctypes.string_at(ptr, 4))[0]
+    if magic == WRAPPER_MAGIC:
+        ptr = struct.unpack("<Q", ctypes.string_at(ptr + 8, 8))[0]
+        magic = struct.unpack("<I", ctypes.string_at(ptr, 4))[0]
+    if magic == FATBIN_MAGIC:
+        header_size, size = struct.unpack("<HQ", ctypes.string_at(ptr + 6, 10))
+        found = _state.by_fatbin.get(hashlib.sha256(ctypes.string_at(ptr, header_size + size)).hexdigest())
+    elif ctypes.string_at(ptr, 4) == b"\x7fELF":
+        hdr = ctypes.string_at(ptr, 64)
+        shoff, = struct.unpack_from("<Q", hdr, 0x28)
+        shentsize, shnum = struct.unpack_from("<HH", hdr, 0x3A)
+        found = _state.by_entry.get(hashlib.sha256(ctypes.string_at(ptr, shoff + shentsize * shnum)).hexdigest())
+    _state.images[ptr] = found
+    return found
+
+
+def kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
+    """The C side's view of a kernel: u32 kid, nparams, dims flags, nglobals; u32 sizes[];
+    u8 fold[]; NUL-terminated global names. None: run this kernel's original code, always."""
+    try:
+        return _kernel_info(image_ptr, name, arch)
+    except Exception as exc:  # never let an exception reach the C caller
+        _warn_once(name, f"{name}: {type(exc).__name__}: {exc}; running the original kernel")
+        return None
+
+
+def _kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
+    assert _state is not None
+    if _state.config.disable:
+        return None
+    match = _image(image_ptr) if image_ptr else None
+    if match is None:
+        _warn_once(name, f"{name}: its fat binary is not in any kernel store (app rebuilt since proteus-rewrite?); running the original kernel")
+        return None
+    table, fatbin = match
+    candidates = [k for k in table.kernels if k.fatbin == fatbin and k.name == name]
+    usable = [k for k in candidates if k.has_bitcode and k.arch <= arch] or [k for k in candidates if k.has_bitcode]
+    if not usable:
+        what = "is not recorded" if not candidates else "has no embedded bitcode"
+        _warn_once(name, f"{name} {what}; running the original kernel")
+        return None
+    record = max(usable, key=lambda k: k.arch if k.arch <= arch else -k.arch)
+    cg = _state.config.for_kernel(record.name, record.demangled)
+    allowed = set(record.jit_args) if record.jit_args is not None else None
+    fold = bytes(
+        1 if (cg.specialize_args and foldable(p) and (allowed is None or p.index + 1 in allowed))
+        or (cg.specialize_alignment and p.kind == "pointer") else 0
+        for p in record.params
+    )
+    dims = (1 if (cg.specialize_launch_bounds or cg.specialize_dims or cg.specialize_dims_range) else 0) | (
+        2 if (cg.specialize_dims or cg.specialize_dims_range) else 0)
+    kid = len(_state.kernels)
+    _state.kernels.append((table, record))
+    _state.stats.append(KernelStats(record.name, record.demangled))
+    sizes = struct.pack(f"<{len(record.params)}I", *(p.size for p in record.params))
+    names = b"".join(g.encode() + b"\0" for g in record.globals)
+    return struct.pack("<4I", kid, len(record.params), dims, len(record.globals)) + sizes + fold + names
+
+
+def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int) -> bytes | None:
+    assert _state is not None
+    table, record = _state.kernels[kid]
+    stats = _state.stats[kid]
+    try:
+        raw, off = [], 0
+        for p in record.params:
+            raw.append(args[off : off + p.size])
+            off += p.size
+        addrs = struct.unpack(f"<{len(record.globals)}Q", globals_) if record.globals else ()
+        missing = [g for g, a in zip(record.globals, addrs) if not a]
+        if missing:
+            raise ProteusError(f"the AOT address of {', '.join(missing)} is unknown")
+        launch = Launch(tuple(raw), tuple(grid), tuple(block), arch, dict(zip(record.globals, addrs)))
+        keep_ir = "ir-dump" in _state.config.trace or _state.config.dump_ir
+        result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir)
+    except Exception as exc:
+        reason = str(exc) if isinstance(exc, ProteusError) else f"{type(exc).__name__}: {exc}"
+        stats.failures[reason] = stats.failures.get(reason, 0) + 1
+        _warn_once(f"spec:{record.name}", f"{record.demangled}: not specialized ({reason}); running the original kernel")
+        return None
+    if result.source == "compiled":
+        stats.specializations += 1
+        stats.compile_ms += result.timings_ms.get("total", 0.0)
+    elif result.source == "disk":
+        stats.disk_hits += 1
+    else:
+        stats.memory_hits += 1
+    stats.variants.append({"key": result.key[:16], "source": result.source,
+                           "folded": {str(i): v for i, v in result.folded.items()},
+                           "block": list(block), "grid": list(grid), "ms": round(result.timings_ms.get("total", 0.0), 2)})
+    _trace("specialization", f"{record.demangled}: variant {result.key[:12]} ({result.source}) folded "
+           f"{ {i: v for i, v in result.folded.items()} } block {tuple(block)} grid {tuple(grid)} "
+           f"{result.timings_ms.get('total', 0.0):.1f} ms")
+    if result.ir_text is not None:
+        _trace("ir-dump", f"IR of {record.demangled} variant {result.key[:12]}:\n{result.ir_text}")
+        if _state.config.dump_ir:
+            os.makedirs(".proteus-dump", exist_ok=True)
+            Path(f".proteus-dump/device-jit-{result.key}.ll").write_text(result.ir_text)
+    return result.image.data
+
+
+def load_failed(kid: int, code: int) -> None:
+    assert _state is not None
+    record = _state.kernels[kid][1]
+    reason = f"cuModuleLoadData/cuModuleGetFunction failed with CUDA error {code}"
+    stats = _state.stats[kid]
+    stats.failures[reason] = stats.failures.get(reason, 0) + 1
+    _warn_once(f"load:{record.name}", f"{record.demangled}: {reason}; running the original kernel")
+
+
+def write_report(path: str, counters: bytes) -> None:
+    """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks."""
+    assert _state is not None
+    kernels, off = [], 0
+    while off + 28 <= len(counters):
+        kid, launches, hits, fallbacks = struct.unpack_from("<iQQQ", counters, off)
+        end = counters.index(b"\0", off + 28)
+        name = counters[off + 28 : end].decode(errors="replace")
+        off = end + 1
+        entry = {"name": name, "launches": launches, "fallback_launches": fallbacks}
+        if kid >= 0:
+            s = _state.stats[kid]
+            entry.update(
+                demangled=s.demangled,
+                specialized_launches=launches - fallbacks,
+                table_hits=hits,
+                specializations=s.specializations,
+                memory_cache_hits=s.memory_hits,
+                disk_cache_hits=s.disk_hits,
+                compile_ms=round(s.compile_ms, 2),
+                failures=s.failures,
+                variants=s.variants,
+            )
+        else:
+            entry.update(specialized_launches=0, failures={"not specialized": fallbacks})
+        kernels.append(entry)
+    doc = {
+        "tool": f"proteus-rewrite {__version__}",
+        "pid": os.getpid(),
+        "seconds": round(time.time() - _state.started, 3),
+        "stores": [t.app.name for t in _state.tables],
+        "cache": {name: vars(s) for name, s in _state.cache.stats().items()},
+        "kernels": kernels,
+    }
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=directory)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, path)

@@ -1,0 +1,22 @@
+"""Builds libproteus.so (shim/proteus_shim.c) into the package as part of `pip install`."""
+
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # proteus_rewrite.inject.shim needs nothing beyond the standard library
+
+from proteus_rewrite.inject import shim  # noqa: E402
+
+
+class BuildPyWithShim(build_py):
+    def run(self):
+        super().run()
+        root = HERE if getattr(self, "editable_mode", False) else Path(self.build_lib)
+        shim.build(root / "proteus_rewrite" / "_shim" / shim.SHIM_NAME, HERE / "shim" / "proteus_shim.c")
+
+
+setup(cmdclass={"build_py": BuildPyWithShim})

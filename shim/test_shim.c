@@ -1,0 +1,77 @@
+/* Unit tests of the shim's hot-path pieces, without a GPU: hashing, the handle table, the
+ * variant table and key building. Built and run by tests/test_shim.py. */
+#include "proteus_shim.c"
+
+#include <assert.h>
+
+static int failures;
+#define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #cond); failures++; } } while (0)
+
+static void test_hash(void) {
+  uint8_t a[40] = {1, 2, 3}, b[40] = {1, 2, 3};
+  EXPECT(hash_bytes(a, 40, 7) == hash_bytes(b, 40, 7));
+  b[39] = 1;
+  EXPECT(hash_bytes(a, 40, 7) != hash_bytes(b, 40, 7));
+  EXPECT(hash_bytes(a, 3, 7) != hash_bytes(a, 4, 7));   /* length is part of the hash */
+  EXPECT(hash_bytes(a, 8, 7) != hash_bytes(a, 8, 8));   /* so is the seed (kernel, context) */
+}
+
+static void test_handles(void) {
+  static kinfo k1, k2;
+  pthread_mutex_lock(&reg_lock);
+  for (uintptr_t i = 1; i <= 20000; i++) handle_insert((void *)(i * 64), (i & 1) ? &k1 : &k2);
+  pthread_mutex_unlock(&reg_lock);
+  int ok = 1;
+  for (uintptr_t i = 1; i <= 20000; i++) ok &= handle_lookup((void *)(i * 64)) == ((i & 1) ? &k1 : &k2);
+  EXPECT(ok);
+  EXPECT(handle_lookup((void *)12345) == NULL);
+}
+
+static void test_keys_and_variants(void) {
+  static kinfo ki;
+  ki.nparams = 4;
+  uint32_t sizes[4] = {4, 8, 4, 1};
+  uint8_t fold[4] = {1, 0, 1, 1};
+  memcpy(ki.sizes, sizes, sizeof sizes); memcpy(ki.fold, fold, sizeof fold);
+  ki.dims_in_key = 1;
+  int n = 42; void *ptr = (void *)0xdead; float f = 0.5f; uint8_t flag = 1;
+  void *params[4] = {&n, &ptr, &f, &flag};
+  uint8_t key[MAX_KEY];
+  dim3 grid = {10, 1, 1}, block = {256, 1, 1};
+  int len = build_key(&ki, params, grid, block, key);
+  EXPECT(len == 4 + 4 + 1 + 12);   /* the pointer is not folded; block is in, grid is not */
+  EXPECT(!memcmp(key, &n, 4) && !memcmp(key + 4, &f, 4) && key[8] == 1);
+  void *other_ptr = (void *)0xbeef; void *params2[4] = {&n, &other_ptr, &f, &flag};
+  uint8_t key2[MAX_KEY];
+  dim3 grid2 = {99, 1, 1};
+  EXPECT(build_key(&ki, params2, grid2, block, key2) == len && !memcmp(key, key2, len));   /* same variant */
+  block.x = 128;
+  build_key(&ki, params, grid, block, key2);
+  EXPECT(memcmp(key, key2, len) != 0);   /* another block size, another variant */
+
+  CUcontext ctx = (CUcontext)0x1234;
+  uint64_t h = key_hash(&ki, ctx, key, len);
+  sentry *e = malloc(sizeof *e + len);
+  e->hash = h; e->ki = &ki; e->ctx = ctx; e->fn = (CUfunction)0x77; e->keylen = len; memcpy(e->key, key, len);
+  variant_insert(e);
+  EXPECT(variant_lookup(h, &ki, ctx, key, len) == e);
+  EXPECT(variant_lookup(h, &ki, (CUcontext)0x9999, key, len) == NULL);   /* per context */
+  key[0] ^= 1;
+  EXPECT(variant_lookup(h, &ki, ctx, key, len) == NULL);   /* same hash, other bytes: no false hit */
+
+  /* A key too large for the stack buffer is refused, not truncated. */
+  static kinfo big;
+  big.nparams = 2; big.sizes[0] = MAX_KEY; big.fold[0] = 1;
+  static uint8_t huge[MAX_KEY];
+  void *bp[2] = {huge, huge};
+  EXPECT(build_key(&big, bp, grid, block, key) == -1);
+}
+
+int main(void) {
+  test_hash();
+  test_handles();
+  test_keys_and_variants();
+  if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
+  printf("shim unit tests: all passed\n");
+  return 0;
+}
