@@ -37,7 +37,8 @@ class App:
     sources: tuple[str, ...]
     cudart: str = "static"  # how the CUDA runtime is linked: static (the common case) or dynamic
     compress: str | None = None  # fatbinary --compress-mode; None = CUDA 13's default (zstd PTX)
-    compiler: str = "clang"  # "nvcc": no embedded bitcode; "mixed": the last source built by nvcc
+    compiler: str = "clang"  # "nvcc": no embedded bitcode; "mixed": the last source built by nvcc;
+    #                          "driver": host C++ on the driver API + device code embedded as a fat binary
     extra_archs: tuple[str, ...] = ()
     rdc: bool = False  # separate compilation (-fgpu-rdc) + nvcc -dlink device link
     note: str = field(default="", compare=False)
@@ -57,6 +58,10 @@ APPS: dict[str, App] = {
     "two_tu_rdc": App(("two_tu_main.cu", "two_tu_kernels.cu"), rdc=True, note="-fgpu-rdc + nvcc -dlink"),
     "mixed_nvcc": App(("two_tu_main.cu", "two_tu_kernels.cu"), compiler="mixed",
                       note="one TU by clang with bitcode, one by nvcc without"),
+    "driver_api": App(("driver_api.cpp", "driver_api_kernels.cu"), compiler="driver",
+                      note="driver API: cuModuleLoadData of an embedded fat binary, no runtime"),
+    "launch_overhead": App(("launch_overhead.cu",), note="100,000 launches of a tiny kernel"),
+    "launch_overhead_dynamic": App(("launch_overhead.cu",), cudart="dynamic", note="the same, dynamic cudart"),
     "templates": App(("templates.cu",), note="templates, struct by value, __launch_bounds__"),
     "annotated": App(("annotated.cu",), note='annotate("jit", 2, 3)'),
 }
@@ -117,12 +122,25 @@ os.execv("{real}", ["fatbinary"] + args)
 '''
 
 
+def _libcuda_stub(objdir: Path, host_obj: Path) -> Path:
+    """A link-time stand-in for libcuda.so (the real one comes with the driver, at run time):
+    every cu* function the object needs, with the real library's soname."""
+    nm = subprocess.run(["nm", "-u", str(host_obj)], capture_output=True, text=True, check=True).stdout
+    names = sorted({line.split()[-1] for line in nm.splitlines() if line.split()[-1].startswith("cu")})
+    stub_dir = objdir / "stubs"
+    stub_dir.mkdir(exist_ok=True)
+    src = stub_dir / "libcuda_stub.c"
+    src.write_text("".join(f"int {n}(void) {{ return 999; }}\n" for n in names))
+    run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", str(src), "-o", str(stub_dir / "libcuda.so")])
+    return stub_dir
+
+
 def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path) -> str:
     exe = out / name
     stamp = out / f".{name}.stamp"  # what the binary was built with: an --arch change rebuilds it
     config = f"{args.arch} {args.clang} {args.cuda_path}\n"
     sources = [SRC / s for s in app.sources]
-    inputs = sources + [SRC / "common.h", Path(__file__)]
+    inputs = sources + [SRC / "common.h", Path(__file__)]  # (driver_api.cpp does not use common.h; harmless)
     if (exe.exists() and stamp.exists() and stamp.read_text() == config
             and exe.stat().st_mtime > max(p.stat().st_mtime for p in inputs)):
         return f"{name}: up to date"
@@ -142,7 +160,22 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path) -> 
         flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(SRC), "-O3", "-std=c++17",
                  "-fembed-bitcode", "-Wno-unknown-cuda-version"]
         flags += [f"--cuda-gpu-arch={a}" for a in archs]
-        if app.compiler == "mixed":
+        if app.compiler == "driver":
+            objdir = out / f".{name}.objs"
+            objdir.mkdir(exist_ok=True)
+            host_src, dev_src = sources
+            cubin, fatbin = objdir / "kernels.cubin", objdir / "kernels.fatbin"
+            run([args.clang, *flags, "--cuda-device-only", "-c", str(dev_src), "-o", str(cubin)], env=env)
+            run([str(tree / "bin" / "fatbinary"), "-64", "--create", str(fatbin),
+                 f"--image=profile={args.arch},file={cubin}"], env=env)
+            asm = objdir / "fatbin.s"
+            asm.write_text('.section .nv_fatbin,"a"\n.balign 8\n.globl proteus_sample_fatbin\n'
+                           f'proteus_sample_fatbin:\n.incbin "{fatbin}"\n.section .note.GNU-stack,"",@progbits\n')
+            host_obj = objdir / "host.o"
+            run([args.clang, "-O2", "-I", str(cuda / "include"), "-c", str(host_src), "-o", str(host_obj)])
+            stubs_dir = _libcuda_stub(objdir, host_obj)
+            run([args.clang, str(host_obj), str(asm), "-L", str(stubs_dir), "-lcuda", "-o", str(tmp)])
+        elif app.compiler == "mixed":
             objdir = out / f".{name}.objs"
             objdir.mkdir(exist_ok=True)
             *clang_srcs, nvcc_src = sources

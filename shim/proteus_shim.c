@@ -130,8 +130,8 @@ static void init_driver_calls(void) {
 #define LOAD(n) if (!real_##n) real_##n = cuda_sym(#n)
   LOAD(cuLaunchKernel); LOAD(cuLaunchKernel_ptsz); LOAD(cuLaunchKernelEx); LOAD(cuLaunchKernelEx_ptsz);
   LOAD(cuLaunchCooperativeKernel); LOAD(cuLaunchCooperativeKernel_ptsz);
-  LOAD(cuModuleLoadData); LOAD(cuModuleGetFunction); LOAD(cuModuleGetGlobal);
-  if (!real_cuModuleGetGlobal) real_cuModuleGetGlobal = cuda_sym("cuModuleGetGlobal_v2");
+  LOAD(cuModuleLoadData); LOAD(cuModuleGetFunction);
+  if (!real_cuModuleGetGlobal) real_cuModuleGetGlobal = cuda_sym("cuModuleGetGlobal_v2");   /* size_t version */
   LOAD(cuLibraryGetGlobal); LOAD(cuCtxGetCurrent); LOAD(cuCtxGetDevice); LOAD(cuDeviceGetAttribute);
   LOAD(cuDriverGetVersion);
 #undef LOAD

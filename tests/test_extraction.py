@@ -42,6 +42,8 @@ EXPECTED = {
         "_Z11bounded_sumPKfPfii": [("pointer", 8), ("pointer", 8), ("int", 4), ("int", 4)],
     },
     "annotated": {"_Z6smoothPfiif": [("pointer", 8), ("int", 4), ("int", 4), ("float", 4)]},
+    "driver_api": {"scale_loop": [("pointer", 8), ("int", 4), ("int", 4), ("float", 4)]},
+    "launch_overhead": {"_Z4tinyPii": [("pointer", 8), ("int", 4)]},
 }
 
 
@@ -74,6 +76,13 @@ def test_recorded_bitcode_parses_and_defines_each_kernel(table, app):
         assert not fn.is_declaration
         assert len(list(fn.arguments)) == len(k.params)
         assert t.modules[k.module].triple == "nvptx64-nvidia-cuda"
+
+
+def test_driver_api_app_embeds_its_fat_binary_and_uses_a_device_global(table):
+    t = table("driver_api")
+    assert t.app.cudart == "none"
+    (k,) = t.kernels
+    assert k.demangled == "scale_loop" and k.globals == ("bias",)
 
 
 def test_demangled_names_of_templates(table):

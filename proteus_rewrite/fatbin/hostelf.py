@@ -51,10 +51,11 @@ class HostElf:
 
     @property
     def cudart(self) -> str:
-        """How the CUDA runtime is linked: 'dynamic', 'static' (no libcudart in DT_NEEDED) or 'none'."""
+        """How the CUDA runtime is linked: 'dynamic' (libcudart in DT_NEEDED), 'static' (fat binaries
+        registered with the runtime, whose wrappers live in .nvFatBinSegment) or 'none' (driver API only)."""
         if any(n.startswith("libcudart.so") for n in self.needed):
             return "dynamic"
-        return "static" if CUDA_FATBIN in self.sections or CUDA_RELFATBIN in self.sections else "none"
+        return "static" if CUDA_FATBIN_SEGMENT in self.sections else "none"
 
 
 def parse(data: bytes) -> HostElf:
