@@ -578,10 +578,14 @@ original:
 
 /* ------------------------------------------------------------------ driver API wrappers */
 
+/* Set while the runtime launches a kernel we left to it: its driver-level launch is then
+ * the same launch, already decided, and passes straight through. */
+static __thread int in_runtime_launch;
+
 static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **),
                             CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, CUstream s, void **params, void **extra) {
-  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz});
+  CUfunction sf = in_runtime_launch ? NULL : pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz});
   if (sf) {
     CUresult r = real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
     if (r == CUDA_SUCCESS) return r;
@@ -600,7 +604,7 @@ static CUresult w_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, un
 
 static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **),
                                const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-  CUfunction sf = c ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}) : NULL;
+  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}) : NULL;
   if (sf && real(c, sf, params, extra) == CUDA_SUCCESS) return CUDA_SUCCESS;
   return real(c, f, params, extra);
 }
@@ -768,7 +772,10 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   init_driver_calls();
   CUfunction sf = drv ? pick(func, args, grid, block) : NULL;
   if (sf && drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) return 0;
-  return real(func, grid, block, args, shmem, stream);
+  in_runtime_launch = 1;
+  cudaError_t r = real(func, grid, block, args, shmem, stream);
+  in_runtime_launch = 0;
+  return r;
 }
 EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
   return runtime_launch(RUNTIME_REAL(cudaLaunchKernel), real_cuLaunchKernel, func, grid, block, args, shmem, stream);
@@ -784,7 +791,10 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
                                   (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS)
       return 0;
   }
-  return RUNTIME_REAL(cudaLaunchKernelExC)(c, func, args);
+  in_runtime_launch = 1;
+  cudaError_t r = RUNTIME_REAL(cudaLaunchKernelExC)(c, func, args);
+  in_runtime_launch = 0;
+  return r;
 }
 
 /* ------------------------------------------------------------------ report at exit */

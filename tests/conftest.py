@@ -16,7 +16,12 @@ sys.path.insert(0, str(ROOT))
 
 @pytest.fixture(scope="session")
 def samples() -> Path:
-    """samples/build/, built (or brought up to date) by samples/build.py."""
+    """samples/build/, built (or brought up to date) by samples/build.py. On a machine without
+    clang (the GPU host) the samples built elsewhere and copied here are used as they are."""
+    import shutil
+
+    if shutil.which(os.environ.get("CLANG", "clang++-19")) is None and (SAMPLES / "loop_count").exists():
+        return SAMPLES
     proc = subprocess.run([sys.executable, str(ROOT / "samples" / "build.py")], capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.fail(f"building the samples failed:\n{proc.stdout}{proc.stderr}")
