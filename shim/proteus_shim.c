@@ -323,7 +323,9 @@ static int load_python_symbols(void *h) {
   PYSYM(EvalSaveThread, "PyEval_SaveThread"); PYSYM(GILStateEnsure, "PyGILState_Ensure");
   PYSYM(GILStateRelease, "PyGILState_Release"); PYSYM(RunSimpleString, "PyRun_SimpleString");
   PYSYM(ImportModule, "PyImport_ImportModule"); PYSYM(GetAttrString, "PyObject_GetAttrString");
-  PYSYM(CallFunction, "PyObject_CallFunction"); PYSYM(BytesAsStringAndSize, "PyBytes_AsStringAndSize");
+  /* '#' formats take Py_ssize_t lengths only in the _SizeT variant before Python 3.13 */
+  if (!(*(void **)&py.CallFunction = real_dlsym(h, "_PyObject_CallFunction_SizeT"))) PYSYM(CallFunction, "PyObject_CallFunction");
+  PYSYM(BytesAsStringAndSize, "PyBytes_AsStringAndSize");
   PYSYM(LongAsLongLong, "PyLong_AsLongLong"); PYSYM(ErrPrint, "PyErr_Print"); PYSYM(DecRef, "Py_DecRef");
   PYSYM(None, "_Py_NoneStruct");
 #undef PYSYM
