@@ -30,10 +30,10 @@ from pathlib import Path
 from . import __version__, store
 from .cache import CacheChain, make_chain
 from .errors import ProteusError
-from .fatbin.kernels import KernelRecord, KernelTable
-from .jit import Config, Launch
+from .fatbin.table import KernelRecord, KernelTable
 from .jit import specializer as spec_mod
-from .jit.launch import foldable
+from .jit.config import Config
+from .jit.launch import Launch, foldable
 
 log = logging.getLogger("proteus_rewrite")
 
@@ -188,7 +188,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
             raise ProteusError(f"the AOT address of {', '.join(missing)} is unknown")
         launch = Launch(tuple(raw), tuple(grid), tuple(block), arch, dict(zip(record.globals, addrs)))
         keep_ir = "ir-dump" in _state.config.trace or _state.config.dump_ir
-        result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir)
+        result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
+                                     driver_version=_state.driver_version or None)
     except Exception as exc:
         reason = str(exc) if isinstance(exc, ProteusError) else f"{type(exc).__name__}: {exc}"
         stats.failures[reason] = stats.failures.get(reason, 0) + 1
@@ -238,6 +239,7 @@ def write_report(path: str, counters: bytes) -> None:
             s = _state.stats[kid]
             entry.update(
                 demangled=s.demangled,
+                globals=list(_state.kernels[kid][1].globals),
                 specialized_launches=launches - fallbacks,
                 table_hits=hits,
                 specializations=s.specializations,

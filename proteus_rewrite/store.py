@@ -32,7 +32,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import StoreError
-from .fatbin.kernels import (
+from .fatbin.table import (
     AppInfo,
     EntryRecord,
     FatbinRecord,

@@ -110,6 +110,11 @@ def test_device_globals_are_attributed_to_the_kernels_that_use_them(table):
         assert k.globals == ("coeffs", "hits", "table")
 
 
+def test_shared_memory_is_not_a_device_variable(table):
+    k = next(k for k in table("multi_kernel").kernels if k.name == "_Z10block_sumsPKfPfi")
+    assert k.globals == ()  # extern __shared__ float buf[] stays in the JIT module
+
+
 def test_jit_annotation_indices(table):
     (k,) = table("annotated").kernels
     assert k.jit_args == (2, 3)

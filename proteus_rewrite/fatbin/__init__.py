@@ -7,8 +7,18 @@ cubin     device ELF: kernels, parameter records, embedded bitcode
 ptx       PTX entry points and embedded bitcode
 bitcode   LLVM bitcode: kernel signatures, globals, launch bounds, annotations
 kernels   the kernel table built from all of the above
+table     the kernel table's records (plain data)
 """
 
-from .kernels import KernelRecord, KernelTable, ModuleRecord, ParamRecord, extract
+from .table import KernelRecord, KernelTable, ModuleRecord, ParamRecord
 
 __all__ = ["KernelRecord", "KernelTable", "ModuleRecord", "ParamRecord", "extract"]
+
+
+def __getattr__(name: str):
+    # The parsers import lief and llvmlite; the run time, which only reads stores, never needs them.
+    if name == "extract":
+        from .kernels import extract
+
+        return extract
+    raise AttributeError(name)

@@ -56,7 +56,7 @@ class GlobalVar:
 class BitcodeKernel:
     name: str
     params: tuple[Param, ...]
-    globals: tuple[str, ...]  # global variables it reaches, through the functions it calls
+    globals: tuple[str, ...]  # device variables (__device__, __constant__) it reaches, through its callees
     max_threads: tuple[int, int, int] | None
     min_ctas: int | None
     jit_args: tuple[int, ...] | None  # 1-based, from annotate("jit", ...); None if not annotated
@@ -147,12 +147,23 @@ def _unquote(name: str) -> str:
     return name
 
 
+def is_device_variable(g: GlobalVar) -> bool:
+    """A variable with an identity in device memory, shared by every kernel of the module:
+    what a JIT copy of the kernel must use rather than duplicate. Per-block __shared__
+    memory (addrspace 3) is not one, and an immutable module-private constant (a string
+    literal) may be duplicated freely."""
+    if g.addrspace not in (ADDRSPACE_GLOBAL, ADDRSPACE_CONSTANT):
+        return False
+    return not (g.constant and g.linkage in ("private", "internal"))
+
+
 def _reachable_globals(root: str, refs: dict[str, set[str]], globals_: dict[str, GlobalVar]) -> set[str]:
     seen, stack, found = {root}, [root], set()
     while stack:
         for name in refs.get(stack.pop(), ()):
             if name in globals_:
-                found.add(name)
+                if is_device_variable(globals_[name]):
+                    found.add(name)
             elif name in refs and name not in seen:
                 seen.add(name)
                 stack.append(name)

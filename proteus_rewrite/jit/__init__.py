@@ -10,6 +10,14 @@ specializer the whole step, with its cache key and timings
 
 from .config import CodegenConfig, Config
 from .launch import Launch
-from .specializer import Result, specialize
 
 __all__ = ["CodegenConfig", "Config", "Launch", "Result", "specialize"]
+
+
+def __getattr__(name: str):
+    # llvmlite is loaded only when something is compiled: a warm run never pays for it.
+    if name in ("Result", "specialize"):
+        from . import specializer
+
+        return getattr(specializer, name)
+    raise AttributeError(name)

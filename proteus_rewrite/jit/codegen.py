@@ -20,8 +20,6 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 
-import llvmlite.binding as llvm
-
 from ..errors import SpecializeError
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -51,18 +49,39 @@ Image = PTX | Cubin
 
 
 @functools.lru_cache(maxsize=None)
-def target_machine(arch: int, ptx_isa: int, opt_level: int) -> llvm.TargetMachine:
+def target_machine(arch: int, ptx_isa: int, opt_level: int):
+    import llvmlite.binding as llvm
+
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     target = llvm.Target.from_triple(TRIPLE)
     return target.create_target_machine(cpu=f"sm_{arch}", features=f"+ptx{ptx_isa}", opt=opt_level)
 
 
-def emit_ptx(module: llvm.ModuleRef, tm: llvm.TargetMachine, arch: int) -> PTX:
+def emit_ptx(module, tm, arch: int) -> PTX:
     try:
         return PTX(tm.emit_assembly(module), arch)
     except RuntimeError as exc:
         raise SpecializeError(f"PTX generation failed: {str(exc).strip().splitlines()[0]}") from None
+
+
+def compiler_identity(compiler: str) -> str:
+    """Which compiler, cheaply (it goes into every cache key, computed on the warm path too)."""
+    if compiler == "nvjitlink":
+        from importlib import metadata
+
+        for dist in ("nvidia-nvjitlink", "nvidia-nvjitlink-cu13", "nvidia-nvjitlink-cu12"):
+            try:
+                return f"nvjitlink {metadata.version(dist)}"
+            except metadata.PackageNotFoundError:
+                continue
+        return "nvjitlink (toolkit)"
+    return compiler
+
+
+def driver_ptx_isa(driver_version: int) -> int:
+    """The newest PTX ISA a driver of this version (e.g. 13000) reads."""
+    return ptx_isa_for((driver_version // 1000, (driver_version % 1000) // 10))
 
 
 def ptx_isa_for(cuda_version: tuple[int, int]) -> int:

@@ -20,35 +20,18 @@ device-variable redirection, and appending the wrapper and the dimension functio
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 import llvmlite.binding as llvm
 
 from ..errors import SpecializeError
 from ..fatbin import bitcode as bitcode_mod
-from ..fatbin.kernels import KernelRecord, KernelTable
-from .launch import Dim3
+from ..fatbin.table import KernelRecord, KernelTable
+from .plan import Plan
 
 IMPL = "__proteus_impl"
 SREG_PREFIX = "llvm.nvvm.read.ptx.sreg."
 SREG_RENAMED = "__proteus_sreg_"
 _BARE_NAME = re.compile(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What to specialize, decided before any compilation (it is also the cache key's content)."""
-
-    folded: dict[int, str]  # parameter index -> IR constant text
-    block: Dim3
-    grid: Dim3
-    fold_dims: bool
-    dims_range: bool
-    max_threads: Dim3 | None  # "nvvm.maxntid" for the new kernel, None to leave launch bounds alone
-    min_ctas: int | None
-    alignment: dict[int, int] = field(default_factory=dict)  # pointer parameter -> known alignment
-    globals: dict[str, int] = field(default_factory=dict)  # device variable -> AOT address
-    relink_globals: bool = True  # False only for inspection without a GPU: the module keeps its own copies
 
 
 def llvm_name(name: str) -> str:

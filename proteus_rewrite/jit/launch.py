@@ -6,7 +6,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..errors import SpecializeError
-from ..fatbin.kernels import KernelRecord, ParamRecord
+from ..fatbin.table import KernelRecord, ParamRecord
 
 Dim3 = tuple[int, int, int]
 

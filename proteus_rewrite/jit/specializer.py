@@ -19,15 +19,15 @@ import time
 from dataclasses import dataclass, field
 
 import llvmlite
-import llvmlite.binding as llvm
 
 from .. import __version__
 from ..cache import CacheChain, Entry
 from ..errors import SpecializeError
-from ..fatbin.kernels import KernelRecord, KernelTable
-from . import codegen, ir, pipeline
+from ..fatbin.table import KernelRecord, KernelTable
+from . import codegen
 from .config import CodegenConfig, Config
 from .launch import Launch, foldable, ir_constant, python_value
+from .plan import Plan
 
 log = logging.getLogger("proteus_rewrite")
 
@@ -41,13 +41,13 @@ class Result:
     image: codegen.Image
     source: str  # "compiled", "memory" or "disk"
     folded: dict[int, object]  # parameter index -> value, for reports
-    plan: ir.Plan
+    plan: Plan
     timings_ms: dict[str, float] = field(default_factory=dict)
     ptx: codegen.PTX | None = None  # None when served from a cache
     ir_text: str | None = None  # optimized IR, when asked for
 
 
-def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_globals: bool = True) -> ir.Plan:
+def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_globals: bool = True) -> Plan:
     folded: dict[int, str] = {}
     if cg.specialize_args:
         allowed = set(kernel.jit_args) if kernel.jit_args is not None else None
@@ -80,7 +80,7 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
         if missing:
             raise SpecializeError(f"{kernel.demangled}: the address of device variable(s) {', '.join(missing)} is unknown")
         globals_ = {g: launch.globals[g] for g in kernel.globals}
-    return ir.Plan(
+    return Plan(
         folded=folded,
         block=launch.block,
         grid=launch.grid,
@@ -94,16 +94,16 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
     )
 
 
-def cache_key(table: KernelTable, kernel: KernelRecord, plan: ir.Plan, cg: CodegenConfig, ptx_isa: int, arch: int) -> str:
+def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, ptx_target: tuple, arch: int) -> str:
     """SHA-256 over everything that changes the generated code."""
     doc = {
         "tool": __version__,
-        "llvm": ".".join(map(str, llvm.llvm_version_info)),
-        "llvmlite": llvmlite.__version__,
+        "llvmlite": llvmlite.__version__,  # which pins the LLVM version
+        "compiler": codegen.compiler_identity(cg.ptx_compiler),
         "modules": [table.modules[i].sha256 for i in (kernel.module, *kernel.link_modules)],
         "kernel": kernel.name,
         "arch": arch,
-        "ptx_isa": ptx_isa,
+        "ptx_target": list(ptx_target),
         "folded": {str(k): v for k, v in sorted(plan.folded.items())},
         # Dimensions matter when they are folded or bound the kernel; otherwise keep them out,
         # so one variant serves every launch shape.
@@ -127,6 +127,7 @@ def specialize(
     cache: CacheChain | None = None,
     keep_ir: bool = False,
     relink_globals: bool = True,
+    driver_version: int | None = None,
 ) -> Result:
     config = config or Config.from_env()
     cg = config.for_kernel(kernel.name, kernel.demangled)
@@ -136,8 +137,11 @@ def specialize(
     if kernel.module is None:
         raise SpecializeError(f"{kernel.demangled}: no bitcode was recorded for this kernel")
     plan = make_plan(kernel, launch, cg, relink_globals)
-    isa = codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler))
-    key = cache_key(table, kernel, plan, cg, isa, launch.arch)
+    # The PTX ISA is bounded by the driver that will load the code; asking the compiler its version
+    # costs a library load, so that bound is applied only when something is compiled.
+    ptx_target = ("driver", codegen.driver_ptx_isa(driver_version)) if driver_version else \
+        ("compiler", codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
+    key = cache_key(table, kernel, plan, cg, ptx_target, launch.arch)
     folded_values = {i: python_value(kernel.params[i], launch.args[i]) for i in plan.folded}
     timings["plan"] = _ms(t0)
 
@@ -148,6 +152,9 @@ def specialize(
             image = codegen.Cubin(entry.data, entry.arch) if entry.kind == "cubin" else codegen.PTX(entry.data.rstrip(b"\0").decode(), entry.arch)
             return Result(key, kernel.name, image, level, folded_values, plan, timings)
 
+    from . import ir, pipeline  # llvmlite: only when compiling
+
+    isa = min(ptx_target[1], codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
     t = time.perf_counter()
     module = ir.specialize_module(table, kernel, plan)
     timings["ir"] = _ms(t)
