@@ -1,13 +1,17 @@
 """Code generation: LLVM IR -> PTX (llvmlite's NVPTX backend) -> cubin.
 
-Code kinds are small classes rather than strings and flags. PTX becomes a cubin through
-one of three compilers (PROTEUS_PTX_COMPILER):
+Code kinds are small classes rather than strings and flags. PTX becomes loadable code
+through one of three compilers (PROTEUS_PTX_COMPILER; "auto", the default, picks the
+driver inside an app and nvJitLink offline):
+  driver     no offline step: the PTX goes to cuModuleLoadData, which JIT-compiles it (and
+             keeps the result in the driver's own cache). Fastest from PTX to a loaded
+             kernel on the H100: 18.9 ms median per kernel, whole specialization included,
+             vs 30.5 ms (nvJitLink) and 35.3 ms (ptxas); bench/results/shim-2026-11-22-h100.json
   nvjitlink  in-process, through cuda-bindings (libnvJitLink from the CUDA toolkit or the
-             nvidia-nvjitlink wheel) - the default: the fastest offline path (median whole
-             specialization 14.6 ms per sample kernel vs 21.3 ms with ptxas;
-             bench/results/specialize-2026-11-22.json)
+             nvidia-nvjitlink wheel): the fastest way to a cubin without a GPU (median whole
+             specialization 14.6 ms per sample kernel vs 21.3 ms with ptxas on the 2-core
+             build machine; bench/results/specialize-2026-11-22.json)
   ptxas      the toolkit's ptxas in a subprocess
-  driver     no offline step: the PTX goes to cuModuleLoadData, which JIT-compiles it
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ..errors import SpecializeError
 
 OPT_LEVELS = ("0", "1", "2", "3", "s", "z")
-PTX_COMPILERS = ("nvjitlink", "ptxas", "driver")
+PTX_COMPILERS = ("auto", "nvjitlink", "ptxas", "driver")
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -44,7 +44,7 @@ class CodegenConfig:
     opt_level: str = "3"  # PROTEUS_OPT_LEVEL
     codegen_opt_level: int = 3  # PROTEUS_CODEGEN_OPT_LEVEL
     opt_pipeline: str | None = None  # PROTEUS_OPT_PIPELINE (textual new-PM pipeline)
-    ptx_compiler: str = "nvjitlink"  # PROTEUS_PTX_COMPILER (ours): nvjitlink | ptxas | driver
+    ptx_compiler: str = "auto"  # PROTEUS_PTX_COMPILER (ours): auto | nvjitlink | ptxas | driver
     tuned_max_threads: int | None = None  # TunedMaxThreads from PROTEUS_TUNED_KERNELS
     min_blocks_per_sm: int | None = None  # MinBlocksPerSM, applied only when the block size is TunedMaxThreads
 
@@ -78,7 +78,7 @@ class Config:
         cg_opt = env.get("PROTEUS_CODEGEN_OPT_LEVEL", "3") or "3"
         if cg_opt not in ("0", "1", "2", "3"):
             raise SpecializeError(f"PROTEUS_CODEGEN_OPT_LEVEL={cg_opt!r}: expected 0 to 3")
-        compiler = env.get("PROTEUS_PTX_COMPILER", "nvjitlink") or "nvjitlink"
+        compiler = env.get("PROTEUS_PTX_COMPILER", "auto") or "auto"
         if compiler not in PTX_COMPILERS:
             raise SpecializeError(f"PROTEUS_PTX_COMPILER={compiler!r}: expected one of {', '.join(PTX_COMPILERS)}")
         codegen = CodegenConfig(
