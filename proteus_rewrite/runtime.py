@@ -229,18 +229,19 @@ def write_report(path: str, counters: bytes) -> None:
     """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks."""
     assert _state is not None
     kernels, off = [], 0
-    while off + 28 <= len(counters):
-        kid, launches, hits, fallbacks = struct.unpack_from("<iQQQ", counters, off)
-        end = counters.index(b"\0", off + 28)
-        name = counters[off + 28 : end].decode(errors="replace")
+    while off + 36 <= len(counters):
+        kid, launches, hits, fallbacks, launch_errors = struct.unpack_from("<iQQQQ", counters, off)
+        end = counters.index(b"\0", off + 36)
+        name = counters[off + 36 : end].decode(errors="replace")
         off = end + 1
-        entry = {"name": name, "launches": launches, "fallback_launches": fallbacks}
+        entry = {"name": name, "launches": launches, "fallback_launches": fallbacks + launch_errors,
+                 "launch_errors": launch_errors}
         if kid >= 0:
             s = _state.stats[kid]
             entry.update(
                 demangled=s.demangled,
                 globals=list(_state.kernels[kid][1].globals),
-                specialized_launches=launches - fallbacks,
+                specialized_launches=launches - fallbacks - launch_errors,
                 table_hits=hits,
                 specializations=s.specializations,
                 memory_cache_hits=s.memory_hits,

@@ -159,7 +159,7 @@ typedef struct kinfo {
   uint8_t fold[MAX_PARAMS];
   uint32_t nglobals;
   char **globals;
-  _Atomic uint64_t launches, hits, fallbacks;
+  _Atomic uint64_t launches, hits, fallbacks, launch_errors;
   struct kinfo *next_all;
 } kinfo;
 
@@ -580,6 +580,12 @@ original:
 
 /* ------------------------------------------------------------------ driver API wrappers */
 
+/* The specialized kernel did not launch (the original runs instead): counted for the report. */
+static void launch_error(const void *handle) {
+  kinfo *ki = handle_lookup(handle);
+  if (ki) atomic_fetch_add_explicit(&ki->launch_errors, 1, memory_order_relaxed);
+}
+
 /* Set while the runtime launches a kernel we left to it: its driver-level launch is then
  * the same launch, already decided, and passes straight through. */
 static __thread int in_runtime_launch;
@@ -591,6 +597,7 @@ static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, uns
   if (sf) {
     CUresult r = real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
     if (r == CUDA_SUCCESS) return r;
+    launch_error(f);
   }
   return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
@@ -607,7 +614,10 @@ static CUresult w_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, un
 static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **),
                                const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
   CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}) : NULL;
-  if (sf && real(c, sf, params, extra) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  if (sf) {
+    if (real(c, sf, params, extra) == CUDA_SUCCESS) return CUDA_SUCCESS;
+    launch_error(f);
+  }
   return real(c, f, params, extra);
 }
 static CUresult w_cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { return launch_ex_with(real_cuLaunchKernelEx, c, f, p, e); }
@@ -617,7 +627,10 @@ static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsig
                           CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shmem, CUstream s, void **params) {
   CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz});
-  if (sf && real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  if (sf) {
+    if (real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) == CUDA_SUCCESS) return CUDA_SUCCESS;
+    launch_error(f);
+  }
   return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
 }
 static CUresult w_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -773,7 +786,10 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
                                   const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
   init_driver_calls();
   CUfunction sf = drv ? pick(func, args, grid, block) : NULL;
-  if (sf && drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) return 0;
+  if (sf) {
+    if (drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) return 0;
+    launch_error(func);
+  }
   in_runtime_launch = 1;
   cudaError_t r = real(func, grid, block, args, shmem, stream);
   in_runtime_launch = 0;
@@ -789,9 +805,12 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   init_driver_calls();
   if (c && c->numAttrs == 0 && real_cuLaunchKernel) {   /* with attributes: leave it to the runtime */
     CUfunction sf = pick(func, args, c->gridDim, c->blockDim);
-    if (sf && real_cuLaunchKernel(sf, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
-                                  (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS)
-      return 0;
+    if (sf) {
+      if (real_cuLaunchKernel(sf, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
+                              (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS)
+        return 0;
+      launch_error(func);
+    }
   }
   in_runtime_launch = 1;
   cudaError_t r = RUNTIME_REAL(cudaLaunchKernelExC)(c, func, args);
@@ -809,17 +828,17 @@ __attribute__((constructor)) static void proteus_init(void) {
 __attribute__((destructor)) static void proteus_fini(void) {
   const char *path = getenv("PROTEUS_REPORT");
   if (!path || !all_kernels) return;
-  /* u32 kid, u64 launches, hits, fallbacks per resolved kernel; names for the others */
+  /* per kernel: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch errors, name\0 */
   size_t n = 0;
   for (kinfo *k = all_kernels; k; k = k->next_all) n++;
-  uint8_t *buf = calloc(n, 32 + 256);
+  uint8_t *buf = calloc(n, 36 + 256);
   if (!buf) return;
   size_t len = 0;
   for (kinfo *k = all_kernels; k; k = k->next_all) {
     if (!atomic_load(&k->launches)) continue;
     int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
-    uint64_t c[3] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks)};
-    memcpy(buf + len, &kid, 4); memcpy(buf + len + 4, c, 24); len += 28;
+    uint64_t c[4] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors)};
+    memcpy(buf + len, &kid, 4); memcpy(buf + len + 4, c, 32); len += 36;
     size_t nl = strnlen(k->name, 255);
     memcpy(buf + len, k->name, nl); buf[len + nl] = 0; len += nl + 1;
   }
@@ -836,12 +855,12 @@ __attribute__((destructor)) static void proteus_fini(void) {
       fprintf(f, "{\"python\": false, \"disabled\": %s, \"kernels\": [", g_disable ? "true" : "false");
       const char *sep = "";
       for (size_t off = 0; off < len;) {
-        uint64_t c[3]; memcpy(c, buf + off + 4, 24);
-        const char *name = (const char *)buf + off + 28;
+        uint64_t c[4]; memcpy(c, buf + off + 4, 32);
+        const char *name = (const char *)buf + off + 36;
         fprintf(f, "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": 0, \"fallback_launches\": %llu}", sep, name,
                 (unsigned long long)c[0], (unsigned long long)c[2]);
         sep = ", ";
-        off += 28 + strlen(name) + 1;
+        off += 36 + strlen(name) + 1;
       }
       fprintf(f, "]}\n");
       fclose(f);
