@@ -1,17 +1,16 @@
 """Code generation: LLVM IR -> PTX (llvmlite's NVPTX backend) -> cubin.
 
 Code kinds are small classes rather than strings and flags. PTX becomes loadable code
-through one of three compilers (PROTEUS_PTX_COMPILER; "auto", the default, picks the
-driver inside an app and nvJitLink offline):
-  driver     no offline step: the PTX goes to cuModuleLoadData, which JIT-compiles it (and
-             keeps the result in the driver's own cache). Fastest from PTX to a loaded
-             kernel on the H100: 18.9 ms median per kernel, whole specialization included,
-             vs 30.5 ms (nvJitLink) and 35.3 ms (ptxas); bench/results/shim-2026-11-22-h100.json
+through one of three compilers (PROTEUS_PTX_COMPILER; "auto", the default, is nvJitLink,
+or the driver inside an app where nvJitLink cannot be loaded):
   nvjitlink  in-process, through cuda-bindings (libnvJitLink from the CUDA toolkit or the
-             nvidia-nvjitlink wheel): the fastest way to a cubin without a GPU (median whole
-             specialization 14.6 ms per sample kernel vs 21.3 ms with ptxas on the 2-core
-             build machine; bench/results/specialize-2026-11-22.json)
+             nvidia-nvjitlink wheel). On the H100, specialization plus load took 17.0 ms
+             median per kernel (driver JIT 19.4 ms, ptxas 22.6 ms; two earlier runs ranked
+             nvJitLink and the driver either way: bench/results/shim-2026-11-22-h100.json),
+             and its cubin loads without any JIT on later runs. On the 2-core build machine,
+             14.6 ms vs 21.3 ms for ptxas (bench/results/specialize-2026-11-22.json)
   ptxas      the toolkit's ptxas in a subprocess
+  driver     no offline step: the PTX goes to cuModuleLoadData, which JIT-compiles it
 """
 
 from __future__ import annotations
@@ -67,6 +66,22 @@ def emit_ptx(module, tm, arch: int) -> PTX:
         return PTX(tm.emit_assembly(module), arch)
     except RuntimeError as exc:
         raise SpecializeError(f"PTX generation failed: {str(exc).strip().splitlines()[0]}") from None
+
+
+@functools.lru_cache(maxsize=None)
+def nvjitlink_available() -> bool:
+    """Whether libnvJitLink is installed (the wheel, or the toolkit's), without loading it:
+    loading costs 100+ ms, and this is asked on the warm path."""
+    from importlib import metadata
+
+    for dist in ("nvidia-nvjitlink", "nvidia-nvjitlink-cu13", "nvidia-nvjitlink-cu12"):
+        try:
+            metadata.version(dist)
+            return True
+        except metadata.PackageNotFoundError:
+            continue
+    cuda = os.environ.get("CUDA_PATH") or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    return any(os.path.exists(os.path.join(cuda, d, "libnvJitLink.so")) for d in ("lib64", "lib"))
 
 
 def compiler_identity(compiler: str) -> str:

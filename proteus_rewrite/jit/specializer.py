@@ -133,10 +133,10 @@ def specialize(
     config = config or Config.from_env()
     cg = config.for_kernel(kernel.name, kernel.demangled)
     if cg.ptx_compiler == "auto":
-        # Measured on the H100 (bench/results/shim-*-h100.json): the driver's own PTX JIT loads a
-        # specialized kernel fastest, and the driver caches its output across runs. Without a driver
-        # (offline, `proteus-rewrite specialize`), nvJitLink is the fastest way to a cubin.
-        cg = dataclasses.replace(cg, ptx_compiler="driver" if driver_version else "nvjitlink")
+        # nvJitLink and the driver's own JIT took the same time from PTX to a loaded kernel on the
+        # H100 (bench/results/shim-2026-11-22-h100.json); a cubin makes the next run's load cheapest,
+        # so nvJitLink, with the driver as the fallback where nvJitLink cannot be loaded.
+        cg = dataclasses.replace(cg, ptx_compiler="nvjitlink" if codegen.nvjitlink_available() or not driver_version else "driver")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     launch.check(kernel)
