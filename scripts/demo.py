@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The README's first command (`make demo`): record every sample app with proteus-rewrite,
-show its kernel table, and, when a GPU is present, run each app natively and print its
-checksums.
+show its kernel table, and, when a GPU is present, run each app natively and then under
+LD_PRELOAD=libproteus.so (twice: an empty JIT cache, then a warm one), and check that every
+checksum matches the native run.
 
     python3 scripts/demo.py [--build samples/build] [--out proteus-out] [--log FILE]
 """
@@ -64,21 +65,36 @@ def main() -> int:
     if not status.available:
         print(f"== no GPU here ({status.reason}): skipping the runs")
     else:
-        print(f"== running the samples natively on {status.reason}")
-        for name in APPS:
-            t0 = time.perf_counter()
-            res = subprocess.run([str(build / name)], capture_output=True, text=True)
-            dt = time.perf_counter() - t0
-            sums = checksums(res.stdout)
-            summary["apps"][name].update(native_rc=res.returncode, native_s=round(dt, 3), checksums=sums,
-                                         stdout=res.stdout, stderr=res.stderr[-2000:])
-            state = "ok" if res.returncode == 0 and sums else f"FAILED (exit {res.returncode})"
-            print(f"  {name:26} {state:8} {dt:6.2f} s  " + " ".join(f"{k}={v}" for k, v in sums.items()))
-            if res.returncode != 0:
-                print(res.stderr, file=sys.stderr)
+        print(f"== running the samples on {status.reason}: native, then JIT (cold cache), then JIT (warm cache)")
+        cache = Path(args.out) / ".jit-cache"
+        for name, app in APPS.items():
+            runs = {}
+            for mode in ("native", "cold", "warm"):
+                env = dict(os.environ)
+                if mode != "native":
+                    shim = Path(args.out) / (name if app.compiler != "nvcc" else "loop_count") / "libproteus.so"
+                    env.update(LD_PRELOAD=str(shim), PROTEUS_CACHE_DIR=str(cache / name))
+                    if mode == "cold":
+                        import shutil
+
+                        shutil.rmtree(cache / name, ignore_errors=True)
+                t0 = time.perf_counter()
+                res = subprocess.run([str(build / name)], capture_output=True, text=True, env=env)
+                runs[mode] = (res, time.perf_counter() - t0)
+            native = runs["native"][0]
+            sums = checksums(native.stdout)
+            same = all(checksums(r.stdout) == sums and r.returncode == 0 for r, _ in runs.values())
+            summary["apps"][name].update(native_rc=native.returncode, checksums=sums, identical_under_jit=same,
+                                         seconds={m: round(dt, 3) for m, (_, dt) in runs.items()})
+            state = "ok" if native.returncode == 0 and sums and same else "MISMATCH" if native.returncode == 0 else "FAILED"
+            times = "  ".join(f"{m} {dt:5.2f}s" for m, (_, dt) in runs.items())
+            print(f"  {name:26} {state:8} {times}  " + " ".join(f"{k}={v}" for k, v in sums.items()))
+            if state != "ok":
+                for r, _ in runs.values():
+                    print(r.stderr[-2000:], file=sys.stderr)
     if args.log:
         Path(args.log).write_text(json.dumps(summary, indent=2))
-    failed = [n for n, a in summary["apps"].items() if a.get("native_rc", 0) != 0]
+    failed = [n for n, a in summary["apps"].items() if a.get("native_rc", 0) != 0 or not a.get("identical_under_jit", True)]
     return 1 if failed else 0
 
 
