@@ -122,10 +122,10 @@ def _image(ptr: int) -> tuple[KernelTable, int] | None:
         header_size, size = struct.unpack("<HQ", ctypes.string_at(ptr + 6, 10))
         found = _state.by_fatbin.get(hashlib.sha256(ctypes.string_at(ptr, header_size + size)).hexdigest())
     elif ctypes.string_at(ptr, 4) == b"\x7fELF":
-        hdr = ctypes.string_at(ptr, 64)
-        shoff, = struct.unpack_from("<Q", hdr, 0x28)
-        shentsize, shnum = struct.unpack_from("<HH", hdr, 0x3A)
-        found = _state.by_entry.get(hashlib.sha256(ctypes.string_at(ptr, shoff + shentsize * shnum)).hexdigest())
+        from .fatbin.cubin import image_size
+
+        size = image_size(ctypes.string_at(ptr, 64))
+        found = _state.by_entry.get(hashlib.sha256(ctypes.string_at(ptr, size)).hexdigest())
     _state.images[ptr] = found
     return found
 

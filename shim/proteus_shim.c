@@ -843,7 +843,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
     memcpy(buf + len, k->name, nl); buf[len + nl] = 0; len += nl + 1;
   }
   int written = 0;
-  if (py_state > 0) {
+  if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
     PyObject *r = py.CallFunction(f_write_report, "sy#", path, (const char *)buf, (ssize_t)len);
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();

@@ -114,3 +114,50 @@ def test_trace_output_reports_specializations(samples, recorded, tmp_path):
     assert proc.returncode == 0
     assert "axpy_loop(int, int, float, float const*, float*): variant" in proc.stderr
     assert "proteus: launch _Z9axpy_loopiifPKfPf grid 4096,1,1 block 256,1,1" in proc.stderr
+
+
+def test_without_a_usable_python_the_original_kernels_run(samples, recorded, tmp_path):
+    import shutil
+
+    lonely = tmp_path / "noconfig"
+    lonely.mkdir()
+    shutil.copy(recorded["loop_count"] / "libproteus.so", lonely)
+    shutil.copy(recorded["loop_count"] / "loop_count.kstore", lonely)  # but no proteus-python.cfg
+    native = run(samples / "loop_count")
+    proc = run(samples / "loop_count", shim_env(lonely, tmp_path / "c", tmp_path / "r.json"))
+    assert proc.returncode == 0 and checksums(proc.stdout) == checksums(native.stdout)
+    assert "proteus-python.cfg" in proc.stderr and proc.stderr.count("warning") == 1
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert all(k["specialized_launches"] == 0 for k in doc["kernels"])
+
+
+def test_an_app_that_runs_python_itself_uses_its_own_interpreter(samples, recorded, tmp_path):
+    """The host process already runs Python (e.g. a Python program driving CUDA): the shim
+    joins that interpreter under the GIL instead of starting another."""
+    import sys
+
+    code = ("import subprocess, sys, ctypes\n"
+            "from cuda.bindings import driver as cu\n"
+            "from tests.cuda_driver import Context\n"
+            "from proteus_rewrite.fatbin import extract\n"
+            "import numpy as np, struct\n"
+            "ctx = Context()\n"
+            "from tests.test_gpu_specializer import aot_cubin\n"
+            "from pathlib import Path\n"
+            f"img = aot_cubin(Path({str(samples / 'loop_count')!r}))\n"
+            "buf = ctypes.create_string_buffer(img, len(img))\n"
+            "mod = ctx.load(img)\n"
+            "fn = ctx.function(mod, '_Z10mix_roundsyjxPy')\n"
+            "n = 4096\n"
+            "v = np.arange(n, dtype=np.uint64)\n"
+            "dv = ctx.alloc(v)\n"
+            "ctx.launch(fn, (16, 1, 1), (256, 1, 1), [struct.pack('<Q', n), struct.pack('<I', 5), struct.pack('<q', -42), dv.to_bytes(8, 'little')])\n"
+            "print('done', ctx.read(dv, v)[:2])\n")
+    env = dict(os.environ, **shim_env(recorded["loop_count"], tmp_path / "c", tmp_path / "r.json"),
+               PYTHONPATH=os.pathsep.join([str(samples.parent.parent), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=samples.parent.parent, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "done" in proc.stdout and "warning" not in proc.stderr, proc.stderr
+    doc = json.loads((tmp_path / "r.json").read_text())
+    (k,) = doc["kernels"]
+    assert k["name"] == "_Z10mix_roundsyjxPy" and k["specialized_launches"] == 1, doc

@@ -20,11 +20,7 @@ import io
 import struct
 from dataclasses import dataclass, field
 
-import lief
-
 from ..errors import FormatError
-
-lief.logging.disable()
 
 EMBEDDED_MODULE = "llvm_$_embedded_$_module"
 EMBEDDED_CMDLINE = "llvm_$_cmdline"
@@ -77,7 +73,19 @@ class Cubin:
     variables: tuple[DeviceVariable, ...]
 
 
+def image_size(header: bytes) -> int:
+    """Bytes an ELF64 image spans, from its header alone (section and program header tables
+    last): how much of a cubin in memory to hash."""
+    shoff, = struct.unpack_from("<Q", header, 0x28)
+    phoff, = struct.unpack_from("<Q", header, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, 0x36)
+    return max(shoff + shentsize * shnum, phoff + phentsize * phnum)
+
+
 def parse(data: bytes) -> Cubin:
+    import lief  # here, not at the top: the run time uses image_size() and must not load LIEF
+
+    lief.logging.disable()  # LIEF reports CUDA-specific ELF features on stderr; they are not errors
     if data[:4] != b"\x7fELF":
         raise FormatError("cubin entry is not an ELF image")
     elf = lief.ELF.parse(io.BytesIO(data))

@@ -94,7 +94,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
                 sha256=cont.digest,
                 entries=tuple(
                     EntryRecord(e.kind_name, e.arch, e.compression, e.payload_size, e.uncompressed_size or e.payload_size,
-                                hashlib.sha256(e.payload()).hexdigest() if e.kind == Kind.ELF else "")
+                                _cubin_digest(e.payload()) if e.kind == Kind.ELF else "")
                     for e in cont.entries
                 ),
             )
@@ -162,6 +162,12 @@ def hostelf_app_info(path: str, data: bytes, elf: hostelf.HostElf) -> AppInfo:
         cudart=elf.cudart,
         rdc=hostelf.CUDA_RELFATBIN in elf.sections,
     )
+
+
+def _cubin_digest(payload: bytes) -> str:
+    """SHA-256 of the cubin proper (the fat binary may pad it), as the run time hashes it."""
+    size = cubin_mod.image_size(payload[:64]) if len(payload) >= 64 else len(payload)
+    return hashlib.sha256(payload[:size]).hexdigest()
 
 
 def _device_code_by_arch(cont: container_mod.Container):
