@@ -205,7 +205,7 @@ def cache_ls(directory, as_json):
         if "error" in r:
             grid.add_row(r["file"], f"[red]{r['error']}[/]", "", "", "", "", "")
         else:
-            grid.add_row(r["key"][:16], kernels_mod._demangle(r["kernel"]), r["kind"], str(r["arch"]), f"{r['bytes']:,}",
+            grid.add_row(r["key"][:16], kernels_mod.demangle(r["kernel"]), r["kind"], str(r["arch"]), f"{r['bytes']:,}",
                          f"{r['compile_ms']:.1f}" if r["compile_ms"] is not None else "", r["last_used"])
     Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(grid)
     click.echo(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'} in {store.dir}")

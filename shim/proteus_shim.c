@@ -112,6 +112,8 @@ REAL(CUresult, cuLibraryLoadData, (CUlibrary *, const void *, void *, void **, u
 REAL(CUresult, cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *));
 REAL(CUresult, cuLibraryGetGlobal, (CUdeviceptr *, size_t *, CUlibrary, const char *));
 REAL(CUresult, cuKernelGetFunction, (CUfunction *, CUkernel));
+REAL(CUresult, cuModuleUnload, (CUmodule));
+REAL(CUresult, cuLibraryUnload, (CUlibrary));
 REAL(CUresult, cuCtxGetCurrent, (CUcontext *));
 REAL(CUresult, cuCtxGetDevice, (CUdevice *));
 REAL(CUresult, cuDeviceGetAttribute, (int *, int, CUdevice));
@@ -672,6 +674,23 @@ static CUresult w_cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name)
   if (r == CUDA_SUCCESS) remember(*k, image_of(l), name, OWNER_LIBRARY, l);
   return r;
 }
+/* An unloaded image's memory may hold another image later: forget which kernels it had. */
+static void forget_owner(void *owner) {
+  pthread_mutex_lock(&reg_lock);
+  for (kinfo *k = all_kernels; k; k = k->next_all)
+    if (k->owner == owner) k->image = NULL;   /* never matched again by find_kernel */
+  for (image_reg *r = images; r; r = r->next)
+    if (r->owner == owner) r->owner = NULL;
+  pthread_mutex_unlock(&reg_lock);
+}
+static CUresult w_cuModuleUnload(CUmodule m) {
+  forget_owner(m);
+  return real_cuModuleUnload(m);
+}
+static CUresult w_cuLibraryUnload(CUlibrary l) {
+  forget_owner(l);
+  return real_cuLibraryUnload(l);
+}
 static CUresult w_cuKernelGetFunction(CUfunction *f, CUkernel k) {
   CUresult r = real_cuKernelGetFunction(f, k);
   kinfo *ki = r == CUDA_SUCCESS ? handle_lookup(k) : NULL;
@@ -694,6 +713,7 @@ static void *wrap_proc(const char *sym, void *real, unsigned long long flags) {
   WRAP("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP("cuModuleGetFunction", cuModuleGetFunction);
   WRAP("cuLibraryLoadData", cuLibraryLoadData); WRAP("cuLibraryGetKernel", cuLibraryGetKernel);
   WRAP("cuKernelGetFunction", cuKernelGetFunction);
+  WRAP("cuModuleUnload", cuModuleUnload); WRAP("cuLibraryUnload", cuLibraryUnload);
 #undef WRAP
   if (!strcmp(sym, "cuModuleGetGlobal")) real_cuModuleGetGlobal = real;
   if (!strcmp(sym, "cuLibraryGetGlobal")) real_cuLibraryGetGlobal = real;
@@ -754,6 +774,10 @@ EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, v
 EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
   init_driver_calls();
   return w_cuModuleGetFunction(f, m, name);
+}
+EXPORT CUresult cuModuleUnload(CUmodule m) {
+  if (!real_cuModuleUnload) real_cuModuleUnload = cuda_sym("cuModuleUnload");
+  return w_cuModuleUnload(m);
 }
 
 /* ------------------------------------------------------------------ runtime API wrappers (dynamic cudart) */

@@ -34,6 +34,7 @@ def test_exports_only_the_interposed_symbols(libproteus):
     exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
     assert exported == {
         "dlsym", "cuLaunchKernel", "cuLaunchKernelEx", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleGetFunction",
+        "cuModuleUnload",
         "__cudaRegisterFatBinary", "__cudaRegisterFatBinaryEnd", "__cudaRegisterFunction", "__cudaRegisterVar",
         "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC",
     }

@@ -119,7 +119,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
                 kernels.append(
                     KernelRecord(
                         name=name,
-                        demangled=_demangle(name),
+                        demangled=demangle(name),
                         fatbin=ci,
                         arch=arch,
                         module=defining,
@@ -191,7 +191,7 @@ def _device_code_by_arch(cont: container_mod.Container):
 def _merge_params(name: str, layout, bk: bitcode_mod.BitcodeKernel | None, warnings: list[str]) -> tuple[ParamRecord, ...]:
     if bk is not None and len(bk.params) != len(layout):
         warnings.append(
-            f"{_demangle(name)}: bitcode has {len(bk.params)} parameters, device code {len(layout)}; "
+            f"{demangle(name)}: bitcode has {len(bk.params)} parameters, device code {len(layout)}; "
             "its parameters will not be specialized"
         )
         bk = None
@@ -201,7 +201,7 @@ def _merge_params(name: str, layout, bk: bitcode_mod.BitcodeKernel | None, warni
         kind = bp.kind if bp else "unknown"
         if bp and bp.size is not None and bp.size != lp.size:
             warnings.append(
-                f"{_demangle(name)}: parameter {i} is {bp.size} bytes in bitcode ({bp.llvm_type}) but {lp.size} "
+                f"{demangle(name)}: parameter {i} is {bp.size} bytes in bitcode ({bp.llvm_type}) but {lp.size} "
                 "in device code; it will not be specialized"
             )
             kind = "unknown"
@@ -221,7 +221,7 @@ def _end(params: tuple[ParamRecord, ...]) -> int:
     return max((p.offset + p.size for p in params), default=0)
 
 
-def _demangle(name: str) -> str:
+def demangle(name: str) -> str:
     try:
         return cxxfilt.demangle(name)
     except cxxfilt.InvalidName:
