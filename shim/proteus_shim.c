@@ -873,7 +873,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }
-  if (!written) {   /* Python never started (nothing to compile, or PROTEUS_DISABLE): launches only */
+  if (!written) {   /* Python never started (nothing to compile, PROTEUS_DISABLE) or has finalized: counters only */
     FILE *f = fopen(path, "w");
     if (f) {
       fprintf(f, "{\"python\": false, \"disabled\": %s, \"kernels\": [", g_disable ? "true" : "false");
@@ -881,8 +881,10 @@ __attribute__((destructor)) static void proteus_fini(void) {
       for (size_t off = 0; off < len;) {
         uint64_t c[4]; memcpy(c, buf + off + 4, 32);
         const char *name = (const char *)buf + off + 36;
-        fprintf(f, "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": 0, \"fallback_launches\": %llu}", sep, name,
-                (unsigned long long)c[0], (unsigned long long)c[2]);
+        fprintf(f, "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": %llu, \"table_hits\": %llu, "
+                   "\"fallback_launches\": %llu, \"launch_errors\": %llu}", sep, name, (unsigned long long)c[0],
+                (unsigned long long)(c[0] - c[2] - c[3]), (unsigned long long)c[1], (unsigned long long)(c[2] + c[3]),
+                (unsigned long long)c[3]);
         sep = ", ";
         off += 36 + strlen(name) + 1;
       }
