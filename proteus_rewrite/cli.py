@@ -61,15 +61,30 @@ def main(verbose: int) -> None:
 @click.argument("app", type=click.Path(dir_okay=True, path_type=str))
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=str),
               help="Output directory (default: ./proteus-out/<app>/).")
-def rewrite(app: str, outdir: str | None) -> None:
-    """Record APP's kernels into the output directory."""
-    outdir = outdir or os.path.join("proteus-out", os.path.basename(app.rstrip("/")) or "app")
-    table = _extract(app)
-    _require_bitcode(table, app)
-    path = store.write(table, store.store_path(outdir, table.app.name))
+@click.option("--force", is_flag=True, help="Rewrite an app that is itself a rewritten executable.")
+def rewrite(app: str, outdir: str | None, force: bool) -> None:
+    """Record APP's kernels into the output directory and write the rewritten APP beside them.
+
+    The output directory gets APP.kstore (the kernel store), libproteus.so with
+    proteus-python.cfg, and a copy of APP that loads libproteus.so by itself (APP itself is
+    never modified). Run the copy, or APP with LD_PRELOAD=DIR/libproteus.so.
+    """
+    from .errors import InjectError
+    from .inject import rewrite as rewrite_mod
     from .inject import shim
 
+    outdir = outdir or os.path.join("proteus-out", os.path.basename(app.rstrip("/")) or "app")
+    data = kernels_mod.read_input(app)
+    table = _extract(app, data)
+    _require_bitcode(table, app)
+    if table.app.rewritten and not force:
+        raise InjectError(f"already rewritten by {table.app.rewritten.get('tool', 'proteus-rewrite')}; "
+                          "pass --force to rewrite it again", app)
+    if (Path(outdir) / table.app.name).resolve() == Path(app).resolve():
+        raise InjectError("the rewritten executable would replace the input; choose another output directory (-o)", app)
+    path = store.write(table, store.store_path(outdir, table.app.name))
     shim_path = shim.install(outdir)
+    exe = rewrite_mod.rewrite(app, data, outdir, table.app.sha256, force=force) if table.app.file_type in ("EXEC", "DYN") else None
     for w in table.warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
     with_bc = len(table.kernels_with_bitcode)
@@ -78,7 +93,10 @@ def rewrite(app: str, outdir: str | None) -> None:
         f"from {len(table.fatbins)} fat binar{'y' if len(table.fatbins) == 1 else 'ies'} "
         f"({table.app.cudart} cudart) -> {path}"
     )
-    click.echo(f"run it with: LD_PRELOAD={shim_path} {app}")
+    if exe is not None:
+        click.echo(f"rewritten executable: {exe} (or run the original with LD_PRELOAD={shim_path})")
+    else:
+        click.echo(f"run it with: LD_PRELOAD={shim_path} {app}")
 
 
 @main.command(epilog=EPILOG)
@@ -278,14 +296,21 @@ def _write_atomic(path: str, data: bytes) -> None:
         raise
 
 
-def _extract(app: str) -> KernelTable:
+def _extract(app: str, data: bytes) -> KernelTable:
+    def build(progress=None) -> KernelTable:
+        try:
+            return kernels_mod.build(data, app, progress)
+        except ProteusError as exc:
+            exc.path = exc.path or app
+            raise
+
     if not sys.stderr.isatty():
-        return kernels_mod.extract(app)
+        return build()
     from rich.progress import Progress
 
     with Progress(transient=True, console=err_console) as progress:
         task = progress.add_task(f"reading {os.path.basename(app)}", total=None)
-        return kernels_mod.extract(app, lambda done, total: progress.update(task, completed=done, total=total))
+        return build(lambda done, total: progress.update(task, completed=done, total=total))
 
 
 def _load(path: str) -> KernelTable:
@@ -330,6 +355,9 @@ def _print_table(table: KernelTable) -> None:
     a = table.app
     console.print(f"[bold]{a.name}[/]  {a.size:,} bytes  {a.file_type}{' PIE' if a.pie else ''}"
                   f"{' stripped' if a.stripped else ''}  cudart: {a.cudart}{'  -fgpu-rdc' if a.rdc else ''}")
+    if a.rewritten:
+        console.print(f"  rewritten by {a.rewritten.get('tool', '?')} on {a.rewritten.get('rewritten', '?')} "
+                      f"from {a.rewritten.get('original_name', '?')} (sha256 {str(a.rewritten.get('original_sha256', '?'))[:16]}...)")
     for f in table.fatbins:
         entries = ", ".join(f"{e.kind} sm_{e.arch}{'' if e.compression == 'none' else ' ' + e.compression}" for e in f.entries)
         console.print(f"  fatbin {f.index}: {f.size:,} bytes at {f.section}+{f.offset:#x}: {entries}")

@@ -41,6 +41,7 @@ class App:
     #                          "driver": host C++ on the driver API + device code embedded as a fat binary
     extra_archs: tuple[str, ...] = ()
     rdc: bool = False  # separate compilation (-fgpu-rdc) + nvcc -dlink device link
+    pie: bool = True  # False: a position-dependent executable (-no-pie)
     note: str = field(default="", compare=False)
 
 
@@ -51,6 +52,7 @@ APPS: dict[str, App] = {
     "loop_count_uncompressed": App(("loop_count.cu",), compress="none", note="no compression"),
     "loop_count_zstd_all": App(("loop_count.cu",), compress="size", note="cubin and PTX compressed with zstd"),
     "loop_count_multi_arch": App(("loop_count.cu",), extra_archs=("sm_80",), note="two architectures"),
+    "loop_count_nopie": App(("loop_count.cu",), pie=False, note="a non-PIE executable"),
     "loop_count_nvcc": App(("loop_count.cu",), compiler="nvcc", note="nvcc build: no bitcode"),
     "device_globals": App(("device_globals.cu",), note="__device__ and __constant__ variables"),
     "multi_kernel": App(("multi_kernel.cu",), note="four kernels in one translation unit"),
@@ -150,6 +152,8 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path) -> 
     archs = [args.arch] + [a for a in app.extra_archs if a != args.arch]
     libs = ["-L", str(cuda / "lib64"), "-Wl,-rpath," + str(cuda / "lib64")]
     libs += ["-lcudart"] if app.cudart == "dynamic" else ["-lcudart_static", "-ldl", "-lrt", "-lpthread"]
+    if not app.pie:
+        libs.append("-no-pie")
     env = dict(os.environ)
     if app.compress:
         env["SAMPLES_FATBIN_COMPRESS_MODE"] = app.compress

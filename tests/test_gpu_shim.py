@@ -161,3 +161,46 @@ def test_an_app_that_runs_python_itself_uses_its_own_interpreter(samples, record
     doc = json.loads((tmp_path / "r.json").read_text())
     (k,) = doc["kernels"]
     assert k["name"] == "_Z10mix_roundsyjxPy" and k["specialized_launches"] == 1, doc
+
+
+REWRITE_APPS = ["loop_count", "loop_count_dynamic", "loop_count_nopie", "device_globals", "two_tu", "templates", "driver_api"]
+
+
+@pytest.mark.parametrize("app", REWRITE_APPS)
+def test_rewritten_executable_runs_specialized_without_ld_preload(samples, tmp_path, app):
+    proc = run_cli(str(samples / app), "-o", str(tmp_path / "dir"))
+    assert proc.returncode == 0, proc.stderr
+    native = run(samples / app)
+    env = {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), "PROTEUS_REPORT": str(tmp_path / "r.json")}
+    rewritten = run(tmp_path / "dir" / app, env)
+    assert rewritten.returncode == 0, rewritten.stderr
+    assert checksums(rewritten.stdout) == checksums(native.stdout) != {}
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert all(k["specialized_launches"] == k["launches"] > 0 for k in doc["kernels"]), doc
+    off = run(tmp_path / "dir" / app, {"PROTEUS_DISABLE": "1"})
+    assert off.returncode == 0 and off.stdout == native.stdout
+
+
+def test_rewritten_directory_is_self_contained(samples, tmp_path):
+    import shutil
+
+    assert run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "built")).returncode == 0
+    moved = tmp_path / "elsewhere" / "deep"
+    shutil.copytree(tmp_path / "built", moved)
+    shutil.rmtree(tmp_path / "built")
+    proc = run(moved / "loop_count", {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), "PROTEUS_REPORT": str(tmp_path / "r.json")})
+    assert proc.returncode == 0 and checksums(proc.stdout) == checksums(run(samples / "loop_count").stdout)
+    assert all(k["specialized_launches"] > 0 for k in json.loads((tmp_path / "r.json").read_text())["kernels"])
+
+
+def test_stripped_rewritten_executable_runs_specialized(samples, tmp_path):
+    import shutil
+
+    src = tmp_path / "in" / "loop_count"
+    src.parent.mkdir()
+    shutil.copy(samples / "loop_count", src)
+    subprocess.run(["strip", "--strip-all", str(src)], check=True)
+    assert run_cli(str(src), "-o", str(tmp_path / "dir")).returncode == 0
+    proc = run(tmp_path / "dir" / "loop_count", {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), "PROTEUS_REPORT": str(tmp_path / "r.json")})
+    assert proc.returncode == 0 and checksums(proc.stdout) == checksums(run(samples / "loop_count").stdout)
+    assert all(k["specialized_launches"] > 0 for k in json.loads((tmp_path / "r.json").read_text())["kernels"])

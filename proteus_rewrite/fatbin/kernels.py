@@ -161,7 +161,20 @@ def hostelf_app_info(path: str, data: bytes, elf: hostelf.HostElf) -> AppInfo:
         stripped=elf.stripped,
         cudart=elf.cudart,
         rdc=hostelf.CUDA_RELFATBIN in elf.sections,
+        rewritten=_rewrite_record(elf),
     )
+
+
+def _rewrite_record(elf: hostelf.HostElf) -> dict | None:
+    import json
+
+    sec = elf.sections.get(hostelf.MARKER_SECTION)
+    if sec is None:
+        return None
+    try:
+        return json.loads(sec.data.rstrip(b"\0"))
+    except ValueError:
+        return {"tool": "unknown (unreadable .proteus_rewrite section)"}
 
 
 def _cubin_digest(payload: bytes) -> str:

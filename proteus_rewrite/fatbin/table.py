@@ -86,6 +86,7 @@ class AppInfo:
     stripped: bool
     cudart: str
     rdc: bool
+    rewritten: dict | None = None  # the .proteus_rewrite record, when the input is itself a rewritten app
 
 
 @dataclass(frozen=True)
