@@ -27,8 +27,10 @@ demo: samples
 test: samples
 	$(PY) -m pytest
 
+# CPU benchmarks; the GPU ones run through scripts/gpu-run.sh on a machine with a GPU
 bench: samples
 	$(PY) bench/extract_bench.py
+	$(PY) bench/specialize_bench.py
 
 clean:
 	rm -rf samples/build proteus-out bench/work .pytest_cache

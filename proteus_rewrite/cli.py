@@ -84,7 +84,9 @@ def rewrite(app: str, outdir: str | None, force: bool) -> None:
         raise InjectError("the rewritten executable would replace the input; choose another output directory (-o)", app)
     path = store.write(table, store.store_path(outdir, table.app.name))
     shim_path = shim.install(outdir)
-    exe = rewrite_mod.rewrite(app, data, outdir, table.app.sha256, force=force) if table.app.file_type in ("EXEC", "DYN") else None
+    executable = table.app.file_type == "EXEC" or (table.app.file_type == "DYN" and table.app.pie)
+    # A shared library keeps its store and shim (for LD_PRELOAD); only executables are rewritten.
+    exe = rewrite_mod.rewrite(app, data, outdir, table.app.sha256, force=force) if executable else None
     for w in table.warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
     with_bc = len(table.kernels_with_bitcode)
