@@ -83,6 +83,22 @@ def image_size(header: bytes) -> int:
 
 
 def parse(data: bytes) -> Cubin:
+    if data[:4] != b"\x7fELF":
+        raise FormatError("cubin entry is not an ELF image")
+    try:
+        return _parse(data)
+    except FormatError:
+        raise
+    except (TypeError, ValueError, IndexError, OverflowError, UnicodeDecodeError, AttributeError, struct.error) as exc:
+        # LIEF hands back odd values for a mangled image (bytes for names, out-of-range enums)
+        raise FormatError(f"corrupt cubin ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def _name(value) -> str:
+    return value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+
+
+def _parse(data: bytes) -> Cubin:
     import lief  # here, not at the top: the run time uses image_size() and must not load LIEF
 
     lief.logging.disable()  # LIEF reports CUDA-specific ELF features on stderr; they are not errors
@@ -98,12 +114,12 @@ def parse(data: bytes) -> Cubin:
             raise FormatError(f"cubin symbol refers to section #{index}, which does not exist")
         sec = sections[index]
         if sec.type == lief.ELF.Section.TYPE.NOBITS:
-            return sec.name, b""
+            return _name(sec.name), b""
         if sec.file_offset + sec.size > len(data):
-            raise FormatError(f"cubin section {sec.name} runs past the end of the image")
-        return sec.name, data[sec.file_offset : sec.file_offset + sec.size]
+            raise FormatError(f"cubin section {_name(sec.name)} runs past the end of the image")
+        return _name(sec.name), data[sec.file_offset : sec.file_offset + sec.size]
 
-    info_sections = {s.name[len(".nv.info.") :]: s for s in sections if s.name.startswith(".nv.info.")}
+    info_sections = {_name(s.name)[len(".nv.info.") :]: s for s in sections if _name(s.name).startswith(".nv.info.")}
     modules_raw: list[bytes] = []
     cmdlines: list[tuple[str, ...]] = []
     kernels: dict[str, CubinKernel] = {}
@@ -111,30 +127,31 @@ def parse(data: bytes) -> Cubin:
 
     for sym in elf.symbols:
         st_type = sym.information & 0xF
+        name = _name(sym.name)
         if st_type == STT_FUNC and sym.other & STO_CUDA_ENTRY:
-            kernels[sym.name] = _kernel(sym.name, info_sections.get(sym.name), data)
-        elif st_type != STT_OBJECT or not sym.name:
+            kernels[name] = _kernel(name, info_sections.get(name), data)
+        elif st_type != STT_OBJECT or not name:
             continue
-        elif sym.name in (EMBEDDED_MODULE, EMBEDDED_CMDLINE):
+        elif name in (EMBEDDED_MODULE, EMBEDDED_CMDLINE):
             sec_name, content = section_bytes(sym.shndx)
             if sym.value + sym.size > len(content):
-                raise FormatError(f"cubin symbol {sym.name} lies outside its section {sec_name}")
+                raise FormatError(f"cubin symbol {name} lies outside its section {sec_name}")
             blob = content[sym.value : sym.value + sym.size]
-            if sym.name == EMBEDDED_MODULE:
+            if name == EMBEDDED_MODULE:
                 modules_raw.append(blob)
             else:
                 cmdlines.append(tuple(a.decode("utf-8", "replace") for a in blob.split(b"\0") if a))
         elif 0 < sym.shndx < len(sections):
-            sec_name = sections[sym.shndx].name
+            sec_name = _name(sections[sym.shndx].name)
             if sec_name.startswith((".nv.global", ".nv.constant")):
-                variables.append(DeviceVariable(sym.name, sym.size, sec_name))
+                variables.append(DeviceVariable(name, sym.size, sec_name))
 
     # Each translation unit contributes one module and one command line, in the same order.
     modules = tuple(
         EmbeddedModule(bc, cmdlines[i] if i < len(cmdlines) else ()) for i, bc in enumerate(modules_raw)
     )
     return Cubin(
-        relocatable=elf.header.file_type == lief.ELF.Header.FILE_TYPE.REL,
+        relocatable=struct.unpack_from("<H", data, 16)[0] == 1,  # e_type ET_REL (LIEF warns on unknown types)
         kernels=kernels,
         modules=modules,
         variables=tuple(variables),

@@ -79,9 +79,24 @@ def parse(data: bytes) -> HostElf:
     if table_end > len(data):
         raise FormatError(f"truncated ELF file: its section table ends at byte {table_end}, the file at {len(data)}")
 
+    try:
+        return _collect(binary, data)
+    except FormatError:
+        raise
+    except (TypeError, ValueError, IndexError, OverflowError, UnicodeDecodeError, AttributeError) as exc:
+        # LIEF hands back odd values for a mangled file (bytes for names, out-of-range enums)
+        raise FormatError(f"corrupt ELF file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def _enum_name(value) -> str:
+    """LIEF gives an enum member, or a bare int for a value it does not know."""
+    return getattr(value, "name", None) or f"unknown({int(value)})"
+
+
+def _collect(binary, data: bytes) -> HostElf:
     sections: dict[str, Section] = {}
     for sec in binary.sections:
-        if sec.name not in GPU_SECTIONS or sec.name in sections:
+        if not isinstance(sec.name, str) or sec.name not in GPU_SECTIONS or sec.name in sections:
             continue
         if sec.type == lief.ELF.Section.TYPE.NOBITS:
             continue
@@ -98,8 +113,8 @@ def parse(data: bytes) -> HostElf:
             runpath.extend(p for p in entry.paths if p)
 
     return HostElf(
-        machine=binary.header.machine_type.name,
-        file_type=binary.header.file_type.name,
+        machine=_enum_name(binary.header.machine_type),
+        file_type=_enum_name(binary.header.file_type),
         is_pie=bool(binary.is_pie),
         has_interpreter=bool(binary.has_interpreter),
         needed=tuple(needed),
