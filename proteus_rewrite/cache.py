@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import faults
 from .errors import CacheError
 
 log = logging.getLogger("proteus_rewrite")
@@ -106,7 +107,7 @@ class StorageCache:
         if entry is None:
             self.stats.corrupt += 1
             self.stats.misses += 1
-            log.warning("cache: %s is damaged; it will be rebuilt", p)
+            log.warning("cache entry %s is damaged: deleted, the kernel is compiled again", p)
             p.unlink(missing_ok=True)
             return None
         try:
@@ -118,6 +119,7 @@ class StorageCache:
 
     def put(self, entry: Entry) -> None:
         try:
+            faults.check_cache_write()
             self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
             try:

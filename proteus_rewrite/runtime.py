@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, store
+from . import __version__, faults, store
 from .cache import CacheChain, make_chain
 from .errors import ProteusError
 from .fatbin.table import KernelRecord, KernelTable
@@ -86,7 +86,11 @@ def _trace(token: str, message: str) -> None:
 
 def init(shim_dir: str, driver_version: int) -> None:
     global _state
-    logging.basicConfig(level=logging.WARNING, format="proteus: %(levelname)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("proteus: warning: %(message)s"))  # the shim only logs warnings
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING)
+    log.propagate = False
     config = Config.from_env()
     store_dir = Path(os.environ.get("PROTEUS_STORE_DIR") or shim_dir)
     tables, by_fatbin, by_entry = [], {}, {}
@@ -146,7 +150,9 @@ def _kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
         return None
     match = _image(image_ptr) if image_ptr else None
     if match is None:
-        _warn_once(name, f"{name}: its fat binary is not in any kernel store (app rebuilt since proteus-rewrite?); running the original kernel")
+        if _state.tables:  # (with no store at all, init has already said so)
+            _warn_once(f"image:{image_ptr}", f"the fat binary of {name} is not in any kernel store (app rebuilt since "
+                                             "proteus-rewrite?); its kernels run unspecialized")
         return None
     table, fatbin = match
     candidates = [k for k in table.kernels if k.fatbin == fatbin and k.name == name]
@@ -188,6 +194,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
             raise ProteusError(f"the AOT address of {', '.join(missing)} is unknown")
         launch = Launch(tuple(raw), tuple(grid), tuple(block), arch, dict(zip(record.globals, addrs)))
         keep_ir = "ir-dump" in _state.config.trace or _state.config.dump_ir
+        faults.check("specialize")
         result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
                                      driver_version=_state.driver_version or None)
     except Exception as exc:

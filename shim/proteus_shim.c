@@ -500,7 +500,8 @@ static CUfunction compile_variant(kinfo *ki, void **params, dim3 grid, dim3 bloc
   CUfunction fn = NULL;
   if (image) {
     CUmodule mod;
-    CUresult r = real_cuModuleLoadData(&mod, image);
+    const char *fault = getenv("PROTEUS_FAULT_INJECT");   /* tests only: see proteus_rewrite/faults.py */
+    CUresult r = fault && strstr(fault, "module-load") ? 200 /* CUDA_ERROR_INVALID_IMAGE */ : real_cuModuleLoadData(&mod, image);
     if (r == CUDA_SUCCESS) r = real_cuModuleGetFunction(&fn, mod, ki->name);
     if (r != CUDA_SUCCESS) {
       fn = NULL;

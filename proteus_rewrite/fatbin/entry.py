@@ -42,7 +42,7 @@ FLAG_LZ4 = 0x2000
 FLAG_ZSTD = 0x8000
 
 # Refuse to inflate an entry beyond this: a corrupt header must not exhaust memory.
-MAX_UNCOMPRESSED = 1 << 31
+MAX_UNCOMPRESSED = (1 << 31) - 1  # also the LZ4 library's limit (a C int)
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
@@ -158,7 +158,7 @@ def _decompress(method: str, stored: bytes, compressed_size: int, uncompressed_s
             out = lz4.block.decompress(blob, uncompressed_size=uncompressed_size)
     except FormatError:
         raise
-    except (zstandard.ZstdError, lz4.block.LZ4BlockError, ValueError, MemoryError) as exc:
+    except (zstandard.ZstdError, lz4.block.LZ4BlockError, ValueError, OverflowError, MemoryError) as exc:
         raise FormatError(f"{where}: corrupt {method} payload ({exc})") from None
     if len(out) != uncompressed_size:
         raise FormatError(f"{where}: {method} payload inflated to {len(out)} bytes, header says {uncompressed_size}")

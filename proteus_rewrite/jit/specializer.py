@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import llvmlite
 
-from .. import __version__
+from .. import __version__, faults
 from ..cache import CacheChain, Entry
 from ..errors import SpecializeError
 from ..fatbin.table import KernelRecord, KernelTable
@@ -168,12 +168,15 @@ def specialize(
     timings["ir"] = _ms(t)
     t = time.perf_counter()
     tm = codegen.target_machine(launch.arch, isa, cg.codegen_opt_level)
+    faults.check("optimize")
     pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
     timings["optimize"] = _ms(t)
     t = time.perf_counter()
+    faults.check("ptx")
     ptx = codegen.emit_ptx(module, tm, launch.arch)
     timings["ptx"] = _ms(t)
     t = time.perf_counter()
+    faults.check("cubin")
     image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
     timings["cubin"] = _ms(t)
     timings["total"] = _ms(t0)
