@@ -64,6 +64,7 @@ APPS: dict[str, App] = {
                       note="driver API: cuModuleLoadData of an embedded fat binary, no runtime"),
     "launch_overhead": App(("launch_overhead.cu",), note="100,000 launches of a tiny kernel"),
     "launch_overhead_dynamic": App(("launch_overhead.cu",), cudart="dynamic", note="the same, dynamic cudart"),
+    "changing_scalars": App(("changing_scalars.cu",), note="a scalar that changes every launch; 1 or 8 threads, verified"),
     "templates": App(("templates.cu",), note="templates, struct by value, __launch_bounds__"),
     "annotated": App(("annotated.cu",), note='annotate("jit", 2, 3)'),
 }

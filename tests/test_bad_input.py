@@ -130,3 +130,16 @@ def test_bad_input_gets_one_line_error_and_exit_code(samples, tmp_path, case, co
     if before is not None:
         assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_llvm_aborting_on_bitcode_is_a_bitcode_error_not_a_crash(samples, monkeypatch):
+    """llvmlite's LLVM keeps its assertions: some malformed bitcode aborts the process
+    (fuzzing found one). Bitcode is read in a forked child, so that is an error, not a crash."""
+    import os
+
+    from proteus_rewrite.errors import BitcodeError
+    from proteus_rewrite.fatbin import bitcode, kernels
+
+    monkeypatch.setattr(bitcode, "analyze", lambda bc: os.abort())
+    with pytest.raises(BitcodeError, match="LLVM crashed reading embedded bitcode module 0"):
+        kernels.extract(samples / "loop_count")

@@ -13,13 +13,14 @@ JIT must link with it (a kernel may call device functions defined elsewhere).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Callable
 
 import cxxfilt
 
-from ..errors import FormatError, InputError, NotCudaBinaryError, ProteusError
+from ..errors import BitcodeError, FormatError, InputError, NotCudaBinaryError, ProteusError
 from .table import AppInfo, EntryRecord, FatbinRecord, KernelRecord, KernelTable, ModuleRecord, ParamRecord  # noqa: F401
 from . import bitcode as bitcode_mod
 from . import container as container_mod
@@ -78,8 +79,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
     fatbins: list[FatbinRecord] = []
     modules: list[ModuleRecord] = []
     module_index: dict[str, int] = {}  # sha256 -> index: identical bitcode (cubin and PTX copies) is stored once
-    analyses: list[bitcode_mod.BitcodeModule] = []
-    kernels: list[KernelRecord] = []
+    device_code = []  # (container index, arch, cubin, ptx, module indices)
 
     for ci, cont in enumerate(containers):
         if progress:
@@ -100,39 +100,42 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
             )
         )
         for arch, cubin, ptx in _device_code_by_arch(cont):
-            embedded = (cubin.modules if cubin else ()) or (ptx.modules if ptx else ())
             mod_ids = []
-            for emb in embedded:
+            for emb in (cubin.modules if cubin else ()) or (ptx.modules if ptx else ()):
                 digest = hashlib.sha256(emb.bitcode).hexdigest()
                 if digest not in module_index:
-                    a = bitcode_mod.analyze(emb.bitcode)
                     module_index[digest] = len(modules)
-                    modules.append(ModuleRecord(len(modules), digest, arch, ci, a.source_filename, a.triple, emb.cmdline, emb.bitcode))
-                    analyses.append(a)
+                    modules.append(ModuleRecord(len(modules), digest, arch, ci, "", "", emb.cmdline, emb.bitcode))
                 mod_ids.append(module_index[digest])
-            layouts = cubin.kernels if cubin and cubin.kernels else (ptx.entries if ptx else {})
-            source = "cubin" if cubin and cubin.kernels else "ptx"
-            for name, layout in layouts.items():
-                defining = next((i for i in mod_ids if name in analyses[i].kernels), None)
-                bk = analyses[defining].kernels[name] if defining is not None else None
-                params = _merge_params(name, layout.params, bk, warnings)
-                kernels.append(
-                    KernelRecord(
-                        name=name,
-                        demangled=demangle(name),
-                        fatbin=ci,
-                        arch=arch,
-                        module=defining,
-                        link_modules=tuple(i for i in mod_ids if i != defining) if defining is not None else (),
-                        params=params,
-                        param_size=layout.param_size if layout.param_size is not None else _end(params),
-                        globals=bk.globals if bk else (),
-                        max_threads=layout.max_threads or (bk.max_threads if bk else None),
-                        min_ctas=(bk.min_ctas if bk else None) or getattr(layout, "min_ctas", None),
-                        jit_args=bk.jit_args if bk else None,
-                        layout_source=source,
-                    )
+            device_code.append((ci, arch, cubin, ptx, mod_ids))
+
+    analyses = analyze_isolated([m.bitcode for m in modules])
+    modules = [dataclasses.replace(m, source_filename=a.source_filename, triple=a.triple) for m, a in zip(modules, analyses)]
+    kernels: list[KernelRecord] = []
+    for ci, arch, cubin, ptx, mod_ids in device_code:
+        layouts = cubin.kernels if cubin and cubin.kernels else (ptx.entries if ptx else {})
+        source = "cubin" if cubin and cubin.kernels else "ptx"
+        for name, layout in layouts.items():
+            defining = next((i for i in mod_ids if name in analyses[i].kernels), None)
+            bk = analyses[defining].kernels[name] if defining is not None else None
+            params = _merge_params(name, layout.params, bk, warnings)
+            kernels.append(
+                KernelRecord(
+                    name=name,
+                    demangled=demangle(name),
+                    fatbin=ci,
+                    arch=arch,
+                    module=defining,
+                    link_modules=tuple(i for i in mod_ids if i != defining) if defining is not None else (),
+                    params=params,
+                    param_size=layout.param_size if layout.param_size is not None else _end(params),
+                    globals=bk.globals if bk else (),
+                    max_threads=layout.max_threads or (bk.max_threads if bk else None),
+                    min_ctas=(bk.min_ctas if bk else None) or getattr(layout, "min_ctas", None),
+                    jit_args=bk.jit_args if bk else None,
+                    layout_source=source,
                 )
+            )
     if progress:
         progress(len(containers), len(containers))
 
@@ -148,6 +151,51 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
         kernels=tuple(kernels),
         warnings=tuple(warnings),
     )
+
+
+def analyze_isolated(bitcodes: list[bytes]) -> list[bitcode_mod.BitcodeModule]:
+    """Read the bitcode modules in a forked child process. LLVM (llvmlite's build keeps its
+    assertions) aborts the whole process on some malformed bitcode: in a child, that is one
+    BitcodeError naming the module instead of a crash."""
+    if not bitcodes:
+        return []
+    result = _in_child(bitcodes)
+    if result is not None:
+        return result
+    for i, bc in enumerate(bitcodes):  # find the module that brought LLVM down
+        if _in_child([bc]) is None:
+            raise BitcodeError(f"LLVM crashed reading embedded bitcode module {i} (corrupt bitcode)")
+    raise BitcodeError("LLVM crashed reading the embedded bitcode (corrupt bitcode)")
+
+
+def _in_child(bitcodes: list[bytes]):
+    """analyze() in a fork; None if the child died. ProteusErrors come back and are raised here.
+    (The result travels as a pickle from our own child, never from a file.)"""
+    import pickle
+
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: analyze, send, and leave without running any cleanup of the parent's
+        os.close(rfd)
+        try:
+            try:
+                payload = pickle.dumps(("ok", [bitcode_mod.analyze(bc) for bc in bitcodes]))
+            except ProteusError as exc:
+                payload = pickle.dumps(("error", exc))
+            with os.fdopen(wfd, "wb") as w:
+                w.write(payload)
+        finally:
+            os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as r:
+        data = r.read()
+    _, status = os.waitpid(pid, 0)
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0 or not data:
+        return None
+    kind, value = pickle.loads(data)
+    if kind == "error":
+        raise value
+    return value
 
 
 def hostelf_app_info(path: str, data: bytes, elf: hostelf.HostElf) -> AppInfo:

@@ -1,0 +1,73 @@
+// A scalar that changes from launch to launch, from one thread or from several threads on
+// their own streams, with every result checked on the host.
+//   changing_scalars [LAUNCHES=1000] [DISTINCT=16] [THREADS=1]
+// Launch j passes k = j % DISTINCT (+ the thread's id): with every scalar folded, DISTINCT
+// variants per thread. Prints "verified" and a checksum; exits 1 on any wrong element.
+#include "common.h"
+#include <thread>
+#include <vector>
+
+__global__ void accumulate_step(unsigned *acc, int n, int k, unsigned salt) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  unsigned v = (unsigned)i * (unsigned)(k + 1);
+  for (int r = 0; r < (k & 3) + 1; ++r) v = (v ^ salt) * 2654435761u + (unsigned)r;
+  acc[i] += v;
+}
+
+static unsigned expected_step(int i, int k, unsigned salt) {
+  unsigned v = (unsigned)i * (unsigned)(k + 1);
+  for (int r = 0; r < (k & 3) + 1; ++r) v = (v ^ salt) * 2654435761u + (unsigned)r;
+  return v;
+}
+
+static bool run_worker(int id, int launches, int distinct, int n, uint64_t *checksum) {
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  unsigned *d;
+  CHECK(cudaMalloc(&d, n * sizeof(unsigned)));
+  CHECK(cudaMemsetAsync(d, 0, n * sizeof(unsigned), s));
+  std::vector<unsigned> want(n, 0);
+  for (int j = 0; j < launches; ++j) {
+    int k = j % distinct + id;
+    unsigned salt = 0x9e3779b9u * (unsigned)(id + 1);
+    accumulate_step<<<(n + 255) / 256, 256, 0, s>>>(d, n, k, salt);
+    CHECK(cudaGetLastError());
+    for (int i = 0; i < n; ++i) want[i] += expected_step(i, k, salt);
+  }
+  std::vector<unsigned> got(n);
+  CHECK(cudaMemcpyAsync(got.data(), d, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaFree(d));
+  CHECK(cudaStreamDestroy(s));
+  *checksum = fnv1a(got.data(), n * sizeof(unsigned));
+  for (int i = 0; i < n; ++i)
+    if (got[i] != want[i]) {
+      fprintf(stderr, "thread %d: element %d is %u, expected %u\n", id, i, got[i], want[i]);
+      return false;
+    }
+  return true;
+}
+
+int main(int argc, char **argv) {
+  int launches = argc > 1 ? atoi(argv[1]) : 1000;
+  int distinct = argc > 2 ? atoi(argv[2]) : 16;
+  int threads = argc > 3 ? atoi(argv[3]) : 1;
+  const int n = 4096;
+  CHECK(cudaFree(0));  // create the context before the threads start
+  std::vector<std::thread> pool;
+  std::vector<uint64_t> sums(threads);
+  std::vector<char> ok(threads, 0);
+  int per = launches / threads;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] { ok[t] = run_worker(t, per, distinct, n, &sums[t]); });
+  for (auto &th : pool) th.join();
+  uint64_t total = 0;
+  for (int t = 0; t < threads; ++t) {
+    if (!ok[t]) return 1;
+    total ^= sums[t] + (uint64_t)t;
+  }
+  printf("verified %d launches on %d thread(s)\n", per * threads, threads);
+  printf("checksum accumulate %016llx\n", (unsigned long long)total);
+  return 0;
+}
