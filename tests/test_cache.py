@@ -116,3 +116,23 @@ def test_eight_processes_fill_one_cache_directory_without_a_damaged_entry(sample
     for p in files:
         assert cache_mod.decode(p.read_bytes(), p.name[:-4]) is not None
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_cache_directory_is_private_to_the_user(tmp_path):
+    store = StorageCache(tmp_path / "new" / "jit")
+    store.put(Entry("k" * 64, "cubin", 90, b"x"))
+    assert (store.dir.stat().st_mode & 0o777) == 0o700
+
+
+def test_stores_and_caches_are_read_as_data_never_as_code():
+    """No pickle, marshal or eval of anything a user could swap: the only pickle is the
+    result of bitcode analysis coming back from our own forked child."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "proteus_rewrite"
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        for needle in ("marshal.load", "eval(", "exec(", "shelve", "yaml.load"):
+            assert needle not in text, f"{path}: {needle}"
+        if "import pickle" in text:
+            assert path.name == "kernels.py" and text.count("pickle.loads(") == 1, path
