@@ -177,6 +177,7 @@ def _in_child(bitcodes: list[bytes]):
     pid = os.fork()
     if pid == 0:  # the child: analyze, send, and leave without running any cleanup of the parent's
         os.close(rfd)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # an LLVM assertion's text must not reach the user
         try:
             try:
                 payload = pickle.dumps(("ok", [bitcode_mod.analyze(bc) for bc in bitcodes]))
