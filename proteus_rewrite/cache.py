@@ -84,9 +84,9 @@ def default_cache_dir() -> Path:
 class StorageCache:
     name = "disk"
 
-    def __init__(self, directory: str | os.PathLike | None = None, max_mb: int = 1024) -> None:
+    def __init__(self, directory: str | os.PathLike | None = None, max_mb: float = 1024) -> None:
         self.dir = Path(directory) if directory else default_cache_dir()
-        self.max_bytes = max_mb * 1024 * 1024
+        self.max_bytes = int(max_mb * 1024 * 1024)
         self.stats = LevelStats()
 
     def path(self, key: str) -> Path:
@@ -202,7 +202,7 @@ class CacheChain:
         return {level.name: level.stats for level in self.levels}
 
 
-def make_chain(use_stored_cache: bool = True, directory: str | None = None, max_mb: int = 1024) -> CacheChain:
+def make_chain(use_stored_cache: bool = True, directory: str | None = None, max_mb: float = 1024) -> CacheChain:
     levels: list = [MemoryCache()]
     if use_stored_cache:
         levels.append(StorageCache(directory, max_mb))

@@ -240,7 +240,7 @@ def cache_stats(directory):
     total = sum(st.st_size for _, st in entries)
     click.echo(f"directory  {store.dir}")
     click.echo(f"entries    {len(entries)}")
-    click.echo(f"size       {total / 1e6:.2f} MB of {store.max_bytes / 2**20:.0f} MiB (PROTEUS_CACHE_MAX_MB)")
+    click.echo(f"size       {total / 1e6:.2f} MB of {store.max_bytes / 2**20:g} MiB (PROTEUS_CACHE_MAX_MB)")
 
 
 @cache.command("clear")

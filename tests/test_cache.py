@@ -136,3 +136,11 @@ def test_stores_and_caches_are_read_as_data_never_as_code():
             assert needle not in text, f"{path}: {needle}"
         if "import pickle" in text:
             assert path.name == "kernels.py" and text.count("pickle.loads(") == 1, path
+
+def test_size_cap_takes_fractions_of_a_megabyte_and_rejects_nonsense():
+    from proteus_rewrite.errors import SpecializeError
+    import pytest
+    assert Config.from_env({"PROTEUS_CACHE_MAX_MB": "0.25"}).cache_max_mb == 0.25
+    for bad in ("0", "-1", "lots", "inf"):
+        with pytest.raises(SpecializeError, match="PROTEUS_CACHE_MAX_MB"):
+            Config.from_env({"PROTEUS_CACHE_MAX_MB": bad})

@@ -93,6 +93,11 @@ def _enum_name(value) -> str:
     return getattr(value, "name", None) or f"unknown({int(value)})"
 
 
+def _text(value) -> str:
+    # LIEF hands back bytes, not str, for names that are not valid UTF-8 (seen when fuzzing).
+    return value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+
+
 def _collect(binary, data: bytes) -> HostElf:
     sections: dict[str, Section] = {}
     for sec in binary.sections:
@@ -108,9 +113,9 @@ def _collect(binary, data: bytes) -> HostElf:
     needed, runpath = [], []
     for entry in binary.dynamic_entries:
         if isinstance(entry, lief.ELF.DynamicEntryLibrary):
-            needed.append(entry.name)
+            needed.append(_text(entry.name))
         elif isinstance(entry, (lief.ELF.DynamicEntryRunPath, lief.ELF.DynamicEntryRpath)):
-            runpath.extend(p for p in entry.paths if p)
+            runpath.extend(_text(p) for p in entry.paths if p)
 
     return HostElf(
         machine=_enum_name(binary.header.machine_type),

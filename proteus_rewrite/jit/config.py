@@ -59,7 +59,7 @@ class Config:
     disable: bool = False  # PROTEUS_DISABLE
     use_stored_cache: bool = True  # PROTEUS_USE_STORED_CACHE
     cache_dir: str | None = None  # PROTEUS_CACHE_DIR
-    cache_max_mb: int = 1024  # PROTEUS_CACHE_MAX_MB (ours)
+    cache_max_mb: float = 1024  # PROTEUS_CACHE_MAX_MB (ours)
     dump_ir: bool = False  # PROTEUS_DUMP_LLVM_IR
     trace: frozenset[str] = frozenset()  # PROTEUS_TRACE_OUTPUT: specialization;ir-dump;kernel-trace
 
@@ -93,9 +93,11 @@ class Config:
             ptx_compiler=compiler,
         )
         try:
-            max_mb = int(env.get("PROTEUS_CACHE_MAX_MB", "1024") or "1024")
+            max_mb = float(env.get("PROTEUS_CACHE_MAX_MB", "1024") or "1024")
+            if not 0 < max_mb < float("inf"):
+                raise ValueError
         except ValueError:
-            raise SpecializeError(f"PROTEUS_CACHE_MAX_MB={env['PROTEUS_CACHE_MAX_MB']!r}: expected megabytes") from None
+            raise SpecializeError(f"PROTEUS_CACHE_MAX_MB={env['PROTEUS_CACHE_MAX_MB']!r}: expected a positive number of megabytes") from None
         trace = frozenset(t.strip() for t in (env.get("PROTEUS_TRACE_OUTPUT") or "").split(";") if t.strip())
         return cls(
             codegen=codegen,
