@@ -30,6 +30,9 @@ Examples:
   proteus-rewrite specialize proteus-out/app/app.kstore axpy_loop \
       --arg 0=1048576 --arg 1=8 --arg 2=0.5 --block 256 --emit ptx
   proteus-rewrite cache stats           what the on-disk JIT cache holds
+  PROTEUS_REPORT=run.json LD_PRELOAD=proteus-out/app/libproteus.so ./app
+  proteus-rewrite prewarm proteus-out/app --from run.json
+                                        compile run.json's variants now: the next run starts warm
 
 Exit codes: 0 ok, 1 internal error, 2 usage, """ + ", ".join(f"{c} {n}" for c, n in EXIT_CODES.items())
 
@@ -187,6 +190,82 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
         err_console.print(f"wrote    {output}", markup=False)
     else:
         sys.stdout.buffer.write(data)
+
+
+@main.command(epilog=EPILOG)
+@click.argument("store_or_app", metavar="STORE", type=click.Path(path_type=str))
+@click.option("--from", "reports", multiple=True, required=True, type=click.Path(dir_okay=False, path_type=str),
+              help="A PROTEUS_REPORT file of an earlier run (repeatable).")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str),
+              help="Where to put the variants (default: PROTEUS_CACHE_DIR or the user cache directory, as at run time).")
+def prewarm(store_or_app, reports, cache_dir):
+    """Compile the variants an earlier run used into the disk cache, so the next run starts warm.
+
+    STORE is the directory proteus-rewrite wrote (or its .kstore, or the app). Run this with the
+    same PROTEUS_* settings, Python packages and GPU driver as the runs it prepares: they are
+    part of every variant's cache key. Kernels that use device variables are keyed by their
+    addresses, which the report records; a run that gets other addresses compiles anew.
+    """
+    from . import jit
+    from .cache import make_chain
+
+    table = _load(_store_path(store_or_app))
+    config = jit.Config.from_env()
+    chain = make_chain(True, cache_dir or config.cache_dir, config.cache_max_mb)
+    todo = []
+    for path in reports:
+        try:
+            doc = json.loads(Path(path).read_text())
+            todo += [(k["name"], v["launch"], doc.get("driver_version") or None) for k in doc["kernels"]
+                     for v in k.get("variants", []) if "launch" in v]
+        except OSError as exc:
+            raise ProteusError(f"cannot read: {exc.strerror or exc}", path) from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProteusError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None
+    by_name = {}
+    for k in table.kernels:
+        by_name.setdefault(k.name, []).append(k)
+    counts = {"compiled": 0, "memory": 0, "disk": 0, "not in this store": 0, "failed": 0}
+    seen = set()
+    with click.progressbar(todo, label="prewarming", file=sys.stderr, show_pos=True) as bar:
+        for name, spec, driver in bar:
+            try:
+                arch = int(spec["arch"])
+                record = _find_kernel(table, name, arch) if name in by_name else None
+                if record is None:
+                    counts["not in this store"] += 1
+                    continue
+                raw = tuple(bytes.fromhex(spec["args"][str(p.index)]) if str(p.index) in spec["args"] else bytes(p.size)
+                            for p in record.params)
+                launch = jit.Launch(raw, tuple(spec.get("grid") or ()), tuple(spec.get("block") or ()), arch,
+                                    {g: int(a) for g, a in spec.get("globals", {}).items()},
+                                    frozenset(p.index for p in record.params if str(p.index) not in spec["args"]),
+                                    frozenset(spec.get("unknown_dims", ())))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ProteusError(f"a variant of {name} is malformed ({type(exc).__name__}: {exc})", reports[0]) from None
+            if (name, repr(spec)) in seen:
+                continue
+            seen.add((name, repr(spec)))
+            try:
+                result = jit.specialize(table, record, launch, config, chain, driver_version=driver)
+                counts[result.source] += 1
+            except ProteusError as exc:
+                counts["failed"] += 1
+                log.warning("%s: %s", record.demangled, exc)
+    err_console.print("prewarm: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v) + f" -> {chain.levels[-1].dir}",
+                      markup=False)
+    if counts["failed"]:
+        sys.exit(1)
+
+
+def _store_path(path: str) -> str:
+    """A directory written by proteus-rewrite stands for the .kstore inside it."""
+    if os.path.isdir(path):
+        found = sorted(Path(path).glob(f"*{store.SUFFIX}"))
+        if len(found) != 1:
+            raise ProteusError(f"expected one {store.SUFFIX} file in the directory, found {len(found)}", path)
+        return str(found[0])
+    return path
 
 
 @main.group()

@@ -2,7 +2,8 @@
 
     init(shim_dir, driver_version)            once, when the first kernel is launched
     kernel_info(image_ptr, name, arch)        which recorded kernel a launch handle is
-    specialize(kid, args, grid, block, globals, arch) -> cubin/PTX bytes, or None to run the original
+    specialize(kid, args, grid, block, globals, arch, gpu_ms) -> cubin/PTX bytes, or None to run the original
+    policy(kid)                               what the C key holds now (the value tracker may fold less)
     load_failed(kid, cuda_error)              the driver refused our image
     write_report(path, counters)              at exit, for PROTEUS_REPORT
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, faults, store
+from .policy import BLOCK, GRID, Budget, Tracker
 from .cache import CacheChain, make_chain
 from .errors import ProteusError
 from .fatbin.table import KernelRecord, KernelTable
@@ -51,6 +53,9 @@ class KernelStats:
     compile_ms: float = 0.0
     failures: dict[str, int] = field(default_factory=dict)
     variants: list[dict] = field(default_factory=list)
+    tracker: Tracker | None = None
+    budget_refusals: int = 0
+    gpu_ms: float = 0.0  # the shim's latest estimate
 
 
 @dataclass
@@ -173,16 +178,31 @@ def _kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
         2 if (cg.specialize_dims or cg.specialize_dims_range) else 0)
     kid = len(_state.kernels)
     _state.kernels.append((table, record))
-    _state.stats.append(KernelStats(record.name, record.demangled))
+    stats = KernelStats(record.name, record.demangled)
+    config = _state.config
+    if config.tracker:
+        fixed = frozenset(i - 1 for i in record.jit_args) if record.jit_args is not None else frozenset()
+        stats.tracker = Tracker(config.tracker_threshold, config.tracker_ratio, {i for i, f in enumerate(fold) if f}, dims, fixed)
+    _state.stats.append(stats)
     sizes = struct.pack(f"<{len(record.params)}I", *(p.size for p in record.params))
     names = b"".join(g.encode() + b"\0" for g in record.globals)
     return struct.pack("<4I", kid, len(record.params), dims, len(record.globals)) + sizes + fold + names
 
 
-def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int) -> bytes | None:
+def policy(kid: int) -> bytes:
+    """u32 dims (bit 0 block, bit 1 grid); u8 fold[nparams]: what the shim's key holds now."""
+    assert _state is not None
+    record, tracker = _state.kernels[kid][1], _state.stats[kid].tracker
+    if tracker is None:
+        return b""  # no tracker: the policy never changes (the shim ignores a malformed answer)
+    return struct.pack("<I", tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
+
+
+def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int, gpu_ms: float = 0.0) -> bytes | None:
     assert _state is not None
     table, record = _state.kernels[kid]
     stats = _state.stats[kid]
+    stats.gpu_ms = gpu_ms
     try:
         raw, off = [], 0
         for p in record.params:
@@ -192,11 +212,25 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         missing = [g for g, a in zip(record.globals, addrs) if not a]
         if missing:
             raise ProteusError(f"the AOT address of {', '.join(missing)} is unknown")
-        launch = Launch(tuple(raw), tuple(grid), tuple(block), arch, dict(zip(record.globals, addrs)))
+        unknown, unknown_dims = frozenset(), frozenset()
+        tracker = stats.tracker
+        if tracker is not None:
+            tracker.before({**{i: raw[i] for i in tracker.folded}, BLOCK: struct.pack("<3I", *block),
+                            GRID: struct.pack("<3I", *grid)})
+            unknown = frozenset(i for i in range(len(raw)) if i not in tracker.folded)
+            unknown_dims = frozenset(d for d, bit in ((BLOCK, 1), (GRID, 2)) if not tracker.dims & bit)
+        launch = Launch(tuple(raw), tuple(grid), tuple(block), arch, dict(zip(record.globals, addrs)), unknown, unknown_dims)
         keep_ir = "ir-dump" in _state.config.trace or _state.config.dump_ir
+        config = _state.config
+        may_compile = not config.compile_budget or Budget(config.compile_budget, config.compile_grace_ms).allows(stats.compile_ms, gpu_ms)
         faults.check("specialize")
         result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
-                                     driver_version=_state.driver_version or None)
+                                     driver_version=_state.driver_version or None, may_compile=may_compile)
+    except spec_mod.CompileBudgetSpent:
+        stats.budget_refusals += 1  # policy, not a failure: no warning
+        _trace("specialization", f"{record.demangled}: compile budget spent ({stats.compile_ms:.0f} ms compiling, "
+               f"{gpu_ms:.0f} ms on the GPU); running the original kernel")
+        return None
     except Exception as exc:
         reason = str(exc) if isinstance(exc, ProteusError) else f"{type(exc).__name__}: {exc}"
         stats.failures[reason] = stats.failures.get(reason, 0) + 1
@@ -211,7 +245,13 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         stats.memory_hits += 1
     stats.variants.append({"key": result.key[:16], "source": result.source,
                            "folded": {str(i): v for i, v in result.folded.items()},
-                           "block": list(block), "grid": list(grid), "ms": round(result.timings_ms.get("total", 0.0), 2)})
+                           "block": list(block), "grid": list(grid), "ms": round(result.timings_ms.get("total", 0.0), 2),
+                           "timings_ms": {k: round(v, 2) for k, v in result.timings_ms.items()},
+                           # enough to compile this variant again offline (proteus-rewrite prewarm)
+                           "launch": {"args": {str(i): raw[i].hex() for i in result.folded},
+                                      "unknown_dims": sorted(unknown_dims), "arch": arch,
+                                      "block": list(block), "grid": list(grid),
+                                      "globals": {g: a for g, a in zip(record.globals, addrs)}}})
     _trace("specialization", f"{record.demangled}: variant {result.key[:12]} ({result.source}) folded "
            f"{ {i: v for i, v in result.folded.items()} } block {tuple(block)} grid {tuple(grid)} "
            f"{result.timings_ms.get('total', 0.0):.1f} ms")
@@ -236,19 +276,20 @@ def write_report(path: str, counters: bytes) -> None:
     """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks."""
     assert _state is not None
     kernels, off = [], 0
-    while off + 36 <= len(counters):
-        kid, launches, hits, fallbacks, launch_errors = struct.unpack_from("<iQQQQ", counters, off)
-        end = counters.index(b"\0", off + 36)
-        name = counters[off + 36 : end].decode(errors="replace")
+    while off + 52 <= len(counters):
+        kid, launches, hits, fallbacks, launch_errors, compiling, gpu_us = struct.unpack_from("<iQQQQQQ", counters, off)
+        end = counters.index(b"\0", off + 52)
+        name = counters[off + 52 : end].decode(errors="replace")
         off = end + 1
-        entry = {"name": name, "launches": launches, "fallback_launches": fallbacks + launch_errors,
-                 "launch_errors": launch_errors}
+        entry = {"name": name, "launches": launches, "fallback_launches": fallbacks + launch_errors + compiling,
+                 "launch_errors": launch_errors, "launches_while_compiling": compiling,
+                 "gpu_ms_estimate": round(gpu_us / 1000.0, 3)}
         if kid >= 0:
             s = _state.stats[kid]
             entry.update(
                 demangled=s.demangled,
                 globals=list(_state.kernels[kid][1].globals),
-                specialized_launches=launches - fallbacks - launch_errors,
+                specialized_launches=launches - fallbacks - launch_errors - compiling,
                 table_hits=hits,
                 specializations=s.specializations,
                 memory_cache_hits=s.memory_hits,
@@ -256,13 +297,21 @@ def write_report(path: str, counters: bytes) -> None:
                 compile_ms=round(s.compile_ms, 2),
                 failures=s.failures,
                 variants=s.variants,
+                budget_refusals=s.budget_refusals,
             )
+            if s.tracker is not None:
+                record = _state.kernels[kid][1]
+                entry["tracker"] = {"distinct_variants": s.tracker.variants, "stopped_folding": s.tracker.dropped,
+                                    "folded_now": [record.params[i].index for i in sorted(s.tracker.folded)],
+                                    "dims_now": [d for d, bit in ((BLOCK, 1), (GRID, 2)) if s.tracker.dims & bit]}
         else:
             entry.update(specialized_launches=0, failures={"not specialized": fallbacks})
         kernels.append(entry)
     doc = {
         "tool": f"proteus-rewrite {__version__}",
         "pid": os.getpid(),
+        "driver_version": _state.driver_version,
+        "async_compilation": os.environ.get("PROTEUS_ASYNC_COMPILATION", ""),
         "seconds": round(time.time() - _state.started, 3),
         "stores": [t.app.name for t in _state.tables],
         "cache": {name: vars(s) for name, s in _state.cache.stats().items()},

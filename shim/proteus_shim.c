@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -118,6 +119,12 @@ REAL(CUresult, cuCtxGetCurrent, (CUcontext *));
 REAL(CUresult, cuCtxGetDevice, (CUdevice *));
 REAL(CUresult, cuDeviceGetAttribute, (int *, int, CUdevice));
 REAL(CUresult, cuDriverGetVersion, (int *));
+REAL(CUresult, cuCtxSetCurrent, (CUcontext));
+REAL(CUresult, cuEventCreate, (void **, unsigned));
+REAL(CUresult, cuEventRecord, (void *, CUstream));
+REAL(CUresult, cuEventQuery, (void *));
+REAL(CUresult, cuEventElapsedTime, (float *, void *, void *));
+REAL(CUresult, cuStreamIsCapturing, (CUstream, int *));
 REAL(void **, __cudaRegisterFatBinary, (void *));
 REAL(void, __cudaRegisterFatBinaryEnd, (void **));
 REAL(void, __cudaRegisterFunction, (void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *));
@@ -135,7 +142,8 @@ static void init_driver_calls(void) {
   LOAD(cuModuleLoadData); LOAD(cuModuleGetFunction);
   if (!real_cuModuleGetGlobal) real_cuModuleGetGlobal = cuda_sym("cuModuleGetGlobal_v2");   /* size_t version */
   LOAD(cuLibraryGetGlobal); LOAD(cuCtxGetCurrent); LOAD(cuCtxGetDevice); LOAD(cuDeviceGetAttribute);
-  LOAD(cuDriverGetVersion);
+  LOAD(cuDriverGetVersion); LOAD(cuCtxSetCurrent); LOAD(cuEventCreate); LOAD(cuEventRecord); LOAD(cuEventQuery);
+  LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing);
 #undef LOAD
 }
 
@@ -146,6 +154,10 @@ static void init_driver_calls(void) {
 
 enum { OWNER_NONE, OWNER_MODULE, OWNER_LIBRARY, OWNER_RUNTIME };
 enum { K_UNRESOLVED, K_ACTIVE, K_DISABLED };
+enum { SAMPLE_IDLE, SAMPLE_RECORDING, SAMPLE_PENDING, SAMPLE_OFF };
+#ifndef PROTEUS_ASYNC_DEFAULT
+#define PROTEUS_ASYNC_DEFAULT 0   /* upstream's default; see README "Specialization policy" */
+#endif
 
 typedef struct var_reg { struct var_reg *next; const void *fatbin; const void *host; char *name; } var_reg;
 
@@ -156,12 +168,22 @@ typedef struct kinfo {
   char *name;
   int owner_kind;
   void *owner;             /* CUmodule, CUlibrary, or the runtime's fat binary handle */
-  uint32_t nparams, dims_in_key;
+  uint32_t nparams;
   uint32_t sizes[MAX_PARAMS];
-  uint8_t fold[MAX_PARAMS];
+  /* What the key holds: folded arguments, block (bit 0) and grid (bit 1). The value tracker
+   * may fold less later; `gen` is a sequence lock around such a change (odd while it happens),
+   * so the lock-free hit path never builds a key from half of an old and half of a new policy. */
+  _Atomic uint32_t gen;
+  _Atomic uint8_t fold[MAX_PARAMS];
+  _Atomic uint32_t dims_in_key;
   uint32_t nglobals;
   char **globals;
-  _Atomic uint64_t launches, hits, fallbacks, launch_errors;
+  _Atomic uint64_t launches, hits, fallbacks, launch_errors, pending_launches;
+  /* GPU time, sampled with a pair of events on a few launches, for the compile budget */
+  void *ev[2];
+  CUcontext ev_ctx;
+  _Atomic int sample_state;   /* SAMPLE_* */
+  _Atomic uint64_t sampled_ns, samples;
   struct kinfo *next_all;
 } kinfo;
 
@@ -170,7 +192,8 @@ typedef struct {
   uint64_t hash;
   kinfo *ki;
   CUcontext ctx;
-  CUfunction fn;           /* NULL: this variant failed, run the original */
+  _Atomic(CUfunction) fn;  /* NULL: failed, or still compiling in the background: run the original */
+  _Atomic int pending;
   uint32_t keylen;
   uint8_t key[];
 } sentry;
@@ -283,7 +306,7 @@ static struct {
   PyObject *None;
 } py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
-static PyObject *f_kernel_info, *f_specialize, *f_load_failed, *f_write_report;
+static PyObject *f_kernel_info, *f_specialize, *f_policy, *f_load_failed, *f_write_report;
 static int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 static char shim_dir[4096];
@@ -382,9 +405,10 @@ static int python_ready(void) {
     PyObject *r = init ? py.CallFunction(init, "si", shim_dir, drv) : NULL;
     f_kernel_info = py.GetAttrString(rt, "kernel_info");
     f_specialize = py.GetAttrString(rt, "specialize");
+    f_policy = py.GetAttrString(rt, "policy");
     f_load_failed = py.GetAttrString(rt, "load_failed");
     f_write_report = py.GetAttrString(rt, "write_report");
-    if (r && f_kernel_info && f_specialize && f_load_failed && f_write_report) { py.DecRef(r); ok = 1; } else py.ErrPrint();
+    if (r && f_kernel_info && f_specialize && f_policy && f_load_failed && f_write_report) { py.DecRef(r); ok = 1; } else py.ErrPrint();
   }
   py.GILStateRelease(g);
   py_state = ok ? 1 : -1;
@@ -427,13 +451,21 @@ static void resolve(kinfo *ki) {
     if (blob && n >= 16) {
       memcpy(hdr, blob, 16);
       if (hdr[1] <= MAX_PARAMS && (size_t)n >= 16 + hdr[1] * 5u) {
-        ki->kid = (int)hdr[0]; ki->nparams = hdr[1]; ki->dims_in_key = hdr[2]; ki->nglobals = hdr[3];
+        ki->kid = (int)hdr[0]; ki->nparams = hdr[1]; ki->nglobals = hdr[3];
+        atomic_store(&ki->dims_in_key, hdr[2]);
         memcpy(ki->sizes, blob + 16, hdr[1] * 4u);
-        memcpy(ki->fold, blob + 16 + hdr[1] * 4u, hdr[1]);
+        for (uint32_t i = 0; i < hdr[1]; i++) atomic_store(&ki->fold[i], blob[16 + hdr[1] * 4u + i]);
         ki->globals = calloc(ki->nglobals + 1, sizeof(char *));
         const char *p = (const char *)blob + 16 + hdr[1] * 5u, *end = (const char *)blob + n;
         for (uint32_t i = 0; ki->globals && i < ki->nglobals && p < end; i++) { ki->globals[i] = strdup(p); p += strlen(p) + 1; }
         state = K_ACTIVE;
+        /* Events for sampling GPU time, made here (a miss) so the hit path never allocates them */
+        CUcontext ctx = NULL;
+        if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
+            real_cuEventCreate(&ki->ev[0], 0) == CUDA_SUCCESS && real_cuEventCreate(&ki->ev[1], 0) == CUDA_SUCCESS)
+          ki->ev_ctx = ctx;
+        else
+          atomic_store(&ki->sample_state, SAMPLE_OFF);
       }
     }
     free(blob);
@@ -481,22 +513,103 @@ static void variant_insert(sentry *ne) {   /* caller holds jit_lock */
   }
 }
 
-/* Compile a variant (miss path). jit_lock held. */
-static CUfunction compile_variant(kinfo *ki, void **params, dim3 grid, dim3 block) {
-  size_t total = 0;
-  for (uint32_t i = 0; i < ki->nparams; i++) total += ki->sizes[i];
-  uint8_t *args = malloc(total ? total : 1);
-  uint64_t *addrs = calloc(ki->nglobals + 1, sizeof(uint64_t));
-  if (!args || !addrs) { free(args); free(addrs); return NULL; }
-  for (uint32_t i = 0, off = 0; i < ki->nparams; off += ki->sizes[i], i++) memcpy(args + off, params[i], ki->sizes[i]);
-  for (uint32_t i = 0; i < ki->nglobals; i++) addrs[i] = global_address(ki, ki->globals[i]);
-  int g = py.GILStateEnsure();
+/* The bytes that select a variant: the policy generation, folded arguments, then block and
+ * grid when they matter. Returns the key length, or -1 when it does not fit (the kernel then
+ * runs unspecialized). */
+static int build_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key, uint32_t gen) {
+  uint32_t len = 4;
+  memcpy(key, &gen, 4);
+  for (uint32_t i = 0; i < ki->nparams; i++) {
+    if (!atomic_load_explicit(&ki->fold[i], memory_order_relaxed)) continue;
+    if (len + ki->sizes[i] > MAX_KEY - 24) return -1;
+    memcpy(key + len, params[i], ki->sizes[i]);
+    len += ki->sizes[i];
+  }
+  uint32_t dims = atomic_load_explicit(&ki->dims_in_key, memory_order_relaxed);
+  if (dims & 1) { memcpy(key + len, &block, 12); len += 12; }
+  if (dims & 2) { memcpy(key + len, &grid, 12); len += 12; }
+  return (int)len;
+}
+
+/* build_key under the sequence lock, for the hit path: -2 when the policy changed meanwhile. */
+static inline int stable_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key) {
+  uint32_t g = atomic_load_explicit(&ki->gen, memory_order_acquire);
+  if (g & 1) return -2;
+  int len = build_key(ki, params, grid, block, key, g);
+  atomic_thread_fence(memory_order_acquire);
+  return atomic_load_explicit(&ki->gen, memory_order_relaxed) == g ? len : -2;
+}
+
+static inline uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
+  return hash_bytes(key, len, (uint64_t)(uintptr_t)ki ^ mix64((uint64_t)(uintptr_t)ctx));
+}
+
+/* Python's current policy for a kernel (u32 dims; u8 fold[nparams]), fetched with the GIL
+ * held and applied later with jit_lock held: never both locks at once in a worker. */
+static uint8_t *fetch_policy(kinfo *ki, ssize_t *n) {
+  return py_bytes(py.CallFunction(f_policy, "i", ki->kid), n);
+}
+
+static void apply_policy(kinfo *ki, const uint8_t *pol, ssize_t n) {   /* jit_lock held */
+  if (!pol || n != 4 + (ssize_t)ki->nparams) return;
+  uint32_t dims;
+  memcpy(&dims, pol, 4);
+  int same = dims == atomic_load(&ki->dims_in_key);
+  for (uint32_t i = 0; same && i < ki->nparams; i++) same = pol[4 + i] == atomic_load(&ki->fold[i]);
+  if (same) return;
+  uint32_t g = atomic_load_explicit(&ki->gen, memory_order_relaxed);
+  atomic_store_explicit(&ki->gen, g + 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  for (uint32_t i = 0; i < ki->nparams; i++) atomic_store_explicit(&ki->fold[i], pol[4 + i], memory_order_relaxed);
+  atomic_store_explicit(&ki->dims_in_key, dims, memory_order_relaxed);
+  atomic_store_explicit(&ki->gen, g + 2, memory_order_release);
+}
+
+/* Estimated GPU time the kernel has used so far: mean sampled time x launches. */
+static double gpu_ms(kinfo *ki) {
+  uint64_t n = atomic_load(&ki->samples);
+  return n ? (double)atomic_load(&ki->sampled_ns) / (double)n * (double)atomic_load(&ki->launches) / 1e6 : 0.0;
+}
+
+/* One compile request: everything the specializer needs, copied out of the launch. */
+typedef struct job {
+  struct job *next;
+  kinfo *ki;
+  sentry *e;
+  CUcontext ctx;
+  dim3 grid, block;
+  size_t nargs;
+  uint8_t *args;
+  uint64_t *addrs;
+  double gpu_ms;
+  int arch;
+} job;
+
+static job *make_job(kinfo *ki, CUcontext ctx, void **params, dim3 grid, dim3 block) {
+  job *j = calloc(1, sizeof *j);
+  if (!j) return NULL;
+  for (uint32_t i = 0; i < ki->nparams; i++) j->nargs += ki->sizes[i];
+  j->args = malloc(j->nargs ? j->nargs : 1);
+  j->addrs = calloc(ki->nglobals + 1, sizeof(uint64_t));
+  if (!j->args || !j->addrs) { free(j->args); free(j->addrs); free(j); return NULL; }
+  for (uint32_t i = 0, off = 0; i < ki->nparams; off += ki->sizes[i], i++) memcpy(j->args + off, params[i], ki->sizes[i]);
+  for (uint32_t i = 0; i < ki->nglobals; i++) j->addrs[i] = global_address(ki, ki->globals[i]);
+  j->ki = ki; j->ctx = ctx; j->grid = grid; j->block = block; j->gpu_ms = gpu_ms(ki); j->arch = current_arch();
+  return j;
+}
+
+static void free_job(job *j) { free(j->args); free(j->addrs); free(j); }
+
+/* Specialize and load one variant; the result goes to j->e. The caller holds the GIL; the
+ * context is current. *pol receives the kernel's policy after this compilation. */
+static CUfunction run_job(job *j, uint8_t **pol, ssize_t *npol) {
+  kinfo *ki = j->ki;
   ssize_t n = 0;
-  uint8_t *image = py_bytes(py.CallFunction(f_specialize, "iy#(III)(III)y#i", ki->kid,
-                                            (const char *)args, (ssize_t)total, grid.x, grid.y, grid.z, block.x, block.y,
-                                            block.z, (const char *)addrs, (ssize_t)(ki->nglobals * 8), current_arch()),
+  uint8_t *image = py_bytes(py.CallFunction(f_specialize, "iy#(III)(III)y#id", ki->kid, (const char *)j->args, (ssize_t)j->nargs,
+                                            j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
+                                            (const char *)j->addrs, (ssize_t)(ki->nglobals * 8), j->arch, j->gpu_ms),
                             &n);
-  free(args); free(addrs);
+  *pol = fetch_policy(ki, npol);
   CUfunction fn = NULL;
   if (image) {
     CUmodule mod;
@@ -510,34 +623,108 @@ static CUfunction compile_variant(kinfo *ki, void **params, dim3 grid, dim3 bloc
     }
     free(image);
   }
-  py.GILStateRelease(g);
   return fn;
 }
 
-/* The bytes that select a variant: folded arguments, then block and grid when they matter.
- * Returns the key length, or -1 when it does not fit (then the kernel runs unspecialized). */
-static int build_key(const kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key) {
-  uint32_t len = 0;
-  for (uint32_t i = 0; i < ki->nparams; i++) {
-    if (!ki->fold[i]) continue;
-    if (len + ki->sizes[i] > MAX_KEY - 24) return -1;
-    memcpy(key + len, params[i], ki->sizes[i]);
-    len += ki->sizes[i];
+/* ---- asynchronous compilation (PROTEUS_ASYNC_COMPILATION): a miss queues a job and runs
+ * the original kernel; workers compile and publish the function into the pending entry. */
+static int g_async = -1, g_async_threads = 1;
+static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
+static job *q_head, *q_tail;
+static int q_stop, q_busy, q_workers;
+
+static void *worker(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&q_lock);
+    while (!q_head && !q_stop) pthread_cond_wait(&q_cond, &q_lock);
+    if (q_stop) { pthread_mutex_unlock(&q_lock); return NULL; }
+    job *j = q_head;
+    q_head = j->next;
+    if (!q_head) q_tail = NULL;
+    q_busy++;
+    pthread_mutex_unlock(&q_lock);
+
+    uint8_t *pol = NULL; ssize_t npol = 0;
+    CUfunction fn = NULL;
+    if (real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
+      int g = py.GILStateEnsure();
+      fn = run_job(j, &pol, &npol);
+      py.GILStateRelease(g);
+    }
+    pthread_mutex_lock(&jit_lock);
+    apply_policy(j->ki, pol, npol);
+    pthread_mutex_unlock(&jit_lock);
+    atomic_store_explicit(&j->e->fn, fn, memory_order_release);
+    atomic_store_explicit(&j->e->pending, 0, memory_order_release);
+    free(pol);
+    free_job(j);
+
+    pthread_mutex_lock(&q_lock);
+    q_busy--;
+    pthread_cond_broadcast(&q_cond);
+    pthread_mutex_unlock(&q_lock);
   }
-  if (ki->dims_in_key & 1) { memcpy(key + len, &block, 12); len += 12; }
-  if (ki->dims_in_key & 2) { memcpy(key + len, &grid, 12); len += 12; }
-  return (int)len;
 }
 
-static inline uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
-  return hash_bytes(key, len, (uint64_t)(uintptr_t)ki ^ mix64((uint64_t)(uintptr_t)ctx));
+/* At exit, before the CUDA runtime tears its context down (registered after it, so run
+ * before it): drop queued jobs and wait for the ones compiling. */
+static void stop_workers(void) {
+  pthread_mutex_lock(&q_lock);
+  q_stop = 1;
+  while (q_head) { job *j = q_head; q_head = j->next; free_job(j); }
+  q_tail = NULL;
+  pthread_cond_broadcast(&q_cond);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 10;
+  while (q_busy && pthread_cond_timedwait(&q_cond, &q_lock, &until) == 0) {}
+  pthread_mutex_unlock(&q_lock);
+}
+
+static void read_async_env(void) {   /* jit_lock held */
+  if (g_async >= 0) return;
+  const char *a = getenv("PROTEUS_ASYNC_COMPILATION"), *t = getenv("PROTEUS_ASYNC_THREADS");
+  g_async = a ? (a[0] == '1' || a[0] == 't' || a[0] == 'T' || a[0] == 'y') : PROTEUS_ASYNC_DEFAULT;
+  g_async_threads = t && atoi(t) > 0 ? atoi(t) : 1;
+  if (g_async_threads > 64) g_async_threads = 64;
+}
+
+static int enqueue(job *j) {   /* jit_lock held */
+  pthread_mutex_lock(&q_lock);
+  if (q_stop) { pthread_mutex_unlock(&q_lock); return 0; }
+  if (!q_workers) {
+    for (int i = 0; i < g_async_threads; i++) {
+      pthread_t t;
+      if (pthread_create(&t, NULL, worker, NULL) == 0) { pthread_detach(t); q_workers++; }
+    }
+    if (q_workers) atexit(stop_workers);
+  }
+  if (!q_workers) { pthread_mutex_unlock(&q_lock); return 0; }
+  j->next = NULL;
+  if (q_tail) q_tail->next = j; else q_head = j;
+  q_tail = j;
+  pthread_cond_signal(&q_cond);
+  pthread_mutex_unlock(&q_lock);
+  return 1;
+}
+
+static sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending) {
+  sentry *ne = malloc(sizeof *ne + len);
+  if (!ne) return NULL;
+  ne->hash = key_hash(ki, ctx, key, len); ne->ki = ki; ne->ctx = ctx; ne->keylen = len;
+  atomic_init(&ne->fn, fn); atomic_init(&ne->pending, pending);
+  memcpy(ne->key, key, len);
+  return ne;
 }
 
 /* The specialized function for this launch, or NULL to run the original. */
-static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block) {
+static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block, kinfo **kio) {
   read_env();
   if (g_disable) return NULL;
   kinfo *ki = handle_lookup(handle);
+  *kio = ki;
   if (!ki) return NULL;
   atomic_fetch_add_explicit(&ki->launches, 1, memory_order_relaxed);
   if (g_trace_launch) fprintf(stderr, "proteus: launch %s grid %u,%u,%u block %u,%u,%u\n", ki->name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
@@ -548,37 +735,95 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block)
   uint8_t key[MAX_KEY];
   int len;
   if (state == K_ACTIVE) {   /* the hot path: hash, probe, launch */
-    if ((len = build_key(ki, params, grid, block, key)) < 0) goto original;
-    sentry *e = variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);
+    if ((len = stable_key(ki, params, grid, block, key)) == -1) goto original;
+    sentry *e = len < 0 ? NULL : variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);
     if (e) {
-      if (!e->fn) goto original;
-      atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
-      return e->fn;
+      CUfunction fn = atomic_load_explicit(&e->fn, memory_order_acquire);
+      if (fn) { atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed); return fn; }
+      if (atomic_load_explicit(&e->pending, memory_order_acquire)) goto compiling;
+      goto original;
     }
   }
-  /* Miss: resolve the kernel (first launch) and compile, one at a time. */
+  /* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
   CUfunction fn = NULL;
+  int queued = 0;
   pthread_mutex_lock(&jit_lock);
+  read_async_env();
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
-  if (atomic_load(&ki->state) == K_ACTIVE && (len = build_key(ki, params, grid, block, key)) >= 0) {
-    uint64_t h = key_hash(ki, ctx, key, len);
-    sentry *e = variant_lookup(h, ki, ctx, key, len);   /* another thread may have compiled it meanwhile */
-    if (e) fn = e->fn;
-    else {
-      fn = compile_variant(ki, params, grid, block);
-      sentry *ne = malloc(sizeof *ne + len);
-      if (ne) {
-        ne->hash = h; ne->ki = ki; ne->ctx = ctx; ne->fn = fn; ne->keylen = len;
-        memcpy(ne->key, key, len);
-        variant_insert(ne);
+  uint32_t gen = atomic_load(&ki->gen);   /* stable: changed only under jit_lock */
+  if (atomic_load(&ki->state) == K_ACTIVE && (len = build_key(ki, params, grid, block, key, gen)) >= 0) {
+    sentry *e = variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);   /* compiled or queued meanwhile? */
+    if (e) {
+      fn = atomic_load(&e->fn);
+      queued = !fn && atomic_load(&e->pending);
+    } else {
+      job *j = make_job(ki, ctx, params, grid, block);
+      if (j && g_async) {
+        sentry *ne = new_entry(ki, ctx, key, len, NULL, 1);
+        if (ne && (j->e = ne) && enqueue(j)) { variant_insert(ne); queued = 1; j = NULL; }
+        else free(ne);
+      }
+      if (j) {   /* synchronous */
+        uint8_t *pol = NULL; ssize_t npol = 0;
+        int g = py.GILStateEnsure();
+        fn = run_job(j, &pol, &npol);
+        py.GILStateRelease(g);
+        apply_policy(ki, pol, npol);
+        free(pol);
+        free_job(j);
+        /* under the policy the specializer has just settled, which may fold less than before */
+        if ((len = build_key(ki, params, grid, block, key, atomic_load(&ki->gen))) >= 0 &&
+            !variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len)) {
+          sentry *ne = new_entry(ki, ctx, key, len, fn, 0);
+          if (ne) variant_insert(ne);
+        }
       }
     }
   }
   pthread_mutex_unlock(&jit_lock);
   if (fn) return fn;
+  if (queued) goto compiling;
 original:
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
   return NULL;
+compiling:
+  atomic_fetch_add_explicit(&ki->pending_launches, 1, memory_order_relaxed);
+  return NULL;
+}
+
+/* ---- GPU time samples: a pair of events around a few launches (the 2nd, then every 64th) */
+static inline int sample_begin(kinfo *ki, CUstream s) {
+  if (!ki || (atomic_load_explicit(&ki->launches, memory_order_relaxed) & 63) != 2) return 0;
+  int idle = SAMPLE_IDLE;
+  if (!atomic_compare_exchange_strong(&ki->sample_state, &idle, SAMPLE_RECORDING)) return 0;
+  CUcontext ctx = NULL;
+  int capturing = 1;
+  if (real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == ki->ev_ctx &&
+      real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS && !capturing &&   /* events would join a graph */
+      real_cuEventRecord(ki->ev[0], s) == CUDA_SUCCESS)
+    return 1;
+  atomic_store(&ki->sample_state, SAMPLE_IDLE);
+  return 0;
+}
+
+static inline void sample_end(kinfo *ki, CUstream s, int started) {
+  if (!started) return;
+  atomic_store(&ki->sample_state, real_cuEventRecord(ki->ev[1], s) == CUDA_SUCCESS ? SAMPLE_PENDING : SAMPLE_IDLE);
+}
+
+/* Collect a finished sample; called on later launches, never waits for the GPU. */
+static inline void sample_poll(kinfo *ki) {
+  if (!ki || atomic_load_explicit(&ki->sample_state, memory_order_acquire) != SAMPLE_PENDING) return;
+  int pending = SAMPLE_PENDING;
+  CUresult q = real_cuEventQuery(ki->ev[1]);
+  if (q == 600 /* CUDA_ERROR_NOT_READY */) return;
+  if (!atomic_compare_exchange_strong(&ki->sample_state, &pending, SAMPLE_RECORDING)) return;
+  float ms = 0;
+  if (q == CUDA_SUCCESS && real_cuEventElapsedTime(&ms, ki->ev[0], ki->ev[1]) == CUDA_SUCCESS && ms >= 0) {
+    atomic_fetch_add(&ki->sampled_ns, (uint64_t)(ms * 1e6));
+    atomic_fetch_add(&ki->samples, 1);
+  }
+  atomic_store(&ki->sample_state, q == CUDA_SUCCESS ? SAMPLE_IDLE : SAMPLE_OFF);
 }
 
 /* ------------------------------------------------------------------ driver API wrappers */
@@ -596,13 +841,18 @@ static __thread int in_runtime_launch;
 static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **),
                             CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, CUstream s, void **params, void **extra) {
-  CUfunction sf = in_runtime_launch ? NULL : pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz});
-  if (sf) {
-    CUresult r = real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-    if (r == CUDA_SUCCESS) return r;
-    launch_error(f);
-  }
-  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  if (in_runtime_launch) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  kinfo *ki = NULL;
+  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, &ki);
+  sample_poll(ki);
+  /* the per-thread default stream has a handle of its own for event records */
+  CUstream es = !s && real == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : s;
+  int sampled = sample_begin(ki, es);
+  CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra) : 1;
+  if (sf && r != CUDA_SUCCESS) launch_error(f);
+  if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  sample_end(ki, es, sampled);
+  return r;
 }
 
 static CUresult w_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -616,7 +866,8 @@ static CUresult w_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, un
 
 static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **),
                                const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
-  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}) : NULL;
+  kinfo *ki = NULL;
+  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, &ki) : NULL;
   if (sf) {
     if (real(c, sf, params, extra) == CUDA_SUCCESS) return CUDA_SUCCESS;
     launch_error(f);
@@ -629,7 +880,8 @@ static CUresult w_cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, v
 static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **),
                           CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shmem, CUstream s, void **params) {
-  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz});
+  kinfo *ki = NULL;
+  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, &ki);
   if (sf) {
     if (real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) == CUDA_SUCCESS) return CUDA_SUCCESS;
     launch_error(f);
@@ -810,14 +1062,22 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
                                   CUresult (*drv)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **),
                                   const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
   init_driver_calls();
-  CUfunction sf = drv ? pick(func, args, grid, block) : NULL;
+  kinfo *ki = NULL;
+  CUfunction sf = drv ? pick(func, args, grid, block, &ki) : NULL;
+  sample_poll(ki);
+  CUstream es = !stream && drv == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : stream;
+  int sampled = sample_begin(ki, es);
   if (sf) {
-    if (drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) return 0;
+    if (drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) {
+      sample_end(ki, es, sampled);
+      return 0;
+    }
     launch_error(func);
   }
   in_runtime_launch = 1;
   cudaError_t r = real(func, grid, block, args, shmem, stream);
   in_runtime_launch = 0;
+  sample_end(ki, es, sampled);
   return r;
 }
 EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
@@ -829,7 +1089,8 @@ EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block
 EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func, void **args) {
   init_driver_calls();
   if (c && c->numAttrs == 0 && real_cuLaunchKernel) {   /* with attributes: leave it to the runtime */
-    CUfunction sf = pick(func, args, c->gridDim, c->blockDim);
+    kinfo *ki = NULL;
+    CUfunction sf = pick(func, args, c->gridDim, c->blockDim, &ki);
     if (sf) {
       if (real_cuLaunchKernel(sf, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
                               (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS)
@@ -853,17 +1114,19 @@ __attribute__((constructor)) static void proteus_init(void) {
 __attribute__((destructor)) static void proteus_fini(void) {
   const char *path = getenv("PROTEUS_REPORT");
   if (!path || !all_kernels) return;
-  /* per kernel: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch errors, name\0 */
+  /* per kernel: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch errors,
+   * launches while compiling, sampled GPU ms x 1000, name\0 */
   size_t n = 0;
   for (kinfo *k = all_kernels; k; k = k->next_all) n++;
-  uint8_t *buf = calloc(n, 36 + 256);
+  uint8_t *buf = calloc(n, 52 + 256);
   if (!buf) return;
   size_t len = 0;
   for (kinfo *k = all_kernels; k; k = k->next_all) {
     if (!atomic_load(&k->launches)) continue;
     int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
-    uint64_t c[4] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors)};
-    memcpy(buf + len, &kid, 4); memcpy(buf + len + 4, c, 32); len += 36;
+    uint64_t c[6] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
+                     atomic_load(&k->pending_launches), (uint64_t)(gpu_ms(k) * 1000.0)};
+    memcpy(buf + len, &kid, 4); memcpy(buf + len + 4, c, 48); len += 52;
     size_t nl = strnlen(k->name, 255);
     memcpy(buf + len, k->name, nl); buf[len + nl] = 0; len += nl + 1;
   }
@@ -880,14 +1143,14 @@ __attribute__((destructor)) static void proteus_fini(void) {
       fprintf(f, "{\"python\": false, \"disabled\": %s, \"kernels\": [", g_disable ? "true" : "false");
       const char *sep = "";
       for (size_t off = 0; off < len;) {
-        uint64_t c[4]; memcpy(c, buf + off + 4, 32);
-        const char *name = (const char *)buf + off + 36;
+        uint64_t c[6]; memcpy(c, buf + off + 4, 48);
+        const char *name = (const char *)buf + off + 52;
         fprintf(f, "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": %llu, \"table_hits\": %llu, "
-                   "\"fallback_launches\": %llu, \"launch_errors\": %llu}", sep, name, (unsigned long long)c[0],
-                (unsigned long long)(c[0] - c[2] - c[3]), (unsigned long long)c[1], (unsigned long long)(c[2] + c[3]),
-                (unsigned long long)c[3]);
+                   "\"fallback_launches\": %llu, \"launch_errors\": %llu, \"launches_while_compiling\": %llu}", sep, name,
+                (unsigned long long)c[0], (unsigned long long)(c[0] - c[2] - c[3] - c[4]), (unsigned long long)c[1],
+                (unsigned long long)(c[2] + c[3] + c[4]), (unsigned long long)c[3], (unsigned long long)c[4]);
         sep = ", ";
-        off += 36 + strlen(name) + 1;
+        off += 52 + strlen(name) + 1;
       }
       fprintf(f, "]}\n");
       fclose(f);

@@ -1,5 +1,5 @@
 /* Unit tests of the shim's hot-path pieces, without a GPU: hashing, the handle table, the
- * variant table and key building. Built and run by tests/test_shim.py. */
+ * variant table, key building and policy changes. Built and run by tests/test_shim.py. */
 #include "proteus_shim.c"
 
 #include <assert.h>
@@ -32,27 +32,28 @@ static void test_keys_and_variants(void) {
   ki.nparams = 4;
   uint32_t sizes[4] = {4, 8, 4, 1};
   uint8_t fold[4] = {1, 0, 1, 1};
-  memcpy(ki.sizes, sizes, sizeof sizes); memcpy(ki.fold, fold, sizeof fold);
-  ki.dims_in_key = 1;
+  memcpy(ki.sizes, sizes, sizeof sizes);
+  for (int i = 0; i < 4; i++) atomic_store(&ki.fold[i], fold[i]);
+  atomic_store(&ki.dims_in_key, 1);
   int n = 42; void *ptr = (void *)0xdead; float f = 0.5f; uint8_t flag = 1;
   void *params[4] = {&n, &ptr, &f, &flag};
   uint8_t key[MAX_KEY];
   dim3 grid = {10, 1, 1}, block = {256, 1, 1};
-  int len = build_key(&ki, params, grid, block, key);
-  EXPECT(len == 4 + 4 + 1 + 12);   /* the pointer is not folded; block is in, grid is not */
-  EXPECT(!memcmp(key, &n, 4) && !memcmp(key + 4, &f, 4) && key[8] == 1);
+  int len = stable_key(&ki, params, grid, block, key);
+  EXPECT(len == 4 + 4 + 4 + 1 + 12);   /* generation; the pointer is not folded; block is in, grid is not */
+  EXPECT(!memcmp(key + 4, &n, 4) && !memcmp(key + 8, &f, 4) && key[12] == 1);
   void *other_ptr = (void *)0xbeef; void *params2[4] = {&n, &other_ptr, &f, &flag};
   uint8_t key2[MAX_KEY];
   dim3 grid2 = {99, 1, 1};
-  EXPECT(build_key(&ki, params2, grid2, block, key2) == len && !memcmp(key, key2, len));   /* same variant */
+  EXPECT(build_key(&ki, params2, grid2, block, key2, 0) == len && !memcmp(key, key2, len));   /* same variant */
   block.x = 128;
-  build_key(&ki, params, grid, block, key2);
+  build_key(&ki, params, grid, block, key2, 0);
   EXPECT(memcmp(key, key2, len) != 0);   /* another block size, another variant */
 
   CUcontext ctx = (CUcontext)0x1234;
   uint64_t h = key_hash(&ki, ctx, key, len);
   sentry *e = malloc(sizeof *e + len);
-  e->hash = h; e->ki = &ki; e->ctx = ctx; e->fn = (CUfunction)0x77; e->keylen = len; memcpy(e->key, key, len);
+  e->hash = h; e->ki = &ki; e->ctx = ctx; e->fn = (CUfunction)0x77; e->pending = 0; e->keylen = len; memcpy(e->key, key, len);
   variant_insert(e);
   EXPECT(variant_lookup(h, &ki, ctx, key, len) == e);
   EXPECT(variant_lookup(h, &ki, (CUcontext)0x9999, key, len) == NULL);   /* per context */
@@ -64,13 +65,62 @@ static void test_keys_and_variants(void) {
   big.nparams = 2; big.sizes[0] = MAX_KEY; big.fold[0] = 1;
   static uint8_t huge[MAX_KEY];
   void *bp[2] = {huge, huge};
-  EXPECT(build_key(&big, bp, grid, block, key) == -1);
+  EXPECT(build_key(&big, bp, grid, block, key, 0) == -1);
+
+  /* The tracker stops folding argument 0 and the block: the key changes generation and shrinks,
+   * so no entry made under the old policy can match a key made under the new one. */
+  uint8_t pol[4 + 4] = {0, 0, 0, 0, 0, 0, 1, 1};
+  key[0] ^= 1;   /* (restore) */
+  apply_policy(&ki, pol, sizeof pol);
+  EXPECT(atomic_load(&ki.gen) == 2);
+  int len2 = stable_key(&ki, params, grid, block, key2);
+  EXPECT(len2 == 4 + 4 + 1 && key2[0] == 2 && !memcmp(key2 + 4, &f, 4));
+  EXPECT(variant_lookup(key_hash(&ki, ctx, key2, len2), &ki, ctx, key2, len2) == NULL);
+  apply_policy(&ki, pol, sizeof pol);   /* no change: no new generation */
+  EXPECT(atomic_load(&ki.gen) == 2);
+  apply_policy(&ki, pol, 3);   /* malformed: ignored */
+  EXPECT(atomic_load(&ki.gen) == 2);
+  atomic_store(&ki.gen, 3);   /* a policy change in progress: the hit path steps aside */
+  EXPECT(stable_key(&ki, params, grid, block, key2) == -2);
+  atomic_store(&ki.gen, 2);
+}
+
+/* Readers on the hit path while the policy changes: every key they build is one a single
+ * generation could have produced. */
+static kinfo race;
+static _Atomic int race_stop, race_bad;
+static void *race_reader(void *arg) {
+  (void)arg;
+  int a = 7, b = 9; void *params[2] = {&a, &b};
+  dim3 d = {1, 1, 1};
+  uint8_t key[MAX_KEY];
+  while (!atomic_load(&race_stop)) {
+    int len = stable_key(&race, params, d, d, key);
+    if (len < 0) continue;
+    uint32_t g; memcpy(&g, key, 4);
+    int expect = 4 + ((g / 2) % 2 ? 4 : 8);   /* even generations fold both, odd halves fold one */
+    if (len != expect) atomic_store(&race_bad, 1);
+  }
+  return NULL;
+}
+static void test_policy_race(void) {
+  race.nparams = 2; race.sizes[0] = race.sizes[1] = 4;
+  atomic_store(&race.fold[0], 1); atomic_store(&race.fold[1], 1);
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, race_reader, NULL);
+  uint8_t both[6] = {0, 0, 0, 0, 1, 1}, one[6] = {0, 0, 0, 0, 1, 0};
+  for (int i = 0; i < 200000; i++) apply_policy(&race, i % 2 ? both : one, 6);
+  atomic_store(&race_stop, 1);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  EXPECT(!atomic_load(&race_bad));
+  EXPECT(atomic_load(&race.gen) == 400000);
 }
 
 int main(void) {
   test_hash();
   test_handles();
   test_keys_and_variants();
+  test_policy_race();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
   printf("shim unit tests: all passed\n");
   return 0;

@@ -62,6 +62,12 @@ class Config:
     cache_max_mb: float = 1024  # PROTEUS_CACHE_MAX_MB (ours)
     dump_ir: bool = False  # PROTEUS_DUMP_LLVM_IR
     trace: frozenset[str] = frozenset()  # PROTEUS_TRACE_OUTPUT: specialization;ir-dump;kernel-trace
+    # The specialization policy (ours; see proteus_rewrite/policy.py and README "Specialization policy")
+    tracker: bool = True  # PROTEUS_TRACKER
+    tracker_threshold: int = 8  # PROTEUS_TRACKER_THRESHOLD: T
+    tracker_ratio: float = 0.5  # PROTEUS_TRACKER_RATIO: R
+    compile_budget: float = 0.1  # PROTEUS_COMPILE_BUDGET: fraction of the kernel's GPU time; 0 = no budget
+    compile_grace_ms: float = 1000.0  # PROTEUS_COMPILE_GRACE_MS: what any kernel may spend regardless
 
     def for_kernel(self, *names: str) -> CodegenConfig:
         for n in names:
@@ -100,6 +106,11 @@ class Config:
             raise SpecializeError(f"PROTEUS_CACHE_MAX_MB={env['PROTEUS_CACHE_MAX_MB']!r}: expected a positive number of megabytes") from None
         trace = frozenset(t.strip() for t in (env.get("PROTEUS_TRACE_OUTPUT") or "").split(";") if t.strip())
         return cls(
+            tracker=_bool(env, "PROTEUS_TRACKER", True),
+            tracker_threshold=int(_number(env, "PROTEUS_TRACKER_THRESHOLD", 8, integer=True)),
+            tracker_ratio=_number(env, "PROTEUS_TRACKER_RATIO", 0.5),
+            compile_budget=_number(env, "PROTEUS_COMPILE_BUDGET", 0.1),
+            compile_grace_ms=_number(env, "PROTEUS_COMPILE_GRACE_MS", 1000.0),
             codegen=codegen,
             tuned=_tuned(env.get("PROTEUS_TUNED_KERNELS"), codegen),
             disable=_bool(env, "PROTEUS_DISABLE", False),
@@ -109,6 +120,20 @@ class Config:
             dump_ir=_bool(env, "PROTEUS_DUMP_LLVM_IR", False),
             trace=trace,
         )
+
+
+def _number(env, name: str, default: float, integer: bool = False) -> float:
+    text = (env.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text) if integer else float(text)
+        if not 0 <= value < float("inf"):
+            raise ValueError
+    except ValueError:
+        kind = "a non-negative integer" if integer else "a non-negative number"
+        raise SpecializeError(f"{name}={text!r}: expected {kind}") from None
+    return value
 
 
 _TUNED_FIELDS = {

@@ -108,6 +108,8 @@ def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan) -> l
 
 def _wants_sreg(reg: str, plan: Plan) -> bool:
     kind = reg.split(".")[0]
+    if (plan.block if kind in ("ntid", "tid") else plan.grid) is None:
+        return False
     if kind in ("ntid", "nctaid"):
         return plan.fold_dims or plan.dims_range
     if kind in ("tid", "ctaid"):

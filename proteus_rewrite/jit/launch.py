@@ -19,6 +19,7 @@ class Launch:
     arch: int  # the device's SM version, e.g. 90
     globals: dict[str, int] = field(default_factory=dict)  # device variable -> its address in the AOT module
     unknown: frozenset[int] = frozenset()  # parameters whose value is not known (never folded)
+    unknown_dims: frozenset[str] = frozenset()  # "block" / "grid": not folded, not bounding the kernel
 
     def check(self, kernel: KernelRecord) -> None:
         if len(self.args) != len(kernel.params):

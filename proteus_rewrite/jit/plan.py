@@ -12,8 +12,8 @@ class Plan:
     """What to specialize, decided before any compilation (it is also the cache key's content)."""
 
     folded: dict[int, str]  # parameter index -> IR constant text
-    block: Dim3
-    grid: Dim3
+    block: Dim3 | None  # None: not known to the code (the variant serves any block size)
+    grid: Dim3 | None
     fold_dims: bool
     dims_range: bool
     max_threads: Dim3 | None  # "nvvm.maxntid" for the new kernel, None to leave launch bounds alone

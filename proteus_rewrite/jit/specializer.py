@@ -35,6 +35,10 @@ log = logging.getLogger("proteus_rewrite")
 ALIGNMENTS = (128, 64, 32, 16, 8)
 
 
+class CompileBudgetSpent(SpecializeError):
+    """A new variant would need compiling, and the kernel's compile budget is spent."""
+
+
 @dataclass(frozen=True)
 class Result:
     key: str
@@ -64,7 +68,7 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
                 if best:
                     alignment[p.index] = best
     max_threads = min_ctas = None
-    if cg.specialize_launch_bounds:
+    if cg.specialize_launch_bounds and "block" not in launch.unknown_dims:
         threads = launch.block[0] * launch.block[1] * launch.block[2]
         declared = kernel.max_threads[0] * kernel.max_threads[1] * kernel.max_threads[2] if kernel.max_threads else None
         if declared is not None and threads > declared:
@@ -83,8 +87,8 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
         globals_ = {g: launch.globals[g] for g in kernel.globals}
     return Plan(
         folded=folded,
-        block=launch.block,
-        grid=launch.grid,
+        block=None if "block" in launch.unknown_dims else launch.block,
+        grid=None if "grid" in launch.unknown_dims else launch.grid,
         fold_dims=cg.specialize_dims,
         dims_range=cg.specialize_dims_range,
         max_threads=max_threads,
@@ -129,6 +133,7 @@ def specialize(
     keep_ir: bool = False,
     relink_globals: bool = True,
     driver_version: int | None = None,
+    may_compile: bool = True,
 ) -> Result:
     config = config or Config.from_env()
     cg = config.for_kernel(kernel.name, kernel.demangled)
@@ -158,6 +163,8 @@ def specialize(
             image = codegen.Cubin(entry.data, entry.arch) if entry.kind == "cubin" else codegen.PTX(entry.data.rstrip(b"\0").decode(), entry.arch)
             return Result(key, kernel.name, image, level, folded_values, plan, timings)
 
+    if not may_compile:
+        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent")
     from . import ir, pipeline  # llvmlite: only when compiling
 
     isa = ptx_target[1]

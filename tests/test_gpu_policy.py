@@ -1,0 +1,106 @@
+"""The specialization policy on the GPU: value tracker, compile budget, asynchronous
+compilation and prewarming, each checked against the native run's output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from .conftest import run_cli
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def recorded(samples, tmp_path_factory):
+    out = {}
+    for app in ("changing_scalars", "loop_count", "multi_kernel", "device_globals"):
+        d = tmp_path_factory.mktemp(app)
+        assert run_cli(str(samples / app), "-o", str(d)).returncode == 0
+        out[app] = d
+    return out
+
+
+def run(exe, args=(), **env):
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=dict(os.environ, **env), timeout=300)
+
+
+def under_shim(recorded, app, tmp_path, **env):
+    return {"LD_PRELOAD": str(recorded[app] / "libproteus.so"), "PROTEUS_CACHE_DIR": str(tmp_path / "cache"),
+            "PROTEUS_REPORT": str(tmp_path / "report.json"), **env}
+
+
+def kernel(tmp_path, name):
+    doc = json.loads((tmp_path / "report.json").read_text())
+    return next(k for k in doc["kernels"] if name in k["name"])
+
+
+def test_a_step_counter_compiles_a_bounded_number_of_variants(samples, recorded, tmp_path):
+    # k = launch index: a new value on every one of 1,000 launches; n and salt never change
+    args = ("1000", "1000", "1")
+    native = run(samples / "changing_scalars", args)
+    jit = run(samples / "changing_scalars", args, **under_shim(recorded, "changing_scalars", tmp_path))
+    assert jit.returncode == 0 and jit.stdout == native.stdout and "warning" not in jit.stderr, jit.stderr
+    k = kernel(tmp_path, "accumulate_step")
+    # the bound: T + 1 variants with the counter folded, then one that keeps it a parameter
+    assert k["specializations"] == 8 + 2
+    assert k["tracker"]["stopped_folding"] == ["2"]  # k (argument 2); n (1) and salt (3) stay folded
+    assert k["tracker"]["folded_now"] == [1, 3]
+    assert k["specialized_launches"] == 1000 and k["fallback_launches"] == 0
+    assert k["gpu_ms_estimate"] > 0  # sampled with events
+
+
+def test_eight_threads_with_changing_scalars_stay_bounded(samples, recorded, tmp_path):
+    args = ("1000", "1000", "8")
+    native = run(samples / "changing_scalars", args)
+    jit = run(samples / "changing_scalars", args, **under_shim(recorded, "changing_scalars", tmp_path))
+    assert jit.returncode == 0 and jit.stdout == native.stdout and "warning" not in jit.stderr, jit.stderr
+    k = kernel(tmp_path, "accumulate_step")
+    assert k["specializations"] <= 2 * (8 + 2)  # k and then salt (one per thread) stop being folded
+    assert k["specialized_launches"] == 8000
+
+
+def test_asynchronous_compilation_gives_the_native_output(samples, recorded, tmp_path):
+    for app, args in (("changing_scalars", ("1000", "1000", "4")), ("loop_count", ()), ("multi_kernel", ()),
+                      ("device_globals", ())):
+        native = run(samples / app, args)
+        env = under_shim(recorded, app, tmp_path / app, PROTEUS_ASYNC_COMPILATION="1", PROTEUS_ASYNC_THREADS="2")
+        jit = run(samples / app, args, **env)
+        assert jit.returncode == 0 and jit.stdout == native.stdout and "warning" not in jit.stderr, (app, jit.stderr)
+        doc = json.loads((tmp_path / app / "report.json").read_text())
+        assert all(not k["failures"] and k["launch_errors"] == 0 for k in doc["kernels"]), doc
+        if app == "changing_scalars":  # long enough for the background compilation to be picked up
+            k = doc["kernels"][0]
+            assert k["specialized_launches"] > 0 and k["launches_while_compiling"] > 0
+            assert k["specialized_launches"] + k["launches_while_compiling"] == 4000
+
+
+def test_prewarmed_cache_means_zero_compilations(samples, recorded, tmp_path):
+    for app in ("loop_count", "changing_scalars", "device_globals"):
+        args = ("300", "300", "1") if app == "changing_scalars" else ()
+        first = run(samples / app, args, **under_shim(recorded, app, tmp_path / "first"))
+        assert first.returncode == 0
+        shipped = tmp_path / f"shipped-{app}"
+        pre = run_cli("prewarm", str(recorded[app]), "--from", str(tmp_path / "first" / "report.json"),
+                      "--cache-dir", str(shipped))
+        assert pre.returncode == 0, pre.stderr
+        assert "compiled" in pre.stderr and "failed" not in pre.stderr, pre.stderr
+        env = under_shim(recorded, app, tmp_path / "second", PROTEUS_CACHE_DIR=str(shipped))
+        second = run(samples / app, args, **env)
+        assert second.returncode == 0 and second.stdout == first.stdout
+        doc = json.loads((tmp_path / "second" / "report.json").read_text())
+        assert sum(k["specializations"] for k in doc["kernels"]) == 0, (app, doc)
+        assert sum(k["disk_cache_hits"] for k in doc["kernels"]) > 0
+
+
+def test_a_spent_compile_budget_runs_the_original_kernel_quietly(samples, recorded, tmp_path):
+    args = ("500", "500", "1")
+    native = run(samples / "changing_scalars", args)
+    env = under_shim(recorded, "changing_scalars", tmp_path, PROTEUS_COMPILE_GRACE_MS="0", PROTEUS_COMPILE_BUDGET="1e-9")
+    jit = run(samples / "changing_scalars", args, **env)
+    assert jit.returncode == 0 and jit.stdout == native.stdout and "warning" not in jit.stderr, jit.stderr
+    k = kernel(tmp_path, "accumulate_step")
+    assert k["specializations"] == 0 and k["budget_refusals"] > 0 and k["specialized_launches"] == 0

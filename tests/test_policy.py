@@ -1,0 +1,62 @@
+"""The specialization policy: value tracker and compile budget (pure Python, no GPU)."""
+
+from __future__ import annotations
+
+import struct
+
+from proteus_rewrite.policy import BLOCK, GRID, Budget, Tracker
+
+
+def launch(tracker: Tracker, step: int, alpha: float = 2.0, block: int = 256, grid: int = 64) -> None:
+    values = {0: struct.pack("<i", step), 1: struct.pack("<f", alpha), BLOCK: struct.pack("<3I", block, 1, 1),
+              GRID: struct.pack("<3I", grid, 1, 1)}
+    tracker.before({k: v for k, v in values.items()})
+
+
+def test_a_changing_scalar_stops_being_folded_after_T_variants_and_a_constant_one_stays():
+    t = Tracker(threshold=8, ratio=0.5, folded={0, 1}, dims=3)
+    for step in range(1000):
+        launch(t, step)
+        if 0 not in t.folded:
+            break
+    assert t.dropped == ["0"]
+    assert t.folded == {1} and t.dims == 3  # the constant and the dims are still folded
+    assert t.variants == 10  # T + 1 variants with the counter folded, then the generic one
+    for step in range(1000, 2000):  # from here on every launch is the same variant: no new ones
+        launch(t, step)
+    assert t.variants == 10
+
+
+def test_few_distinct_values_stay_folded():
+    t = Tracker(threshold=8, ratio=0.5, folded={0, 1}, dims=3)
+    for i in range(500):
+        launch(t, i % 3, alpha=float(i % 2))  # 3 x 2 combinations
+    assert t.dropped == [] and t.variants == 6
+
+
+def test_changing_grid_stops_grid_folding_only():
+    t = Tracker(threshold=4, ratio=0.5, folded={0, 1}, dims=3)
+    for g in range(1, 100):
+        launch(t, 7, grid=g)
+    assert t.dropped == [GRID] and t.dims == 1 and t.folded == {0, 1}
+
+
+def test_annotated_arguments_are_never_dropped():
+    t = Tracker(threshold=2, ratio=0.5, folded={0, 1}, dims=0, fixed=frozenset({0}))
+    for step in range(50):
+        launch(t, step)
+    assert 0 in t.folded and t.dropped == []
+    assert t.variants == 50  # annotation is the user's word: every value is a variant
+
+
+def test_the_same_values_again_are_not_a_new_variant():
+    t = Tracker(threshold=1, ratio=0.1, folded={0}, dims=0)
+    for _ in range(10):
+        launch(t, 5)
+    assert t.variants == 1 and t.dropped == []
+
+
+def test_budget():
+    b = Budget(fraction=0.1, grace_ms=1000)
+    assert b.allows(999, 0) and not b.allows(1000, 0)
+    assert b.allows(1500, 20000) and not b.allows(2000, 20000)
