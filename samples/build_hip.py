@@ -122,7 +122,8 @@ def build_app(name: str, app: App, out: Path, args) -> str:
                  *(["-compress"] if app.compress else [])])
             obj = objdir / f"{src.stem}.o"
             run([args.clang, *hip_flags(args.clang), "-Xclang", f"-cuid={src.stem}", "--cuda-host-only",
-                 *[f"--offload-arch={a}" for a in args.arch],                  "-Xclang", "-fcuda-include-gpubinary", "-Xclang", str(fatbin), "-c", str(src), "-o", str(obj)])
+                 *[f"--offload-arch={a}" for a in args.arch], "-Xclang", "-fcuda-include-gpubinary", "-Xclang",
+                 str(fatbin), "-c", str(src), "-o", str(obj)])
             objs.append(str(obj))
         run([args.clang, *objs, *libs, "-o", str(tmp)])
     tmp.replace(exe)

@@ -6,7 +6,9 @@ entry     fat binary entries and their decompression (zstd, LZ4)
 cubin     device ELF: kernels, parameter records, embedded bitcode
 ptx       PTX entry points and embedded bitcode
 bitcode   LLVM bitcode: kernel signatures, globals, launch bounds, annotations
-kernels   the kernel table built from all of the above
+offload_bundle  clang offload bundles (HIP's .hip_fatbin), plain or CCOB-compressed
+amdgpu_codeobj  AMDGPU code objects: target, kernarg layout (metadata note), embedded bitcode
+kernels   the kernel table built from all of the above (hip: its HIP half)
 table     the kernel table's records (plain data)
 """
 

@@ -122,7 +122,7 @@ def analyze(bitcode: bytes) -> BitcodeModule:
             name=f.name,
             params=tuple(_param(i, a, module, td) for i, a in enumerate(f.arguments)),
             globals=tuple(sorted(_reachable_globals(f.name, refs, globals_))),
-            max_threads=_dims(attrs.get("nvvm.maxntid")),
+            max_threads=_dims(attrs.get("nvvm.maxntid")) or _flat_bound(attrs.get("amdgpu-flat-work-group-size")),
             min_ctas=int(attrs["nvvm.minctasm"]) if attrs.get("nvvm.minctasm", "").isdigit() else None,
             jit_args=annotations.get(f.name),
         )
@@ -172,7 +172,9 @@ def _reachable_globals(root: str, refs: dict[str, set[str]], globals_: dict[str,
 
 def _param(index: int, arg, module: llvm.ModuleRef, td: llvm.TargetData) -> Param:
     attrs = [a.decode("utf-8", "replace") for a in arg.attributes]
-    byval = next((a[len("byval(") : -1] for a in attrs if a.startswith("byval(")), None)
+    # AMDGPU passes a struct argument `byref` (a pointer into the kernarg segment), NVPTX `byval`:
+    # either way the parameter buffer holds the struct itself.
+    byval = next((a[len("byval(") : -1] for a in attrs if a.startswith(("byval(", "byref("))), None)
     align = next((int(a.split()[1]) for a in attrs if re.fullmatch(r"align \d+", a)), None)
     if byval is not None:
         size = natural_align = None
@@ -209,6 +211,18 @@ def _dims(value: str | None) -> tuple[int, int, int] | None:
     except ValueError:
         return None
     return tuple((parts + [1, 1, 1])[:3])  # type: ignore[return-value]
+
+
+def _flat_bound(value: str | None) -> tuple[int, int, int] | None:
+    """AMDGPU's "amdgpu-flat-work-group-size"="MIN,MAX" as (MAX, 1, 1); HIP's default
+    1,1024 (on every kernel without __launch_bounds__) is not a declared bound."""
+    if not value:
+        return None
+    try:
+        hi = int(value.split(",")[-1])
+    except ValueError:
+        return None
+    return None if hi == 1024 else (hi, 1, 1)
 
 
 def _jit_annotations(gvs: dict) -> dict[str, tuple[int, ...]]:

@@ -1,7 +1,8 @@
 """The kernel table: every kernel of an executable with its parameter layout and bitcode.
 
 Combines the per-format parsers: host ELF -> fat binary containers -> entries -> cubin
-(or PTX) -> embedded bitcode. The device code gives the authoritative parameter layout
+(or PTX) -> embedded bitcode. HIP executables (.hip_fatbin) take the same road through
+offload bundles and AMDGPU code objects (hip.py) and yield the same records. The device code gives the authoritative parameter layout
 (what the CUDA runtime copies at launch); the bitcode gives each parameter's LLVM type.
 
 -fgpu-rdc builds: each object carries its relocatable fat binary in `__nv_relfatbin`, and
@@ -66,7 +67,9 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
     section = elf.sections.get(hostelf.CUDA_FATBIN)
     if section is None:
         if hostelf.HIP_FATBIN in elf.sections:
-            raise NotCudaBinaryError("HIP binaries (.hip_fatbin) are not supported yet")
+            from . import hip
+
+            return hip.build(data, path, elf, progress)
         if hostelf.CUDA_RELFATBIN in elf.sections:
             raise NotCudaBinaryError(
                 "only relocatable device code (__nv_relfatbin) and no device-linked .nv_fatbin: "

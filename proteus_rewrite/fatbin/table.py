@@ -22,7 +22,7 @@ class KernelRecord:
     name: str
     demangled: str
     fatbin: int  # index into KernelTable.fatbins
-    arch: int  # SM version of the device code that defines the layout
+    arch: int | str  # SM version (CUDA, e.g. 90) or AMDGPU processor (HIP, e.g. "gfx90a") of its device code
     module: int | None  # index into KernelTable.modules; None when no bitcode defines it
     link_modules: tuple[int, ...]  # other modules to link with it (-fgpu-rdc)
     params: tuple[ParamRecord, ...]
@@ -31,7 +31,7 @@ class KernelRecord:
     max_threads: tuple[int, int, int] | None  # __launch_bounds__ (max threads per block)
     min_ctas: int | None  # __launch_bounds__ (min blocks per SM)
     jit_args: tuple[int, ...] | None  # annotate("jit", ...) indices, 1-based
-    layout_source: str  # "cubin" or "ptx"
+    layout_source: str  # "cubin", "ptx" or "codeobj" (an AMDGPU code object's metadata note)
 
     @property
     def has_bitcode(self) -> bool:
@@ -42,7 +42,7 @@ class KernelRecord:
 class ModuleRecord:
     index: int
     sha256: str
-    arch: int
+    arch: int | str
     fatbin: int
     source_filename: str
     triple: str
@@ -56,12 +56,12 @@ class ModuleRecord:
 
 @dataclass(frozen=True)
 class EntryRecord:
-    kind: str
-    arch: int
+    kind: str  # CUDA: ELF, PTX, ...; HIP: the offload bundle entry's kind (hipv4, host)
+    arch: int | str
     compression: str
     stored_size: int
     size: int
-    sha256: str = ""  # of the decompressed cubin: matches an app that loads the cubin itself
+    sha256: str = ""  # of the decompressed cubin or code object: matches an app that loads it itself
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,12 @@ class AppInfo:
     cudart: str
     rdc: bool
     rewritten: dict | None = None  # the .proteus_rewrite record, when the input is itself a rewritten app
+    platform: str = "cuda"  # "cuda" (.nv_fatbin) or "hip" (.hip_fatbin)
+
+
+def arch_name(arch: int | str) -> str:
+    """How a target is written: sm_90 for CUDA's SM versions, gfx90a for AMDGPU processors."""
+    return f"sm_{arch}" if isinstance(arch, int) else arch
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Code generation: LLVM IR -> PTX (llvmlite's NVPTX backend) -> cubin.
+"""Code generation: LLVM IR -> PTX (llvmlite's NVPTX backend) -> cubin; and for HIP,
+LLVM IR -> AMDGPU object (llvmlite's AMDGPU backend) -> code object (ld.lld).
 
 Code kinds are small classes rather than strings and flags. PTX becomes loadable code
 through one of three compilers (PROTEUS_PTX_COMPILER; "auto", the default, is nvJitLink,
@@ -48,7 +49,18 @@ class Cubin:
     arch: int
 
 
-Image = PTX | Cubin
+@dataclass(frozen=True)
+class CodeObject:
+    """A loadable AMDGPU code object (what hipModuleLoadData takes)."""
+
+    data: bytes
+    arch: str  # gfx90a
+
+
+Image = PTX | Cubin | CodeObject
+AMDGPU_TRIPLE = "amdgcn-amd-amdhsa"
+LLD_NAMES = ("ld.lld", "ld.lld-22", "ld.lld-21", "ld.lld-20", "ld.lld-19")
+ROCM_LLD = "/opt/rocm/llvm/bin/ld.lld"
 
 
 @functools.lru_cache(maxsize=None)
@@ -200,3 +212,49 @@ def _ptxas_compile(ptx: PTX, opt_level: int) -> bytes:
             raise SpecializeError(f"ptxas failed: {first}")
         with open(dst, "rb") as f:
             return f.read()
+
+
+@functools.lru_cache(maxsize=None)
+def amdgpu_target_machine(arch: str, opt_level: int):
+    """A target machine for one AMDGPU processor (e.g. gfx90a). llvmlite 0.50's LLVM 22
+    knows processors newer than the recorded bitcode's clang-19, so any arch LLVM 22 takes works."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    target = llvm.Target.from_triple(AMDGPU_TRIPLE)
+    return target.create_target_machine(cpu=arch, opt=opt_level, reloc="pic")
+
+
+def emit_amdgpu_object(module, tm) -> bytes:
+    """A relocatable AMDGPU ELF object: kernels, their descriptors and the metadata note."""
+    try:
+        return tm.emit_object(module)
+    except RuntimeError as exc:
+        raise SpecializeError(f"AMDGPU code generation failed: {str(exc).strip().splitlines()[0]}") from None
+
+
+def lld_path() -> str:
+    """ld.lld, which turns the object into a code object (a shared ELF the HIP runtime loads):
+    LLVM's own or ROCm's, any version that links AMDGPU objects."""
+    for name in LLD_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    if os.access(ROCM_LLD, os.X_OK):
+        return ROCM_LLD
+    raise SpecializeError("ld.lld not found (apt-get install lld-19, or ROCm's llvm/bin on PATH)")
+
+
+def link_code_object(obj: bytes, arch: str) -> CodeObject:
+    with tempfile.TemporaryDirectory(prefix="proteus-lld-") as tmp:
+        src, dst = os.path.join(tmp, "jit.o"), os.path.join(tmp, "jit.co")
+        with open(src, "wb") as f:
+            f.write(obj)
+        proc = subprocess.run([lld_path(), "-flavor", "gnu", "-m", "elf64_amdgpu", "--no-undefined", "-shared",
+                               src, "-o", dst], capture_output=True, text=True)
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
+            raise SpecializeError(f"ld.lld failed: {first}")
+        with open(dst, "rb") as f:
+            return CodeObject(f.read(), arch)

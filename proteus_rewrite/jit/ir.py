@@ -1,7 +1,8 @@
 """Specialized IR for one launch: recorded bitcode + launch values -> an LLVM module whose
 only kernel has the original name and signature.
 
-The technique (verified with llvmlite 0.50 / LLVM 22): the original kernel becomes an
+The technique (verified with llvmlite 0.50 / LLVM 22; AMDGPU modules take the same road,
+with the amdgpu_kernel calling convention and "amdgpu-flat-work-group-size" for the bound): the original kernel becomes an
 internal, always-inline function `__proteus_impl`, and a new kernel with the original name
 and parameter list calls it, passing constants for the folded arguments. After inlining,
 O3 sees the constants everywhere. Block and grid sizes are folded the same way: the
@@ -29,6 +30,11 @@ from ..fatbin.table import KernelRecord, KernelTable
 from .plan import Plan
 
 IMPL = "__proteus_impl"
+# Function attributes an AMDGPU wrapper kernel takes over from the original: its target, and
+# what the original was compiled under. The amdgpu-no-* facts are left for the backend's
+# attributor to find again, and the flat work-group size is the launch's own.
+AMDGPU_KEPT_ATTRS = ("target-cpu", "target-features", "uniform-work-group-size", "amdgpu-waves-per-eu",
+                     "denormal-fp-math", "denormal-fp-math-f32", "amdgpu-unsafe-fp-atomics", "no-trapping-math")
 SREG_PREFIX = "llvm.nvvm.read.ptx.sreg."
 SREG_RENAMED = "__proteus_sreg_"
 _BARE_NAME = re.compile(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*")
@@ -62,6 +68,8 @@ def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan) -> l
     except NameError:
         raise SpecializeError(f"{kernel.demangled}: the bitcode does not define {kernel.name}") from None
     params = _param_texts(str(fn), kernel.name)
+    amdgpu = module.triple.startswith("amdgcn")
+    kept = _kept_attributes(fn) if amdgpu else []
     if len(params) != len(kernel.params):
         raise SpecializeError(f"{kernel.demangled}: bitcode has {len(params)} parameters, the store {len(kernel.params)}")
 
@@ -89,9 +97,9 @@ def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan) -> l
     text = str(module)
     text = _drop_kernel_cc(text)
     if plan.relink_globals:
-        text = _redirect_globals(text, module, plan.globals, kernel)
+        text = _redirect_globals(text, module, plan.globals, kernel, amdgpu)
     text = _drop_declarations(text, [SREG_RENAMED + r.replace(".", "_") for r in renamed])
-    text += _wrapper(kernel, params, plan, renamed)
+    text += _amdgpu_wrapper(kernel, params, plan, kept) if amdgpu else _wrapper(kernel, params, plan, renamed)
     try:
         result = llvm.parse_assembly(text)
         result.verify()
@@ -184,7 +192,7 @@ def _param_texts(fn_text: str, name: str) -> list[str]:
 
 
 def _drop_kernel_cc(text: str) -> str:
-    pattern = re.compile(r"^(define [^\n]*?)\bptx_kernel (?=[^\n]*" + re.escape(llvm_name(IMPL)) + r"\()", re.M)
+    pattern = re.compile(r"^(define [^\n]*?)\b(?:ptx_kernel|amdgpu_kernel) (?=[^\n]*" + re.escape(llvm_name(IMPL)) + r"\()", re.M)
     text, n = pattern.subn(r"\1", text, count=1)
     if n != 1:
         raise SpecializeError("internal: the kernel's define line was not found")
@@ -197,7 +205,8 @@ def _drop_declarations(text: str, names: list[str]) -> str:
     return text
 
 
-def _redirect_globals(text: str, module: llvm.ModuleRef, addresses: dict[str, int], kernel: KernelRecord) -> str:
+def _redirect_globals(text: str, module: llvm.ModuleRef, addresses: dict[str, int], kernel: KernelRecord,
+                      amdgpu: bool = False) -> str:
     """Point every use of a device variable at the AOT module's copy; drop the JIT module's own."""
     for g in module.global_variables:
         if g.name not in addresses:
@@ -209,6 +218,11 @@ def _redirect_globals(text: str, module: llvm.ModuleRef, addresses: dict[str, in
         # global memory behind the constant cache), so every use goes through a global pointer.
         text = re.sub(r"addrspacecast \(ptr addrspace\(\d+\) " + ref + r" to ptr\)", f"addrspacecast (ptr addrspace(1) {glob} to ptr)", text)
         text = re.sub(r"ptr addrspace\(1\) " + ref, "ptr addrspace(1) " + glob, text)
+        if amdgpu:
+            # AMDGPU's constant address space (4) is the same 64-bit memory as the global one,
+            # so a __constant__ used directly in addrspace(4) is redirected in place.
+            const = f"inttoptr (i64 {addr} to ptr addrspace(4))"
+            text = re.sub(r"ptr addrspace\(4\) " + ref, "ptr addrspace(4) " + const, text)
         text = re.sub(r"^" + ref + r" = [^\n]*\n", "", text, count=1, flags=re.M)
         leftover = re.search(ref, text)
         if leftover:
@@ -217,6 +231,35 @@ def _redirect_globals(text: str, module: llvm.ModuleRef, addresses: dict[str, in
                 f"{kernel.demangled}: device variable {g.name} is used in a form that cannot be redirected: {line.strip()[:120]}"
             )
     return text
+
+
+def _kept_attributes(fn) -> list[str]:
+    attrs = bitcode_mod._STRATTR.findall(" ".join(a.decode("utf-8", "replace") for a in fn.attributes))
+    return [f'"{k}"="{v}"' for k, v in attrs if k in AMDGPU_KEPT_ATTRS]
+
+
+def _amdgpu_wrapper(kernel: KernelRecord, params: list[str], plan: Plan, kept: list[str]) -> str:
+    """The AMDGPU kernel: amdgpu_kernel calling convention; the launch bound is the flat
+    work-group size "1,N" (N threads per block), never above a declared __launch_bounds__."""
+    decls, args = [], []
+    for i, ptext in enumerate(params):
+        align = plan.alignment.get(i)
+        decl = ptext if not align or re.search(r"\balign \d+", ptext) else f"{ptext} align {align}"
+        decls.append(f"{decl} %a{i}")
+        args.append(f"{ptext} {plan.folded[i]}" if i in plan.folded else f"{ptext} %a{i}")
+    attrs = list(kept)
+    if plan.max_threads:
+        threads = plan.max_threads[0] * plan.max_threads[1] * plan.max_threads[2]
+        attrs.append(f'"amdgpu-flat-work-group-size"="1,{threads}"')
+    elif kernel.max_threads:
+        attrs.append(f'"amdgpu-flat-work-group-size"="1,{kernel.max_threads[0] * kernel.max_threads[1] * kernel.max_threads[2]}"')
+    return "\n".join([
+        "",
+        f"define amdgpu_kernel void {llvm_name(kernel.name)}({', '.join(decls)}) {' '.join(attrs)} {{",
+        f"  call void {llvm_name(IMPL)}({', '.join(args)})",
+        "  ret void",
+        "}",
+    ]) + "\n"
 
 
 def _wrapper(kernel: KernelRecord, params: list[str], plan: Plan, renamed: list[str]) -> str:
