@@ -138,12 +138,13 @@ def _libcuda_stub(objdir: Path, host_obj: Path) -> Path:
     return stub_dir
 
 
-def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path) -> str:
+def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src: Path = SRC) -> str:
+    """Build one app from `src` (default samples/src/) into `out`; bench/apps/build.py reuses this."""
     exe = out / name
     stamp = out / f".{name}.stamp"  # what the binary was built with: an --arch change rebuilds it
     config = f"{args.arch} {args.clang} {args.cuda_path}\n"
-    sources = [SRC / s for s in app.sources]
-    inputs = sources + [SRC / "common.h", Path(__file__)]  # (driver_api.cpp does not use common.h; harmless)
+    sources = [src / s for s in app.sources]
+    inputs = sources + [src / "common.h", Path(__file__)]  # (driver_api.cpp does not use common.h; harmless)
     if (exe.exists() and stamp.exists() and stamp.read_text() == config
             and exe.stat().st_mtime > max(p.stat().st_mtime for p in inputs)):
         return f"{name}: up to date"
@@ -160,9 +161,9 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path) -> 
         env["SAMPLES_FATBIN_COMPRESS_MODE"] = app.compress
 
     if app.compiler == "nvcc":
-        run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(SRC), *map(str, sources), "-o", str(tmp)])
+        run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(src), *map(str, sources), "-o", str(tmp)])
     else:
-        flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(SRC), "-O3", "-std=c++17",
+        flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(src), "-O3", "-std=c++17",
                  "-fembed-bitcode", "-Wno-unknown-cuda-version"]
         flags += [f"--cuda-gpu-arch={a}" for a in archs]
         if app.compiler == "driver":
@@ -190,7 +191,7 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path) -> 
                 run([args.clang, *flags, "-c", str(s), "-o", str(obj)], env=env)
                 objs.append(str(obj))
             obj = objdir / (nvcc_src.stem + ".o")
-            run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(SRC), "-c", str(nvcc_src), "-o", str(obj)])
+            run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(src), "-c", str(nvcc_src), "-o", str(obj)])
             objs.append(str(obj))
             run([args.clang, *objs, *libs, "-o", str(tmp)])
         elif app.rdc:
