@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from proteus_rewrite import store
 from proteus_rewrite.errors import ProteusError
-from proteus_rewrite.fatbin import container, cubin, entry, hostelf, kernels, ptx
+from proteus_rewrite.fatbin import amdgpu_codeobj, container, cubin, entry, hostelf, kernels, offload_bundle, ptx
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples" / "build"
 INTERESTING = [0, 1, 7, 8, 16, 0x40, 0x50, 0x7F, 0x80, 0xFF, 0x7FFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF,
@@ -154,6 +154,38 @@ def _kernel_table(data: bytes) -> None:
     kernels.build(data, "fuzzed")
 
 
+HIP_SAMPLES = SAMPLES / "hip"
+
+
+@lru_cache(maxsize=None)
+def hip_seeds() -> dict[str, bytes]:
+    """A plain and a CCOB-compressed offload bundle, and a code object's metadata note
+    (samples/build_hip.py, built here when missing; skipped, saying why, without ROCm)."""
+    from .hip_samples import hip_samples
+
+    hip_samples()
+    plain = hostelf.parse((HIP_SAMPLES / "loop_count").read_bytes()).sections[".hip_fatbin"].data
+    ccob = hostelf.parse((HIP_SAMPLES / "loop_count_ccob").read_bytes()).sections[".hip_fatbin"].data
+    (b,) = offload_bundle.parse_section(ccob)
+    import io
+
+    import lief
+
+    co = lief.ELF.parse(io.BytesIO(b.code_objects[0].data))
+    note = next(bytes(n.description) for n in co.notes if int(n.original_type) == amdgpu_codeobj.NT_AMDGPU_METADATA)
+    return {"bundle": plain[: offload_bundle.parse(plain).stored_size], "ccob": ccob[: b.stored_size], "note": note}
+
+
+def _offload_bundle(data: bytes) -> None:
+    for b in offload_bundle.parse_section(data):
+        for e in b.code_objects:
+            e.arch, e.triple
+
+
+def _codeobj_metadata(data: bytes) -> None:
+    amdgpu_codeobj.parse_metadata(data)
+
+
 # name -> (parser, strategy of inputs)
 TARGETS = {
     "host_elf": (_host_elf, lambda: mutated(seeds()["elf"])),
@@ -165,7 +197,10 @@ TARGETS = {
     "ptx": (_ptx, lambda: mutated(seeds()["ptx"])),
     "store": (_store, lambda: st.one_of(mutated(seeds()["store"]), reserialized_store())),
     "kernel_table": (_kernel_table, lambda: mutated(seeds()["elf"])),
+    "offload_bundle": (_offload_bundle, lambda: st.one_of(mutated(hip_seeds()["bundle"]), mutated(hip_seeds()["ccob"]))),
+    "codeobj_metadata": (_codeobj_metadata, lambda: mutated(hip_seeds()["note"])),
 }
+HIP_TARGETS = ("offload_bundle", "codeobj_metadata")
 
 
 def run_one(name: str, data: bytes) -> str:

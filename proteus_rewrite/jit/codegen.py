@@ -59,6 +59,9 @@ class CodeObject:
 
 Image = PTX | Cubin | CodeObject
 AMDGPU_TRIPLE = "amdgcn-amd-amdhsa"
+# Processors LLVM 21 dropped (folded into gfx942): LLVM 22's backend does not know them and
+# crashes on code for them rather than failing, so they are refused before it sees any.
+LLVM_REMOVED_PROCESSORS = {"gfx940": "gfx942", "gfx941": "gfx942"}
 LLD_NAMES = ("ld.lld", "ld.lld-22", "ld.lld-21", "ld.lld-20", "ld.lld-19")
 ROCM_LLD = "/opt/rocm/llvm/bin/ld.lld"
 
@@ -220,6 +223,9 @@ def amdgpu_target_machine(arch: str, opt_level: int):
     knows processors newer than the recorded bitcode's clang-19, so any arch LLVM 22 takes works."""
     import llvmlite.binding as llvm
 
+    if arch in LLVM_REMOVED_PROCESSORS:
+        raise SpecializeError(f"{arch} is not a processor llvmlite's LLVM 22 knows (LLVM 21 replaced it by "
+                              f"{LLVM_REMOVED_PROCESSORS[arch]}): build the app for {LLVM_REMOVED_PROCESSORS[arch]}")
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
     target = llvm.Target.from_triple(AMDGPU_TRIPLE)
