@@ -25,7 +25,7 @@ Also: per-kernel GPU time (the apps' `kernel_ms` lines, CUDA events) per mode; e
 PROTEUS_REPORT (compile ms per kernel, variants and their folded values); compile time per
 stage (plan, ir, optimize, ptx, cubin) for every variant the cold run compiled, taken from the
 report when it carries them, otherwise by specializing the same variant again in this process;
-the hit-path launch overhead (bench/shim_bench.py's launch_overhead, samples/build/launch_overhead);
+the hit-path launch overhead (bench/shim_bench.py's launch_overhead, on bench/apps/build/launch_overhead);
 GPU, driver, CUDA, LLVM and tool versions.
 Writes <out>/<date>-<gpu>.json (after every workload, so a run cut short leaves its results)
 and <out>/<date>-<gpu>.md; bench/plot.py draws the chart from the JSON.
@@ -559,16 +559,24 @@ def main(argv: list[str] | None = None) -> int:
         write(doc, out, base)
 
     if args.launch_repeat:
-        if (ROOT / "samples" / "build" / "launch_overhead").exists():
+        # bench/shim_bench.py's microbenchmark, on the launch_overhead apps that bench/apps/build.py
+        # builds beside the workloads (samples/build/ as a fallback)
+        where = next((d for d in (APPS_DIR, ROOT / "samples" / "build")
+                      if (d / "launch_overhead").exists() and (d / "launch_overhead_dynamic").exists()), None)
+        if where is None:
+            doc["launch_overhead"] = {"skipped": "launch_overhead not built (run bench/apps/build.py)"}
+        else:
             try:
                 sys.path.insert(0, str(ROOT / "bench"))
                 import shim_bench
 
+                shim_bench.SAMPLES = where
                 doc["launch_overhead"] = shim_bench.launch_overhead(work, args.launch_repeat, args.launches)
+                doc["launch_overhead_binaries"] = str(where.relative_to(ROOT))
             except BaseException as exc:  # shim_bench exits on a failed run
                 doc["launch_overhead"] = {"error": f"{type(exc).__name__}: {exc}"}
-        else:
-            doc["launch_overhead"] = {"skipped": "samples/build/launch_overhead not found (run samples/build.py)"}
+        doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
+        write(doc, out, base)
 
     doc["partial"] = False
     doc["elapsed_s"] = round(time.perf_counter() - t0, 1)

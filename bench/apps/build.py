@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Build the benchmark workloads (bench/apps/*.cu) with clang-19 and -fembed-bitcode.
 
-    python3 bench/apps/build.py                 # all six for sm_90 into bench/apps/build/
+    python3 bench/apps/build.py                 # all six (and the samples' launch_overhead apps)
+                                                # for sm_90 into bench/apps/build/
     python3 bench/apps/build.py --arch sm_80    # another GPU architecture
     python3 bench/apps/build.py adam wsm5 --out /tmp/apps
 
 The same machinery as samples/build.py (its App, make_compat_tree and build_app: the CUDA 13
-stand-in headers and fatbinary wrapper), static cudart, -O3. Apps are rebuilt when their
+stand-in headers and fatbinary wrapper, here in bench/apps/.build-tools/), static cudart, -O3. Apps are rebuilt when their
 source, common.h or samples/build.py is newer than the binary, or the architecture changed.
 """
 
@@ -53,14 +54,18 @@ APPS: dict[str, tuple] = {
                     "Feynman-Kac: random-walk integration inside an ellipsoid",
                     "a, b, c (semi-axes), h (step), n_walks, nx, ny, nz"),
     "lulesh": (App(("lulesh.cu",), note="LULESH-like hydro step, many launches"),
-               "LULESH: Lagrangian hydrodynamics on a hex mesh, ~10 kernels per step",
-               "mesh extents, material and artificial-viscosity constants"),
+               "LULESH: Lagrangian hydrodynamics on a hex mesh, eight kernels per step",
+               "mesh extents, material, hourglass and artificial-viscosity constants"),
 }
+# The samples' launch-overhead app, built here too so that bench/run.py finds everything it runs
+# in one directory (bench/apps/build/ is all a GPU machine needs besides the repository).
+SAMPLE_APPS = ("launch_overhead", "launch_overhead_dynamic")
+TOOLS = HERE / ".build-tools"  # the CUDA 13 compatibility tree (symlinks into the toolkit), kept out of build/
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("apps", nargs="*", help=f"apps to build (default: all): {', '.join(APPS)}")
+    parser.add_argument("apps", nargs="*", help=f"apps to build (default: all): {', '.join([*APPS, *SAMPLE_APPS])}")
     parser.add_argument("--out", default=str(HERE / "build"), help="output directory (default: bench/apps/build)")
     parser.add_argument("--arch", default=os.environ.get("SAMPLES_ARCH", "sm_90"), help="GPU architecture (default: sm_90)")
     parser.add_argument("--clang", default=os.environ.get("CLANG", "clang++-19"))
@@ -69,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
     args = parser.parse_args(argv)
 
-    unknown = [a for a in args.apps if a not in APPS]
+    unknown = [a for a in args.apps if a not in APPS and a not in SAMPLE_APPS]
     if unknown:
         parser.error(f"unknown app(s): {', '.join(unknown)}")
     for tool, hint in ((args.clang, "apt-get install clang-19 llvm-19 lld-19"),
@@ -79,13 +84,15 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    tree, stubs = sb.make_compat_tree(out, Path(args.cuda_path))
-    names = args.apps or list(APPS)
+    tree, stubs = sb.make_compat_tree(TOOLS, Path(args.cuda_path))
+    names = args.apps or [*APPS, *SAMPLE_APPS]
     if args.force:
         for n in names:
             (out / f".{n}.stamp").unlink(missing_ok=True)
 
     def build(name: str) -> str:
+        if name in SAMPLE_APPS:
+            return sb.build_app(name, sb.APPS[name], out, args, tree, stubs)
         return sb.build_app(name, APPS[name][0], out, args, tree, stubs, src=HERE)
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
