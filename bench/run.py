@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The benchmark suite on the GPU: native vs JIT (off, cold, warm) per workload and per kernel.
 
-    python3 bench/run.py [--reps 5] [--apps adam,wsm5] [--scale 1] [--out bench/results] [--time-budget 540]
+    python3 bench/run.py [--reps 5] [--apps adam,wsm5] [--scale 1] [--out bench/results] [--time-budget 520]
 
 For each workload of bench/apps/build/ (built elsewhere by bench/apps/build.py):
   1. record it with proteus-rewrite into a scratch directory;
@@ -482,8 +482,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="scale each app so its kernels take this long natively (default 1.2; 0: off)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="results directory (default bench/results)")
     ap.add_argument("--tag", default=None, help="file name tag (default: from the GPU name, e.g. h100)")
-    ap.add_argument("--time-budget", type=float, default=540.0,
-                    help="seconds for the whole run (default 540); repetitions are cut to fit, and that is recorded")
+    ap.add_argument("--time-budget", type=float, default=520.0,
+                    help="seconds for the whole run (default 520); repetitions are cut to fit, and that is recorded")
     ap.add_argument("--run-timeout", type=float, default=120.0, help="seconds for one run before it counts as failed")
     ap.add_argument("--launch-repeat", type=int, default=5, help="repetitions of the launch-overhead benchmark (0: skip)")
     ap.add_argument("--launches", type=int, default=100000)
