@@ -3,7 +3,7 @@
     init(shim_dir, driver_version)            once, when the first kernel is launched
     kernel_info(image_ptr, name, arch)        which recorded kernel a launch handle is
     specialize(kid, args, grid, block, globals, arch, gpu_ms) -> cubin/PTX bytes, or None to run the original
-    policy(kid)                               what the C key holds now (the value tracker may fold less)
+    track(kid, args, grid, block)             a launch the shim's table missed: the value tracker's policy
     load_failed(kid, cuda_error)              the driver refused our image
     write_report(path, counters)              at exit, for PROTEUS_REPORT
 
@@ -189,12 +189,22 @@ def _kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
     return struct.pack("<4I", kid, len(record.params), dims, len(record.globals)) + sizes + fold + names
 
 
-def policy(kid: int) -> bytes:
-    """u32 dims (bit 0 block, bit 1 grid); u8 fold[nparams]: what the shim's key holds now."""
+def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
+    """A launch whose key the shim's table lacks. Returns the kernel's policy, which the shim's
+    key follows from now on: u32 dims (bit 0 block, bit 1 grid); u8 fold[nparams]."""
     assert _state is not None
     record, tracker = _state.kernels[kid][1], _state.stats[kid].tracker
     if tracker is None:
-        return b""  # no tracker: the policy never changes (the shim ignores a malformed answer)
+        return b""  # no tracker: the policy never changes (the shim ignores an empty answer)
+    try:
+        offsets, off = [], 0
+        for p in record.params:
+            offsets.append(off)
+            off += p.size
+        tracker.before({**{i: args[offsets[i] : offsets[i] + record.params[i].size] for i in tracker.folded},
+                        BLOCK: struct.pack("<3I", *block), GRID: struct.pack("<3I", *grid)})
+    except Exception as exc:  # never into C; the policy simply stays as it was
+        _warn_once(f"track:{record.name}", f"{record.demangled}: value tracker: {type(exc).__name__}: {exc}")
     return struct.pack("<I", tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
 
 
@@ -214,9 +224,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
             raise ProteusError(f"the AOT address of {', '.join(missing)} is unknown")
         unknown, unknown_dims = frozenset(), frozenset()
         tracker = stats.tracker
-        if tracker is not None:
-            tracker.before({**{i: raw[i] for i in tracker.folded}, BLOCK: struct.pack("<3I", *block),
-                            GRID: struct.pack("<3I", *grid)})
+        if tracker is not None:  # its latest policy: at least as general as the key this launch came with
             unknown = frozenset(i for i in range(len(raw)) if i not in tracker.folded)
             unknown_dims = frozenset(d for d, bit in ((BLOCK, 1), (GRID, 2)) if not tracker.dims & bit)
         launch = Launch(tuple(raw), tuple(grid), tuple(block), arch, dict(zip(record.globals, addrs)), unknown, unknown_dims)
@@ -272,7 +280,7 @@ def load_failed(kid: int, code: int) -> None:
     _warn_once(f"load:{record.name}", f"{record.demangled}: {reason}; running the original kernel")
 
 
-def write_report(path: str, counters: bytes) -> None:
+def write_report(path: str, counters: bytes, unknown_launches: int = 0) -> None:
     """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks."""
     assert _state is not None
     kernels, off = [], 0
@@ -311,6 +319,7 @@ def write_report(path: str, counters: bytes) -> None:
         "tool": f"proteus-rewrite {__version__}",
         "pid": os.getpid(),
         "driver_version": _state.driver_version,
+        "unknown_handle_launches": unknown_launches,  # launches of kernels the shim never saw registered
         "async_compilation": os.environ.get("PROTEUS_ASYNC_COMPILATION", ""),
         "seconds": round(time.time() - _state.started, 3),
         "stores": [t.app.name for t in _state.tables],
@@ -318,7 +327,10 @@ def write_report(path: str, counters: bytes) -> None:
         "kernels": kernels,
     }
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".report-", dir=directory)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2)
-    os.replace(tmp, path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".report-", dir=directory)
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2)
+        os.replace(tmp, path)
+    except OSError as exc:
+        print(f"proteus: warning: {path}: cannot write the report: {exc.strerror or exc}", file=sys.stderr, flush=True)

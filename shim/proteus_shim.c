@@ -207,6 +207,7 @@ static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;   /* one compilatio
 static kinfo *all_kernels;
 static var_reg *all_vars;
 static _Atomic uint64_t n_variants;
+static _Atomic uint64_t unknown_launches;   /* handles never registered with us: reported */
 
 static inline uint64_t mix64(uint64_t h) {
   h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
@@ -306,7 +307,7 @@ static struct {
   PyObject *None;
 } py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
-static PyObject *f_kernel_info, *f_specialize, *f_policy, *f_load_failed, *f_write_report;
+static PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report;
 static int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 static char shim_dir[4096];
@@ -405,10 +406,10 @@ static int python_ready(void) {
     PyObject *r = init ? py.CallFunction(init, "si", shim_dir, drv) : NULL;
     f_kernel_info = py.GetAttrString(rt, "kernel_info");
     f_specialize = py.GetAttrString(rt, "specialize");
-    f_policy = py.GetAttrString(rt, "policy");
+    f_track = py.GetAttrString(rt, "track");
     f_load_failed = py.GetAttrString(rt, "load_failed");
     f_write_report = py.GetAttrString(rt, "write_report");
-    if (r && f_kernel_info && f_specialize && f_policy && f_load_failed && f_write_report) { py.DecRef(r); ok = 1; } else py.ErrPrint();
+    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report) { py.DecRef(r); ok = 1; } else py.ErrPrint();
   }
   py.GILStateRelease(g);
   py_state = ok ? 1 : -1;
@@ -544,12 +545,6 @@ static inline uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *k
   return hash_bytes(key, len, (uint64_t)(uintptr_t)ki ^ mix64((uint64_t)(uintptr_t)ctx));
 }
 
-/* Python's current policy for a kernel (u32 dims; u8 fold[nparams]), fetched with the GIL
- * held and applied later with jit_lock held: never both locks at once in a worker. */
-static uint8_t *fetch_policy(kinfo *ki, ssize_t *n) {
-  return py_bytes(py.CallFunction(f_policy, "i", ki->kid), n);
-}
-
 static void apply_policy(kinfo *ki, const uint8_t *pol, ssize_t n) {   /* jit_lock held */
   if (!pol || n != 4 + (ssize_t)ki->nparams) return;
   uint32_t dims;
@@ -563,6 +558,30 @@ static void apply_policy(kinfo *ki, const uint8_t *pol, ssize_t n) {   /* jit_lo
   for (uint32_t i = 0; i < ki->nparams; i++) atomic_store_explicit(&ki->fold[i], pol[4 + i], memory_order_relaxed);
   atomic_store_explicit(&ki->dims_in_key, dims, memory_order_relaxed);
   atomic_store_explicit(&ki->gen, g + 2, memory_order_release);
+}
+
+/* The launch's argument bytes, back to back, as the specializer reads them. */
+static size_t pack_args(kinfo *ki, void **params, uint8_t *out) {
+  size_t off = 0;
+  for (uint32_t i = 0; i < ki->nparams; off += ki->sizes[i], i++) if (out) memcpy(out + off, params[i], ki->sizes[i]);
+  return off;
+}
+
+/* A launch with a key the table does not have: the value tracker sees it and answers the
+ * kernel's policy (u32 dims; u8 fold[nparams]), which may now fold less. jit_lock held. */
+static void track(kinfo *ki, void **params, dim3 grid, dim3 block) {
+  size_t n = pack_args(ki, params, NULL);
+  uint8_t *args = malloc(n ? n : 1);
+  if (!args) return;
+  pack_args(ki, params, args);
+  int g = py.GILStateEnsure();
+  ssize_t npol = 0;
+  uint8_t *pol = py_bytes(py.CallFunction(f_track, "iy#(III)(III)", ki->kid, (const char *)args, (ssize_t)n,
+                                          grid.x, grid.y, grid.z, block.x, block.y, block.z), &npol);
+  py.GILStateRelease(g);
+  apply_policy(ki, pol, npol);
+  free(pol);
+  free(args);
 }
 
 /* Estimated GPU time the kernel has used so far: mean sampled time x launches. */
@@ -583,6 +602,7 @@ typedef struct job {
   uint64_t *addrs;
   double gpu_ms;
   int arch;
+  uint32_t gen;            /* the policy generation of its key: a stale job is dropped */
 } job;
 
 static job *make_job(kinfo *ki, CUcontext ctx, void **params, dim3 grid, dim3 block) {
@@ -592,7 +612,8 @@ static job *make_job(kinfo *ki, CUcontext ctx, void **params, dim3 grid, dim3 bl
   j->args = malloc(j->nargs ? j->nargs : 1);
   j->addrs = calloc(ki->nglobals + 1, sizeof(uint64_t));
   if (!j->args || !j->addrs) { free(j->args); free(j->addrs); free(j); return NULL; }
-  for (uint32_t i = 0, off = 0; i < ki->nparams; off += ki->sizes[i], i++) memcpy(j->args + off, params[i], ki->sizes[i]);
+  pack_args(ki, params, j->args);
+  j->gen = atomic_load(&ki->gen);
   for (uint32_t i = 0; i < ki->nglobals; i++) j->addrs[i] = global_address(ki, ki->globals[i]);
   j->ki = ki; j->ctx = ctx; j->grid = grid; j->block = block; j->gpu_ms = gpu_ms(ki); j->arch = current_arch();
   return j;
@@ -600,16 +621,14 @@ static job *make_job(kinfo *ki, CUcontext ctx, void **params, dim3 grid, dim3 bl
 
 static void free_job(job *j) { free(j->args); free(j->addrs); free(j); }
 
-/* Specialize and load one variant; the result goes to j->e. The caller holds the GIL; the
- * context is current. *pol receives the kernel's policy after this compilation. */
-static CUfunction run_job(job *j, uint8_t **pol, ssize_t *npol) {
+/* Specialize and load one variant. The caller holds the GIL; the context is current. */
+static CUfunction run_job(job *j) {
   kinfo *ki = j->ki;
   ssize_t n = 0;
   uint8_t *image = py_bytes(py.CallFunction(f_specialize, "iy#(III)(III)y#id", ki->kid, (const char *)j->args, (ssize_t)j->nargs,
                                             j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
                                             (const char *)j->addrs, (ssize_t)(ki->nglobals * 8), j->arch, j->gpu_ms),
                             &n);
-  *pol = fetch_policy(ki, npol);
   CUfunction fn = NULL;
   if (image) {
     CUmodule mod;
@@ -646,19 +665,16 @@ static void *worker(void *arg) {
     q_busy++;
     pthread_mutex_unlock(&q_lock);
 
-    uint8_t *pol = NULL; ssize_t npol = 0;
     CUfunction fn = NULL;
-    if (real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
+    /* A job queued before the tracker changed the kernel's policy has a key no launch makes
+     * any more: skip it, so the variant the launches now ask for is not stuck behind it. */
+    if (j->gen == atomic_load(&j->ki->gen) && real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
       int g = py.GILStateEnsure();
-      fn = run_job(j, &pol, &npol);
+      fn = run_job(j);
       py.GILStateRelease(g);
     }
-    pthread_mutex_lock(&jit_lock);
-    apply_policy(j->ki, pol, npol);
-    pthread_mutex_unlock(&jit_lock);
     atomic_store_explicit(&j->e->fn, fn, memory_order_release);
     atomic_store_explicit(&j->e->pending, 0, memory_order_release);
-    free(pol);
     free_job(j);
 
     pthread_mutex_lock(&q_lock);
@@ -725,7 +741,11 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   if (g_disable) return NULL;
   kinfo *ki = handle_lookup(handle);
   *kio = ki;
-  if (!ki) return NULL;
+  if (!ki) {
+    atomic_fetch_add_explicit(&unknown_launches, 1, memory_order_relaxed);
+    if (g_trace_launch) fprintf(stderr, "proteus: launch of unknown handle %p\n", handle);
+    return NULL;
+  }
   atomic_fetch_add_explicit(&ki->launches, 1, memory_order_relaxed);
   if (g_trace_launch) fprintf(stderr, "proteus: launch %s grid %u,%u,%u block %u,%u,%u\n", ki->name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
   int state = atomic_load_explicit(&ki->state, memory_order_acquire);
@@ -750,6 +770,7 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   pthread_mutex_lock(&jit_lock);
   read_async_env();
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
+  if (atomic_load(&ki->state) == K_ACTIVE) track(ki, params, grid, block);
   uint32_t gen = atomic_load(&ki->gen);   /* stable: changed only under jit_lock */
   if (atomic_load(&ki->state) == K_ACTIVE && (len = build_key(ki, params, grid, block, key, gen)) >= 0) {
     sentry *e = variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);   /* compiled or queued meanwhile? */
@@ -764,19 +785,12 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
         else free(ne);
       }
       if (j) {   /* synchronous */
-        uint8_t *pol = NULL; ssize_t npol = 0;
         int g = py.GILStateEnsure();
-        fn = run_job(j, &pol, &npol);
+        fn = run_job(j);
         py.GILStateRelease(g);
-        apply_policy(ki, pol, npol);
-        free(pol);
         free_job(j);
-        /* under the policy the specializer has just settled, which may fold less than before */
-        if ((len = build_key(ki, params, grid, block, key, atomic_load(&ki->gen))) >= 0 &&
-            !variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len)) {
-          sentry *ne = new_entry(ki, ctx, key, len, fn, 0);
-          if (ne) variant_insert(ne);
-        }
+        sentry *ne = new_entry(ki, ctx, key, len, fn, 0);
+        if (ne) variant_insert(ne);
       }
     }
   }
@@ -1133,14 +1147,16 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#", path, (const char *)buf, (ssize_t)len);
+    PyObject *r = py.CallFunction(f_write_report, "sy#K", path, (const char *)buf, (ssize_t)len,
+                                  (unsigned long long)atomic_load(&unknown_launches));
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }
   if (!written) {   /* Python never started (nothing to compile, PROTEUS_DISABLE) or has finalized: counters only */
     FILE *f = fopen(path, "w");
     if (f) {
-      fprintf(f, "{\"python\": false, \"disabled\": %s, \"kernels\": [", g_disable ? "true" : "false");
+      fprintf(f, "{\"python\": false, \"disabled\": %s, \"unknown_handle_launches\": %llu, \"kernels\": [",
+              g_disable ? "true" : "false", (unsigned long long)atomic_load(&unknown_launches));
       const char *sep = "";
       for (size_t off = 0; off < len;) {
         uint64_t c[6]; memcpy(c, buf + off + 4, 48);

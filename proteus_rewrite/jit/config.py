@@ -67,7 +67,7 @@ class Config:
     tracker_threshold: int = 8  # PROTEUS_TRACKER_THRESHOLD: T
     tracker_ratio: float = 0.5  # PROTEUS_TRACKER_RATIO: R
     compile_budget: float = 0.1  # PROTEUS_COMPILE_BUDGET: fraction of the kernel's GPU time; 0 = no budget
-    compile_grace_ms: float = 1000.0  # PROTEUS_COMPILE_GRACE_MS: what any kernel may spend regardless
+    compile_grace_ms: float = 2000.0  # PROTEUS_COMPILE_GRACE_MS: what any kernel may spend regardless
 
     def for_kernel(self, *names: str) -> CodegenConfig:
         for n in names:
@@ -110,7 +110,7 @@ class Config:
             tracker_threshold=int(_number(env, "PROTEUS_TRACKER_THRESHOLD", 8, integer=True)),
             tracker_ratio=_number(env, "PROTEUS_TRACKER_RATIO", 0.5),
             compile_budget=_number(env, "PROTEUS_COMPILE_BUDGET", 0.1),
-            compile_grace_ms=_number(env, "PROTEUS_COMPILE_GRACE_MS", 1000.0),
+            compile_grace_ms=_number(env, "PROTEUS_COMPILE_GRACE_MS", 2000.0),
             codegen=codegen,
             tuned=_tuned(env.get("PROTEUS_TUNED_KERNELS"), codegen),
             disable=_bool(env, "PROTEUS_DISABLE", False),

@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -31,6 +32,11 @@ from .launch import Launch, foldable, ir_constant, python_value
 from .plan import Plan
 
 log = logging.getLogger("proteus_rewrite")
+
+# llvmlite works in LLVM's one global context, which is not thread-safe; ctypes lets go of the
+# GIL during every LLVM call, so two compile threads (PROTEUS_ASYNC_THREADS > 1) would meet in
+# it. The IR, optimization and PTX steps take this lock; cache lookups and PTX -> cubin do not.
+_LLVM = threading.Lock()
 
 ALIGNMENTS = (128, 64, 32, 16, 8)
 
@@ -170,18 +176,20 @@ def specialize(
     isa = ptx_target[1]
     if cg.ptx_compiler != "driver":  # an offline compiler may be older than the driver
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
-    t = time.perf_counter()
-    module = ir.specialize_module(table, kernel, plan)
-    timings["ir"] = _ms(t)
-    t = time.perf_counter()
-    tm = codegen.target_machine(launch.arch, isa, cg.codegen_opt_level)
-    faults.check("optimize")
-    pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
-    timings["optimize"] = _ms(t)
-    t = time.perf_counter()
-    faults.check("ptx")
-    ptx = codegen.emit_ptx(module, tm, launch.arch)
-    timings["ptx"] = _ms(t)
+    with _LLVM:
+        t = time.perf_counter()
+        module = ir.specialize_module(table, kernel, plan)
+        timings["ir"] = _ms(t)
+        t = time.perf_counter()
+        tm = codegen.target_machine(launch.arch, isa, cg.codegen_opt_level)
+        faults.check("optimize")
+        pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
+        timings["optimize"] = _ms(t)
+        t = time.perf_counter()
+        faults.check("ptx")
+        ptx = codegen.emit_ptx(module, tm, launch.arch)
+        timings["ptx"] = _ms(t)
+        ir_text = str(module) if keep_ir else None
     t = time.perf_counter()
     faults.check("cubin")
     image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
@@ -192,7 +200,7 @@ def specialize(
         kind = "cubin" if isinstance(image, codegen.Cubin) else "ptx"
         cache.put(Entry(key, kind, launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
                                                             "tool": __version__}))
-    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, ptx, str(module) if keep_ir else None)
+    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, ptx, ir_text)
 
 
 def _ms(t0: float) -> float:
