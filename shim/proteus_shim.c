@@ -11,7 +11,8 @@
  *     up in a lock-free table (the hot path: no lock, no allocation, no Python);
  *   - on a miss asks Python for a cubin, loads it in the current context and remembers it.
  * Any failure launches the original kernel unchanged. PROTEUS_DISABLE=1 is a pure
- * pass-through. No CUDA headers are needed: the few driver types are declared here.
+ * pass-through. No CUDA headers are needed: the few driver types are declared in
+ * proteus_shim.h, which also declares what the HIP half (proteus_hip.c) shares with this file.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -26,39 +27,14 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUlibrary, *CUkernel;
-typedef unsigned long long CUdeviceptr;
-typedef struct { unsigned x, y, z; } dim3;
-typedef int cudaError_t;
-typedef struct {
-  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-  CUstream hStream;
-  void *attrs;
-  unsigned numAttrs;
-} CUlaunchConfig;
-typedef struct {
-  dim3 gridDim, blockDim;
-  size_t dynamicSmemBytes;
-  void *stream;
-  void *attrs;
-  unsigned numAttrs;
-} cudaLaunchConfig_t;
-
-#define CUDA_SUCCESS 0
-#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
-#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
-#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
-#define MAX_PARAMS 256
-#define MAX_KEY 4096
+#include "proteus_shim.h"   /* the types, and what proteus_hip.c shares */
 
 /* ------------------------------------------------------------------ configuration */
 
-static int g_disable = -1;   /* PROTEUS_DISABLE */
-static int g_trace_launch;   /* PROTEUS_TRACE_OUTPUT contains kernel-trace */
+int g_disable = -1;         /* PROTEUS_DISABLE */
+int g_trace_launch;          /* PROTEUS_TRACE_OUTPUT contains kernel-trace */
 
-static void read_env(void) {
+void read_env(void) {
   if (g_disable >= 0) return;
   const char *d = getenv("PROTEUS_DISABLE");
   const char *t = getenv("PROTEUS_TRACE_OUTPUT");
@@ -66,7 +42,7 @@ static void read_env(void) {
   g_disable = d && (d[0] == '1' || d[0] == 't' || d[0] == 'T' || d[0] == 'y');
 }
 
-static void warn(const char *fmt, ...) {
+void warn(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "proteus: warning: ");
@@ -77,10 +53,10 @@ static void warn(const char *fmt, ...) {
 
 /* ------------------------------------------------------------------ real functions */
 
-static void *(*real_dlsym)(void *, const char *);
+void *(*real_dlsym)(void *, const char *);
 static void *libcuda;
 
-static void init_real_dlsym(void) {
+void init_real_dlsym(void) {
   if (real_dlsym) return;
   /* dlsym itself is interposed: reach glibc's through its versioned name. */
   static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", NULL};
@@ -152,62 +128,20 @@ static void init_driver_calls(void) {
 
 /* ------------------------------------------------------------------ kernels and handles */
 
-enum { OWNER_NONE, OWNER_MODULE, OWNER_LIBRARY, OWNER_RUNTIME };
-enum { K_UNRESOLVED, K_ACTIVE, K_DISABLED };
-enum { SAMPLE_IDLE, SAMPLE_RECORDING, SAMPLE_PENDING, SAMPLE_OFF };
 #ifndef PROTEUS_ASYNC_DEFAULT
 #define PROTEUS_ASYNC_DEFAULT 0   /* upstream's default; see README "Specialization policy" */
 #endif
-
-typedef struct var_reg { struct var_reg *next; const void *fatbin; const void *host; char *name; } var_reg;
-
-typedef struct kinfo {
-  _Atomic int state;
-  int kid;                 /* Python's id for the recorded kernel */
-  const void *image;       /* fat binary / cubin the kernel came from */
-  char *name;
-  int owner_kind;
-  void *owner;             /* CUmodule, CUlibrary, or the runtime's fat binary handle */
-  uint32_t nparams;
-  uint32_t sizes[MAX_PARAMS];
-  /* What the key holds: folded arguments, block (bit 0) and grid (bit 1). The value tracker
-   * may fold less later; `gen` is a sequence lock around such a change (odd while it happens),
-   * so the lock-free hit path never builds a key from half of an old and half of a new policy. */
-  _Atomic uint32_t gen;
-  _Atomic uint8_t fold[MAX_PARAMS];
-  _Atomic uint32_t dims_in_key;
-  uint32_t nglobals;
-  char **globals;
-  _Atomic uint64_t launches, hits, fallbacks, launch_errors, pending_launches;
-  /* GPU time, sampled with a pair of events on a few launches, for the compile budget */
-  void *ev[2];
-  CUcontext ev_ctx;
-  _Atomic int sample_state;   /* SAMPLE_* */
-  _Atomic uint64_t sampled_ns, samples;
-  struct kinfo *next_all;
-} kinfo;
-
-typedef struct { const void *handle; kinfo *ki; } hentry;
-typedef struct {
-  uint64_t hash;
-  kinfo *ki;
-  CUcontext ctx;
-  _Atomic(CUfunction) fn;  /* NULL: failed, or still compiling in the background: run the original */
-  _Atomic int pending;
-  uint32_t keylen;
-  uint8_t key[];
-} sentry;
 
 #define HSLOTS (1u << 16)
 #define SSLOTS (1u << 16)
 static _Atomic(hentry *) handles[HSLOTS];
 static _Atomic(sentry *) variants[SSLOTS];
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;   /* registration and inserts */
-static pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;   /* one compilation at a time */
+pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;   /* registration and inserts */
+pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;   /* one compilation at a time */
 static kinfo *all_kernels;
 static var_reg *all_vars;
 static _Atomic uint64_t n_variants;
-static _Atomic uint64_t unknown_launches;   /* handles never registered with us: reported */
+_Atomic uint64_t unknown_launches;   /* handles never registered with us: reported */
 
 static inline uint64_t mix64(uint64_t h) {
   h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
@@ -221,7 +155,7 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t n, uint64_t h) {
   return mix64(h ^ tail ^ ((uint64_t)n << 56));
 }
 
-static kinfo *handle_lookup(const void *h) {
+kinfo *handle_lookup(const void *h) {
   uint32_t i = (uint32_t)mix64((uint64_t)(uintptr_t)h) & (HSLOTS - 1);
   for (uint32_t n = 0; n < HSLOTS; n++, i = (i + 1) & (HSLOTS - 1)) {
     hentry *e = atomic_load_explicit(&handles[i], memory_order_acquire);
@@ -253,7 +187,7 @@ static kinfo *find_kernel(const void *image, const char *name) {
 }
 
 /* Remember that `handle` launches kernel `name` of `image`. */
-static void remember(const void *handle, const void *image, const char *name, int owner_kind, void *owner) {
+void remember(const void *handle, const void *image, const char *name, int owner_kind, void *owner) {
   if (!handle || !image || !name) return;
   pthread_mutex_lock(&reg_lock);
   kinfo *ki = find_kernel(image, name);
@@ -272,14 +206,14 @@ static void remember(const void *handle, const void *image, const char *name, in
 typedef struct image_reg { struct image_reg *next; void *owner; const void *image; } image_reg;
 static image_reg *images;
 
-static void remember_image(void *owner, const void *image) {
+void remember_image(void *owner, const void *image) {
   pthread_mutex_lock(&reg_lock);
   image_reg *r = malloc(sizeof *r);
   if (r) { r->owner = owner; r->image = image; r->next = images; images = r; }
   pthread_mutex_unlock(&reg_lock);
 }
 
-static const void *image_of(void *owner) {
+const void *image_of(void *owner) {
   const void *found = NULL;
   pthread_mutex_lock(&reg_lock);
   for (image_reg *r = images; r; r = r->next) if (r->owner == owner) { found = r->image; break; }
@@ -289,25 +223,10 @@ static const void *image_of(void *owner) {
 
 /* ------------------------------------------------------------------ embedded Python */
 
-typedef void PyObject;
-static struct {
-  int (*IsInitialized)(void);
-  void (*InitializeEx)(int);
-  void *(*EvalSaveThread)(void);
-  int (*GILStateEnsure)(void);
-  void (*GILStateRelease)(int);
-  int (*RunSimpleString)(const char *);
-  PyObject *(*ImportModule)(const char *);
-  PyObject *(*GetAttrString)(PyObject *, const char *);
-  PyObject *(*CallFunction)(PyObject *, const char *, ...);
-  int (*BytesAsStringAndSize)(PyObject *, char **, ssize_t *);
-  long long (*LongAsLongLong)(PyObject *);
-  void (*ErrPrint)(void);
-  void (*DecRef)(PyObject *);
-  PyObject *None;
-} py;
+py_api py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
-static PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report;
+PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed;
+static PyObject *f_write_report;
 static int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 static char shim_dir[4096];
@@ -359,7 +278,7 @@ static int load_python_symbols(void *h) {
 }
 
 /* Start (or join) Python and import the runtime. Called with jit_lock held. */
-static int python_ready(void) {
+int python_ready(void) {
   if (py_state) return py_state > 0;
   py_state = -1;
   init_real_dlsym();
@@ -417,7 +336,7 @@ static int python_ready(void) {
 }
 
 /* Python call returning bytes (copied into *out, malloc'ed) or NULL for None/failure. */
-static uint8_t *py_bytes(PyObject *res, ssize_t *len) {
+uint8_t *py_bytes(PyObject *res, ssize_t *len) {
   if (!res) { py.ErrPrint(); return NULL; }
   uint8_t *out = NULL;
   char *buf; ssize_t n;
@@ -437,6 +356,24 @@ static int current_arch(void) {
   return major * 10 + minor;
 }
 
+/* Python's kernel_info reply: u32 kid, nparams, dims_in_key, nglobals; u32 sizes[nparams];
+ * u8 fold[nparams]; names\0... Returns 1 when it describes the kernel (which may then be
+ * specialized), 0 for None or a malformed reply. */
+int read_kernel_info(kinfo *ki, const uint8_t *blob, ssize_t n) {
+  uint32_t hdr[4];
+  if (!blob || n < 16) return 0;
+  memcpy(hdr, blob, 16);
+  if (hdr[1] > MAX_PARAMS || (size_t)n < 16 + hdr[1] * 5u) return 0;
+  ki->kid = (int)hdr[0]; ki->nparams = hdr[1]; ki->nglobals = hdr[3];
+  atomic_store(&ki->dims_in_key, hdr[2]);
+  memcpy(ki->sizes, blob + 16, hdr[1] * 4u);
+  for (uint32_t i = 0; i < hdr[1]; i++) atomic_store(&ki->fold[i], blob[16 + hdr[1] * 4u + i]);
+  ki->globals = calloc(ki->nglobals + 1, sizeof(char *));
+  const char *p = (const char *)blob + 16 + hdr[1] * 5u, *end = (const char *)blob + n;
+  for (uint32_t i = 0; ki->globals && i < ki->nglobals && p < end; i++) { ki->globals[i] = strdup(p); p += strlen(p) + 1; }
+  return 1;
+}
+
 /* First launch of a kernel: ask Python which recorded kernel it is. jit_lock held. */
 static void resolve(kinfo *ki) {
   if (atomic_load(&ki->state) != K_UNRESOLVED) return;
@@ -447,27 +384,15 @@ static void resolve(kinfo *ki) {
     uint8_t *blob = py_bytes(py.CallFunction(f_kernel_info, "Ksi",
                                              (unsigned long long)(uintptr_t)ki->image, ki->name, current_arch()), &n);
     py.GILStateRelease(g);
-    /* u32 kid, nparams, dims_in_key, nglobals; u32 sizes[nparams]; u8 fold[nparams]; names\0... */
-    uint32_t hdr[4];
-    if (blob && n >= 16) {
-      memcpy(hdr, blob, 16);
-      if (hdr[1] <= MAX_PARAMS && (size_t)n >= 16 + hdr[1] * 5u) {
-        ki->kid = (int)hdr[0]; ki->nparams = hdr[1]; ki->nglobals = hdr[3];
-        atomic_store(&ki->dims_in_key, hdr[2]);
-        memcpy(ki->sizes, blob + 16, hdr[1] * 4u);
-        for (uint32_t i = 0; i < hdr[1]; i++) atomic_store(&ki->fold[i], blob[16 + hdr[1] * 4u + i]);
-        ki->globals = calloc(ki->nglobals + 1, sizeof(char *));
-        const char *p = (const char *)blob + 16 + hdr[1] * 5u, *end = (const char *)blob + n;
-        for (uint32_t i = 0; ki->globals && i < ki->nglobals && p < end; i++) { ki->globals[i] = strdup(p); p += strlen(p) + 1; }
-        state = K_ACTIVE;
-        /* Events for sampling GPU time, made here (a miss) so the hit path never allocates them */
-        CUcontext ctx = NULL;
-        if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
-            real_cuEventCreate(&ki->ev[0], 0) == CUDA_SUCCESS && real_cuEventCreate(&ki->ev[1], 0) == CUDA_SUCCESS)
-          ki->ev_ctx = ctx;
-        else
-          atomic_store(&ki->sample_state, SAMPLE_OFF);
-      }
+    if (read_kernel_info(ki, blob, n)) {
+      state = K_ACTIVE;
+      /* Events for sampling GPU time, made here (a miss) so the hit path never allocates them */
+      CUcontext ctx = NULL;
+      if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
+          real_cuEventCreate(&ki->ev[0], 0) == CUDA_SUCCESS && real_cuEventCreate(&ki->ev[1], 0) == CUDA_SUCCESS)
+        ki->ev_ctx = ctx;
+      else
+        atomic_store(&ki->sample_state, SAMPLE_OFF);
     }
     free(blob);
   }
@@ -492,7 +417,7 @@ static CUdeviceptr global_address(kinfo *ki, const char *name) {
 
 /* ------------------------------------------------------------------ the launch path */
 
-static sentry *variant_lookup(uint64_t h, kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
+sentry *variant_lookup(uint64_t h, kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
   uint32_t i = (uint32_t)h & (SSLOTS - 1);
   for (uint32_t n = 0; n < SSLOTS; n++, i = (i + 1) & (SSLOTS - 1)) {
     sentry *e = atomic_load_explicit(&variants[i], memory_order_acquire);
@@ -502,7 +427,7 @@ static sentry *variant_lookup(uint64_t h, kinfo *ki, CUcontext ctx, const uint8_
   return NULL;
 }
 
-static void variant_insert(sentry *ne) {   /* caller holds jit_lock */
+void variant_insert(sentry *ne) {   /* caller holds jit_lock */
   if (atomic_load(&n_variants) >= SSLOTS / 2) return;   /* keep probes short: stop caching */
   uint32_t i = (uint32_t)ne->hash & (SSLOTS - 1);
   for (uint32_t n = 0; n < SSLOTS; n++, i = (i + 1) & (SSLOTS - 1)) {
@@ -517,7 +442,7 @@ static void variant_insert(sentry *ne) {   /* caller holds jit_lock */
 /* The bytes that select a variant: the policy generation, folded arguments, then block and
  * grid when they matter. Returns the key length, or -1 when it does not fit (the kernel then
  * runs unspecialized). */
-static int build_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key, uint32_t gen) {
+int build_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key, uint32_t gen) {
   uint32_t len = 4;
   memcpy(key, &gen, 4);
   for (uint32_t i = 0; i < ki->nparams; i++) {
@@ -533,7 +458,7 @@ static int build_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *k
 }
 
 /* build_key under the sequence lock, for the hit path: -2 when the policy changed meanwhile. */
-static inline int stable_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key) {
+int stable_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key) {
   uint32_t g = atomic_load_explicit(&ki->gen, memory_order_acquire);
   if (g & 1) return -2;
   int len = build_key(ki, params, grid, block, key, g);
@@ -541,7 +466,7 @@ static inline int stable_key(kinfo *ki, void **params, dim3 grid, dim3 block, ui
   return atomic_load_explicit(&ki->gen, memory_order_relaxed) == g ? len : -2;
 }
 
-static inline uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
+uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
   return hash_bytes(key, len, (uint64_t)(uintptr_t)ki ^ mix64((uint64_t)(uintptr_t)ctx));
 }
 
@@ -561,7 +486,7 @@ static void apply_policy(kinfo *ki, const uint8_t *pol, ssize_t n) {   /* jit_lo
 }
 
 /* The launch's argument bytes, back to back, as the specializer reads them. */
-static size_t pack_args(kinfo *ki, void **params, uint8_t *out) {
+size_t pack_args(kinfo *ki, void **params, uint8_t *out) {
   size_t off = 0;
   for (uint32_t i = 0; i < ki->nparams; off += ki->sizes[i], i++) if (out) memcpy(out + off, params[i], ki->sizes[i]);
   return off;
@@ -569,7 +494,7 @@ static size_t pack_args(kinfo *ki, void **params, uint8_t *out) {
 
 /* A launch with a key the table does not have: the value tracker sees it and answers the
  * kernel's policy (u32 dims; u8 fold[nparams]), which may now fold less. jit_lock held. */
-static void track(kinfo *ki, void **params, dim3 grid, dim3 block) {
+void track(kinfo *ki, void **params, dim3 grid, dim3 block) {
   size_t n = pack_args(ki, params, NULL);
   uint8_t *args = malloc(n ? n : 1);
   if (!args) return;
@@ -726,7 +651,7 @@ static int enqueue(job *j) {   /* jit_lock held */
   return 1;
 }
 
-static sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending) {
+sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending) {
   sentry *ne = malloc(sizeof *ne + len);
   if (!ne) return NULL;
   ne->hash = key_hash(ki, ctx, key, len); ne->ki = ki; ne->ctx = ctx; ne->keylen = len;
@@ -843,7 +768,7 @@ static inline void sample_poll(kinfo *ki) {
 /* ------------------------------------------------------------------ driver API wrappers */
 
 /* The specialized kernel did not launch (the original runs instead): counted for the report. */
-static void launch_error(const void *handle) {
+void launch_error(const void *handle) {
   kinfo *ki = handle_lookup(handle);
   if (ki) atomic_fetch_add_explicit(&ki->launch_errors, 1, memory_order_relaxed);
 }
@@ -942,7 +867,7 @@ static CUresult w_cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name)
   return r;
 }
 /* An unloaded image's memory may hold another image later: forget which kernels it had. */
-static void forget_owner(void *owner) {
+void forget_owner(void *owner) {
   pthread_mutex_lock(&reg_lock);
   for (kinfo *k = all_kernels; k; k = k->next_all)
     if (k->owner == owner) k->image = NULL;   /* never matched again by find_kernel */
@@ -1022,7 +947,6 @@ __attribute__((visibility("default"))) void *dlsym(void *handle, const char *nam
 }
 
 /* Apps linked against libcuda directly (driver API) reach these through the PLT. */
-#define EXPORT __attribute__((visibility("default")))
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned shmem, CUstream s, void **params, void **extra) {
   init_driver_calls();

@@ -1,0 +1,151 @@
+/* What the translation units of libproteus.so share: proteus_shim.c (the generic machinery
+ * and CUDA) and proteus_hip.c (HIP). Everything declared here has hidden visibility: it is
+ * internal to the shim, never exported to the app (the interposed entry points are marked
+ * EXPORT where they are defined). No CUDA or HIP headers: the few types are declared here. */
+#ifndef PROTEUS_SHIM_H
+#define PROTEUS_SHIM_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define HIDDEN __attribute__((visibility("hidden")))
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUlibrary, *CUkernel;
+typedef unsigned long long CUdeviceptr;
+typedef struct { unsigned x, y, z; } dim3;
+typedef int cudaError_t;
+typedef struct {
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  void *attrs;
+  unsigned numAttrs;
+} CUlaunchConfig;
+typedef struct {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  void *stream;
+  void *attrs;
+  unsigned numAttrs;
+} cudaLaunchConfig_t;
+
+#define CUDA_SUCCESS 0
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+#define MAX_PARAMS 256
+#define MAX_KEY 4096
+
+/* ------------------------------------------------------------------ kernels and handles */
+
+/* Who owns a kernel's handle, which says how its device variables are found. */
+enum { OWNER_NONE, OWNER_MODULE, OWNER_LIBRARY, OWNER_RUNTIME, OWNER_HIP_RUNTIME, OWNER_HIP_MODULE };
+enum { K_UNRESOLVED, K_ACTIVE, K_DISABLED };
+enum { SAMPLE_IDLE, SAMPLE_RECORDING, SAMPLE_PENDING, SAMPLE_OFF };
+
+typedef struct var_reg { struct var_reg *next; const void *fatbin; const void *host; char *name; } var_reg;
+
+typedef struct kinfo {
+  _Atomic int state;
+  int kid;                 /* Python's id for the recorded kernel */
+  const void *image;       /* fat binary / cubin / offload bundle / code object the kernel came from */
+  char *name;
+  int owner_kind;
+  void *owner;             /* CUmodule, CUlibrary, the runtime's fat binary handle, or HIP's */
+  uint32_t nparams;
+  uint32_t sizes[MAX_PARAMS];
+  /* What the key holds: folded arguments, block (bit 0) and grid (bit 1). The value tracker
+   * may fold less later; `gen` is a sequence lock around such a change (odd while it happens),
+   * so the lock-free hit path never builds a key from half of an old and half of a new policy. */
+  _Atomic uint32_t gen;
+  _Atomic uint8_t fold[MAX_PARAMS];
+  _Atomic uint32_t dims_in_key;
+  uint32_t nglobals;
+  char **globals;
+  _Atomic uint64_t launches, hits, fallbacks, launch_errors, pending_launches;
+  /* GPU time, sampled with a pair of events on a few launches, for the compile budget */
+  void *ev[2];
+  CUcontext ev_ctx;
+  _Atomic int sample_state;   /* SAMPLE_* */
+  _Atomic uint64_t sampled_ns, samples;
+  struct kinfo *next_all;
+} kinfo;
+
+typedef struct { const void *handle; kinfo *ki; } hentry;
+typedef struct {
+  uint64_t hash;
+  kinfo *ki;
+  CUcontext ctx;           /* CUDA: the context; HIP: the device (its ordinal + 1) */
+  _Atomic(CUfunction) fn;  /* NULL: failed, or still compiling in the background: run the original */
+  _Atomic int pending;
+  uint32_t keylen;
+  uint8_t key[];
+} sentry;
+
+/* ------------------------------------------------------------------ embedded Python */
+
+typedef void PyObject;
+typedef struct {
+  int (*IsInitialized)(void);
+  void (*InitializeEx)(int);
+  void *(*EvalSaveThread)(void);
+  int (*GILStateEnsure)(void);
+  void (*GILStateRelease)(int);
+  int (*RunSimpleString)(const char *);
+  PyObject *(*ImportModule)(const char *);
+  PyObject *(*GetAttrString)(PyObject *, const char *);
+  PyObject *(*CallFunction)(PyObject *, const char *, ...);
+  int (*BytesAsStringAndSize)(PyObject *, char **, ssize_t *);
+  long long (*LongAsLongLong)(PyObject *);
+  void (*ErrPrint)(void);
+  void (*DecRef)(PyObject *);
+  PyObject *None;
+} py_api;
+
+/* ------------------------------------------------------------------ shared by the platforms (proteus_shim.c) */
+
+/* configuration */
+HIDDEN extern int g_disable, g_trace_launch;
+HIDDEN void read_env(void);
+HIDDEN void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+HIDDEN extern void *(*real_dlsym)(void *, const char *);
+HIDDEN void init_real_dlsym(void);
+
+/* kernels and launch handles */
+HIDDEN extern pthread_mutex_t reg_lock;   /* registration and inserts */
+HIDDEN extern pthread_mutex_t jit_lock;   /* one compilation at a time */
+HIDDEN extern _Atomic uint64_t unknown_launches;
+HIDDEN kinfo *handle_lookup(const void *h);   /* lock-free */
+HIDDEN void remember(const void *handle, const void *image, const char *name, int owner_kind, void *owner);
+HIDDEN void remember_image(void *owner, const void *image);
+HIDDEN const void *image_of(void *owner);
+HIDDEN void forget_owner(void *owner);
+HIDDEN void launch_error(const void *handle);
+
+/* embedded Python (jit_lock held for all of these but py_bytes) */
+HIDDEN extern py_api py;
+HIDDEN extern PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed;
+HIDDEN int python_ready(void);
+HIDDEN uint8_t *py_bytes(PyObject *res, ssize_t *len);
+HIDDEN int read_kernel_info(kinfo *ki, const uint8_t *blob, ssize_t n);
+
+/* variants: keys and the lock-free table */
+HIDDEN int build_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key, uint32_t gen);
+HIDDEN int stable_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key);
+HIDDEN uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);
+HIDDEN sentry *variant_lookup(uint64_t h, kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);
+HIDDEN void variant_insert(sentry *ne);   /* jit_lock held */
+HIDDEN sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending);
+HIDDEN size_t pack_args(kinfo *ki, void **params, uint8_t *out);
+HIDDEN void track(kinfo *ki, void **params, dim3 grid, dim3 block);   /* jit_lock held */
+
+#endif
