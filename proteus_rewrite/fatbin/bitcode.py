@@ -72,9 +72,9 @@ class BitcodeModule:
     undefined_functions: tuple[str, ...]  # declared, not defined, and not intrinsics (rdc: defined in another TU)
 
 
-def parse(bitcode: bytes) -> llvm.ModuleRef:
+def parse(bitcode: bytes, context: llvm.ContextRef | None = None) -> llvm.ModuleRef:
     try:
-        return llvm.parse_bitcode(bitcode)
+        return llvm.parse_bitcode(bitcode, context)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unknown reason"
         raise BitcodeError(f"LLVM cannot parse the embedded bitcode: {first}") from None

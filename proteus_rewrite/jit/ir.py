@@ -48,21 +48,31 @@ def llvm_name(name: str) -> str:
     return f'@"{escaped}"'
 
 
-def load_module(table: KernelTable, kernel: KernelRecord) -> llvm.ModuleRef:
+def load_module(table: KernelTable, kernel: KernelRecord, context: llvm.ContextRef | None = None) -> llvm.ModuleRef:
     """The kernel's translation unit, linked with the other units it needs (-fgpu-rdc)."""
     if kernel.module is None:
         raise SpecializeError(f"{kernel.demangled}: no bitcode was recorded for this kernel")
-    module = bitcode_mod.parse(table.modules[kernel.module].bitcode)
+    module = bitcode_mod.parse(table.modules[kernel.module].bitcode, context)
     for i in kernel.link_modules:
         try:
-            module.link_in(bitcode_mod.parse(table.modules[i].bitcode))
+            module.link_in(bitcode_mod.parse(table.modules[i].bitcode, context))
         except RuntimeError as exc:
             raise SpecializeError(f"{kernel.demangled}: linking translation unit {i} failed: {exc}") from None
     return module
 
 
-def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan) -> llvm.ModuleRef:
-    module = load_module(table, kernel)
+def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan,
+                      context: llvm.ContextRef | None = None) -> llvm.ModuleRef:
+    """The specialized module, in `context` (the caller's, to close when done; None: LLVM's global one)."""
+    module = load_module(table, kernel, context)
+    try:
+        return _specialize(module, table, kernel, plan, context)
+    finally:
+        module.close()  # now, not whenever the garbage collector runs, perhaps in another thread
+
+
+def _specialize(module: llvm.ModuleRef, table: KernelTable, kernel: KernelRecord, plan: Plan,
+                context: llvm.ContextRef | None) -> llvm.ModuleRef:
     try:
         fn = module.get_function(kernel.name)
     except NameError:
@@ -90,7 +100,7 @@ def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan) -> l
             renamed.append(reg)
     pm = llvm.create_new_module_pass_manager()
     pm.add_global_dead_code_eliminate_pass()
-    pm.run(module, llvm.create_pass_builder(_any_target_machine(), llvm.create_pipeline_tuning_options()))
+    pm.run(module, llvm.create_pass_builder(any_target_machine(), llvm.create_pipeline_tuning_options()))
     fn.linkage = llvm.Linkage.internal  # only now: unreferenced until the wrapper exists, DCE would drop it
 
     # Textual part, on LLVM's printout of the pruned module.
@@ -101,16 +111,20 @@ def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan) -> l
     text = _drop_declarations(text, [SREG_RENAMED + r.replace(".", "_") for r in renamed])
     text += _amdgpu_wrapper(kernel, params, plan, kept) if amdgpu else _wrapper(kernel, params, plan, renamed)
     try:
-        result = llvm.parse_assembly(text)
+        result = llvm.parse_assembly(text, context)
+    except RuntimeError as exc:
+        raise SpecializeError(f"{kernel.demangled}: the specialized module does not parse: {_first_line(exc)}") from None
+    try:
         result.verify()
     except RuntimeError as exc:
+        result.close()
         raise SpecializeError(f"{kernel.demangled}: the specialized module does not verify: {_first_line(exc)}") from None
     # Inline the original body into the new kernel now, so that any pipeline (a user's
     # PROTEUS_OPT_PIPELINE need not inline) optimizes the kernel with its constants in place.
     pm = llvm.create_new_module_pass_manager()
     pm.add_always_inliner_pass()
     pm.add_global_dead_code_eliminate_pass()
-    pm.run(result, llvm.create_pass_builder(_any_target_machine(), llvm.create_pipeline_tuning_options()))
+    pm.run(result, llvm.create_pass_builder(any_target_machine(), llvm.create_pipeline_tuning_options()))
     return result
 
 
@@ -128,7 +142,7 @@ def _wants_sreg(reg: str, plan: Plan) -> bool:
 _TARGET_MACHINE = None
 
 
-def _any_target_machine() -> llvm.TargetMachine:
+def any_target_machine() -> llvm.TargetMachine:
     """GlobalDCE needs a pass builder, which needs some target machine; which one does not matter."""
     global _TARGET_MACHINE  # a cache that says so: target machines are expensive to make
     if _TARGET_MACHINE is None:
