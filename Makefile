@@ -20,6 +20,7 @@ install: $(VENV)/.installed
 
 samples: install
 	$(PY) samples/build.py --arch $(ARCH)
+	$(PY) samples/build_hip.py
 
 demo: samples
 	$(PY) scripts/demo.py --arch $(ARCH)

@@ -40,8 +40,8 @@ SUFFIX = ".pjc"
 @dataclass(frozen=True)
 class Entry:
     key: str
-    kind: str  # "cubin" or "ptx"
-    arch: int
+    kind: str  # "cubin", "ptx" or "codeobj" (an AMDGPU code object)
+    arch: int | str  # SM version (90) or AMDGPU processor ("gfx90a")
     data: bytes = field(repr=False)
     meta: dict = field(default_factory=dict, compare=False)
 
@@ -228,7 +228,8 @@ def decode(raw: bytes, key: str | None = None) -> Entry | None:
         return None
     try:
         meta = json.loads(body[:meta_len])
-        entry = Entry(meta["key"], meta["kind"], int(meta["arch"]), bytes(body[meta_len:]), meta)
+        arch = meta["arch"] if isinstance(meta["arch"], str) else int(meta["arch"])
+        entry = Entry(meta["key"], meta["kind"], arch, bytes(body[meta_len:]), meta)
     except (ValueError, KeyError, TypeError):
         return None
     if key is not None and entry.key != key:

@@ -17,6 +17,7 @@ from . import __version__, store
 from .errors import EXIT_CODES, NoBitcodeError, ProteusError
 from .fatbin import kernels as kernels_mod
 from .fatbin.kernels import KernelTable
+from .fatbin.table import arch_name, best_for_arch
 
 log = logging.getLogger("proteus_rewrite")
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # one message, one line
@@ -96,7 +97,7 @@ def rewrite(app: str, outdir: str | None, force: bool) -> None:
     click.echo(
         f"{app}: recorded {len(table.kernels)} kernel(s), {with_bc} with bitcode, "
         f"from {len(table.fatbins)} fat binar{'y' if len(table.fatbins) == 1 else 'ies'} "
-        f"({table.app.cudart} cudart) -> {path}"
+        f"({'HIP' if table.app.platform == 'hip' else table.app.cudart + ' cudart'}) -> {path}"
     )
     if exe is not None:
         click.echo(f"rewritten executable: {exe} (or run the original with LD_PRELOAD={shim_path})")
@@ -127,10 +128,13 @@ def inspect(app: str, as_json: bool) -> None:
                    "Arguments without a value are not folded.")
 @click.option("--block", metavar="X[,Y,Z]", help="Block size (default: 256, or the kernel's __launch_bounds__ if smaller).")
 @click.option("--grid", default="1", show_default=True, metavar="X[,Y,Z]", help="Grid size.")
-@click.option("--arch", default="sm_90", show_default=True, help="GPU architecture to compile for.")
+@click.option("--arch", help="GPU architecture to compile for: sm_XX (CUDA, default sm_90) or an AMDGPU processor "
+                             "such as gfx90a (HIP, default: the first one the kernel was built for).")
 @click.option("--global", "globals_", multiple=True, metavar="NAME=ADDR",
               help="Address of a device variable in the AOT module (as the shim would supply it).")
-@click.option("--emit", type=click.Choice(["ir", "ptx", "cubin"]), default="ptx", show_default=True)
+@click.option("--emit", type=click.Choice(["ir", "ptx", "cubin", "codeobj"]),
+              help="What to write: ir, ptx or cubin (CUDA; default ptx); ir or codeobj, the AMDGPU code object "
+                   "hipModuleLoadData takes (HIP; default ir).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), help="Write here instead of stdout.")
 def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, output):
     """Specialize KERNEL of STORE (a .kstore or the app) for given argument values and show the code.
@@ -142,7 +146,15 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     from .jit.launch import parse_value
 
     table = _load(store_or_app)
-    sm = _arch(arch)
+    hip = table.app.platform == "hip"
+    sm = _arch(arch) if arch else _default_arch(table, kernel) if hip else 90
+    if hip != isinstance(sm, str):
+        raise click.BadParameter(f"{arch!r}: a {'HIP' if hip else 'CUDA'} app needs "
+                                 f"{'an AMDGPU processor such as gfx90a' if hip else 'sm_XX'}", param_hint="--arch")
+    emit = emit or ("ir" if hip else "ptx")
+    if emit not in (("ir", "codeobj") if hip else ("ir", "ptx", "cubin")):
+        raise click.BadParameter(f"{emit!r} is not what a {'HIP' if hip else 'CUDA'} kernel compiles to: "
+                                 f"use {'ir or codeobj' if hip else 'ir, ptx or cubin'}", param_hint="--emit")
     record = _find_kernel(table, kernel, sm)
     given: dict[int, str] = {}
     for a in args:
@@ -166,22 +178,25 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
                         frozenset(i for i in range(len(record.params)) if i not in given))
     result = jit.specialize(table, record, launch, jit.Config.from_env(), keep_ir=True, relink_globals=relink)
 
-    info = [f"kernel   {record.demangled} (sm_{sm})", f"key      {result.key}"]
+    info = [f"kernel   {record.demangled} ({arch_name(sm)})", f"key      {result.key}"]
     info.append("folded   " + (", ".join(f"arg {i} = {v!r}" for i, v in sorted(result.folded.items())) or "nothing"))
-    if result.plan.max_threads:
+    if result.plan.max_threads and hip:
+        threads = result.plan.max_threads[0] * result.plan.max_threads[1] * result.plan.max_threads[2]
+        info.append(f"bounds   amdgpu-flat-work-group-size 1,{threads}")
+    elif result.plan.max_threads:
         info.append("bounds   maxntid {} minctasm {}".format(",".join(map(str, result.plan.max_threads)), result.plan.min_ctas))
     if record.globals and not relink:
         info.append(f"globals  {', '.join(record.globals)} keep their own copies here (pass --global NAME=ADDR to redirect)")
     info.append("time     " + ", ".join(f"{k} {v:.1f} ms" for k, v in result.timings_ms.items()))
     for line in info:
         err_console.print(line, markup=False)
-    if emit == "cubin":
+    if emit in ("cubin", "codeobj"):
         from .jit.codegen import Cubin
 
-        if not isinstance(result.image, Cubin):
+        if emit == "cubin" and not isinstance(result.image, Cubin):
             raise click.UsageError("PROTEUS_PTX_COMPILER=driver produces no cubin offline; use --emit ptx")
         if not output and sys.stdout.isatty():
-            raise click.UsageError("a cubin is binary: give -o FILE")
+            raise click.UsageError(f"a {'cubin' if emit == 'cubin' else 'code object'} is binary: give -o FILE")
         data = result.image.data
     else:
         data = (result.ir_text if emit == "ir" else result.ptx.text).encode()
@@ -230,7 +245,7 @@ def prewarm(store_or_app, reports, cache_dir):
     with click.progressbar(todo, label="prewarming", file=sys.stderr, show_pos=True) as bar:
         for name, spec, driver in bar:
             try:
-                arch = int(spec["arch"])
+                arch = spec["arch"] if isinstance(spec["arch"], str) else int(spec["arch"])  # gfx90a (HIP) or 90
                 record = _find_kernel(table, name, arch) if name in by_name else None
                 if record is None:
                     counts["not in this store"] += 1
@@ -298,13 +313,13 @@ def cache_ls(directory, as_json):
         click.echo(json.dumps(rows, indent=2))
         return
     grid = Table(show_edge=False, header_style="bold")
-    for col in ("key", "kernel", "kind", "sm", "bytes", "compile ms", "last used"):
+    for col in ("key", "kernel", "kind", "arch", "bytes", "compile ms", "last used"):
         grid.add_column(col)
     for r in rows:
         if "error" in r:
             grid.add_row(r["file"], f"[red]{r['error']}[/]", "", "", "", "", "")
         else:
-            grid.add_row(r["key"][:16], kernels_mod.demangle(r["kernel"]), r["kind"], str(r["arch"]), f"{r['bytes']:,}",
+            grid.add_row(r["key"][:16], kernels_mod.demangle(r["kernel"]), r["kind"], arch_name(r["arch"]), f"{r['bytes']:,}",
                          f"{r['compile_ms']:.1f}" if r["compile_ms"] is not None else "", r["last_used"])
     Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(grid)
     click.echo(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'} in {store.dir}")
@@ -331,11 +346,22 @@ def cache_clear(directory):
     click.echo(f"removed {n} entr{'y' if n == 1 else 'ies'} from {store.dir}")
 
 
-def _arch(text: str) -> int:
-    t = text.lower().removeprefix("sm_").removeprefix("sm")
+def _arch(text: str) -> int | str:
+    """sm_90 -> 90 (CUDA); gfx90a -> "gfx90a" (HIP: an AMDGPU processor, features dropped)."""
+    t = text.lower()
+    if t.startswith("gfx") and t[3:].split(":", 1)[0].isalnum():
+        return t.split(":", 1)[0]
+    t = t.removeprefix("sm_").removeprefix("sm")
     if not t.isdigit():
-        raise click.BadParameter(f"{text!r}: expected sm_XX, e.g. sm_90", param_hint="--arch")
+        raise click.BadParameter(f"{text!r}: expected sm_XX (e.g. sm_90) or an AMDGPU processor (e.g. gfx90a)",
+                                 param_hint="--arch")
     return int(t)
+
+
+def _default_arch(table: KernelTable, name: str) -> str:
+    """A HIP kernel's first processor with bitcode (each is built for a few; none is 'newest')."""
+    archs = [k.arch for k in _matching(table, name) if k.has_bitcode]
+    return str(archs[0]) if archs else "gfx90a"
 
 
 def _dim3(text: str, hint: str) -> tuple[int, int, int]:
@@ -348,7 +374,7 @@ def _dim3(text: str, hint: str) -> tuple[int, int, int]:
     return tuple((parts + [1, 1])[:3])  # type: ignore[return-value]
 
 
-def _find_kernel(table: KernelTable, name: str, arch: int):
+def _matching(table: KernelTable, name: str) -> list:
     matches = [k for k in table.kernels if name in (k.name, k.demangled)]
     if not matches:
         matches = [k for k in table.kernels if k.demangled.startswith(name) or k.demangled.split("(")[0].split(" ")[-1] == name]
@@ -357,10 +383,19 @@ def _find_kernel(table: KernelTable, name: str, arch: int):
                                  param_hint="KERNEL")
     if len({k.name for k in matches}) > 1:
         raise click.BadParameter(f"{name!r} is ambiguous: " + ", ".join(sorted({k.demangled for k in matches})), param_hint="KERNEL")
-    usable = [k for k in matches if k.has_bitcode and k.arch <= arch] or [k for k in matches if k.has_bitcode]
-    if not usable:
+    return matches
+
+
+def _find_kernel(table: KernelTable, name: str, arch: int | str):
+    matches = _matching(table, name)
+    best = best_for_arch(matches, arch)
+    if best is None:
+        built = sorted({arch_name(k.arch) for k in matches if k.has_bitcode})
+        if built:  # HIP: the processor must be one it was built for
+            raise NoBitcodeError(f"kernel {matches[0].demangled} has no recorded bitcode for {arch_name(arch)} "
+                                 f"(it has for {', '.join(built)})")
         raise NoBitcodeError(f"kernel {matches[0].demangled} has no recorded bitcode")
-    return max(usable, key=lambda k: k.arch if k.arch <= arch else -k.arch)
+    return best
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -408,6 +443,12 @@ def _load(path: str) -> KernelTable:
 def _require_bitcode(table: KernelTable, app: str) -> None:
     if not table.kernels:
         raise NoBitcodeError("the fat binaries hold no kernels", app)
+    if not table.kernels_with_bitcode and table.app.platform == "hip":
+        raise NoBitcodeError(
+            f"none of its {len(table.kernels)} kernels carries LLVM bitcode (built without -fembed-bitcode?); "
+            "rebuild with clang: clang++ -x hip --offload-arch=gfxXXX -fembed-bitcode ... (docs/hip.md)",
+            app,
+        )
     if not table.kernels_with_bitcode:
         raise NoBitcodeError(
             f"none of its {len(table.kernels)} kernels carries LLVM bitcode (built by nvcc, or without "
@@ -434,19 +475,20 @@ def _print_table(table: KernelTable) -> None:
     # Piped output keeps one kernel per line rather than wrapping at 80 columns.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
     a = table.app
+    runtime = "hip" if a.platform == "hip" else f"cudart: {a.cudart}"
     console.print(f"[bold]{a.name}[/]  {a.size:,} bytes  {a.file_type}{' PIE' if a.pie else ''}"
-                  f"{' stripped' if a.stripped else ''}  cudart: {a.cudart}{'  -fgpu-rdc' if a.rdc else ''}")
+                  f"{' stripped' if a.stripped else ''}  {runtime}{'  -fgpu-rdc' if a.rdc else ''}")
     if a.rewritten:
         console.print(f"  rewritten by {a.rewritten.get('tool', '?')} on {a.rewritten.get('rewritten', '?')} "
                       f"from {a.rewritten.get('original_name', '?')} (sha256 {str(a.rewritten.get('original_sha256', '?'))[:16]}...)")
     for f in table.fatbins:
-        entries = ", ".join(f"{e.kind} sm_{e.arch}{'' if e.compression == 'none' else ' ' + e.compression}" for e in f.entries)
+        entries = ", ".join(f"{e.kind} {arch_name(e.arch)}{'' if e.compression == 'none' else ' ' + e.compression}" for e in f.entries)
         console.print(f"  fatbin {f.index}: {f.size:,} bytes at {f.section}+{f.offset:#x}: {entries}")
     for m in table.modules:
-        console.print(f"  module {m.index}: {m.size:,} bytes of bitcode, sm_{m.arch}, {os.path.basename(m.source_filename) or '?'}")
+        console.print(f"  module {m.index}: {m.size:,} bytes of bitcode, {arch_name(m.arch)}, {os.path.basename(m.source_filename) or '?'}")
     grid = Table(show_edge=False, header_style="bold")
-    for col in ("kernel", "sm", "parameters", "bytes", "bitcode", "globals", "launch bounds"):
-        grid.add_column(col, overflow="fold", no_wrap=col in ("sm", "bytes"))
+    for col in ("kernel", "arch", "parameters", "bytes", "bitcode", "globals", "launch bounds"):
+        grid.add_column(col, overflow="fold", no_wrap=col in ("arch", "bytes"))
     for k in table.kernels:
         params = ", ".join(_param_text(p) for p in k.params)
         bounds = ""
@@ -454,7 +496,7 @@ def _print_table(table: KernelTable) -> None:
             bounds = "x".join(str(d) for d in k.max_threads) + (f", min {k.min_ctas}/SM" if k.min_ctas else "")
         grid.add_row(
             k.demangled + (f"  [dim]jit{list(k.jit_args)}[/]" if k.jit_args is not None else ""),
-            str(k.arch),
+            arch_name(k.arch),
             params,
             str(k.param_size),
             f"module {k.module}" + (f" +{list(k.link_modules)}" if k.link_modules else "") if k.has_bitcode else "[red]none[/]",

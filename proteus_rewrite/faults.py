@@ -6,6 +6,7 @@ one warning, and unchanged output. Points:
     optimize        the optimization pipeline fails
     ptx             PTX generation fails
     cubin           the PTX compiler (nvJitLink / ptxas) fails
+    codeobj         AMDGPU code generation fails (HIP)
     module-load     the driver refuses the specialized image (checked in the C shim)
     cache-unwritable, cache-full, cache-readonly
                     writing a disk cache entry fails with EACCES, ENOSPC or EROFS

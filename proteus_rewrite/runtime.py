@@ -2,15 +2,17 @@
 
     init(shim_dir, driver_version)            once, when the first kernel is launched
     kernel_info(image_ptr, name, arch)        which recorded kernel a launch handle is
-    specialize(kid, args, grid, block, globals, arch, gpu_ms) -> cubin/PTX bytes, or None to run the original
+    specialize(kid, args, grid, block, globals, arch, gpu_ms) -> cubin/PTX bytes (HIP: a code object), or None
+                                              to run the original
     track(kid, args, grid, block)             a launch the shim's table missed: the value tracker's policy
-    load_failed(kid, cuda_error)              the driver refused our image
+    load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
     write_report(path, counters)              at exit, for PROTEUS_REPORT
 
 Kernel stores (*.kstore) are found beside the shim (or in PROTEUS_STORE_DIR). A loaded
 image is matched to a recorded fat binary by the SHA-256 of its bytes, so a store that
 does not belong to the running binary (say, the app was rebuilt) matches nothing and the
-app simply runs its original kernels. Every failure here becomes one warning per kernel
+app simply runs its original kernels. `arch` is an SM version (CUDA, 90) or the device's
+processor (HIP: its gcnArchName, "gfx90a:sramecc+:xnack-"; the features are dropped). Every failure here becomes one warning per kernel
 and a None, never an exception into C.
 """
 
@@ -32,7 +34,7 @@ from . import __version__, faults, store
 from .policy import BLOCK, GRID, Budget, Tracker
 from .cache import CacheChain, make_chain
 from .errors import ProteusError
-from .fatbin.table import KernelRecord, KernelTable
+from .fatbin.table import KernelRecord, KernelTable, best_for_arch
 from .jit import specializer as spec_mod
 from .jit.config import Config
 from .jit.launch import Launch, foldable
@@ -41,6 +43,7 @@ log = logging.getLogger("proteus_rewrite")
 
 WRAPPER_MAGIC = 0x466243B1
 FATBIN_MAGIC = 0xBA55ED50
+HIP_WRAPPER_MAGIC = 0x48495046  # clang's __hip_fatbin_wrapper ("HIPF"), what __hipRegisterFatBinary takes
 
 
 @dataclass
@@ -118,16 +121,22 @@ def init(shim_dir: str, driver_version: int) -> None:
 
 
 def _image(ptr: int) -> tuple[KernelTable, int] | None:
-    """Which recorded fat binary the image at `ptr` (a fatbin wrapper, container or cubin) is."""
+    """Which recorded fat binary the image at `ptr` (a fatbin wrapper, container or cubin; HIP: a
+    wrapper, an offload bundle, plain or CCOB, or a code object) is."""
     assert _state is not None
     if ptr in _state.images:
         return _state.images[ptr]
     found = None
     magic = struct.unpack("<I", ctypes.string_at(ptr, 4))[0]
-    if magic == WRAPPER_MAGIC:
+    if magic in (WRAPPER_MAGIC, HIP_WRAPPER_MAGIC):
         ptr = struct.unpack("<Q", ctypes.string_at(ptr + 8, 8))[0]
         magic = struct.unpack("<I", ctypes.string_at(ptr, 4))[0]
-    if magic == FATBIN_MAGIC:
+    if ctypes.string_at(ptr, 4) in (b"__CL", b"CCOB"):  # __CLANG_OFFLOAD_BUNDLE__: HIP, one per translation unit
+        from .fatbin import offload_bundle
+
+        size = offload_bundle.stored_size(lambda off, n: ctypes.string_at(ptr + off, n))
+        found = _state.by_fatbin.get(hashlib.sha256(ctypes.string_at(ptr, size)).hexdigest())
+    elif magic == FATBIN_MAGIC:
         header_size, size = struct.unpack("<HQ", ctypes.string_at(ptr + 6, 10))
         found = _state.by_fatbin.get(hashlib.sha256(ctypes.string_at(ptr, header_size + size)).hexdigest())
     elif ctypes.string_at(ptr, 4) == b"\x7fELF":
@@ -139,7 +148,7 @@ def _image(ptr: int) -> tuple[KernelTable, int] | None:
     return found
 
 
-def kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
+def kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
     """The C side's view of a kernel: u32 kid, nparams, dims flags, nglobals; u32 sizes[];
     u8 fold[]; NUL-terminated global names. None: run this kernel's original code, always."""
     try:
@@ -149,7 +158,7 @@ def kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
         return None
 
 
-def _kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
+def _kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
     assert _state is not None
     if _state.config.disable:
         return None
@@ -161,12 +170,12 @@ def _kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
         return None
     table, fatbin = match
     candidates = [k for k in table.kernels if k.fatbin == fatbin and k.name == name]
-    usable = [k for k in candidates if k.has_bitcode and k.arch <= arch] or [k for k in candidates if k.has_bitcode]
-    if not usable:
-        what = "is not recorded" if not candidates else "has no embedded bitcode"
+    record = best_for_arch(candidates, arch)
+    if record is None:
+        what = ("is not recorded" if not candidates else "has no embedded bitcode" if not any(k.has_bitcode for k in candidates)
+                else f"has no bitcode for {arch} (built for {', '.join(sorted({str(k.arch) for k in candidates}))})")
         _warn_once(name, f"{name} {what}; running the original kernel")
         return None
-    record = max(usable, key=lambda k: k.arch if k.arch <= arch else -k.arch)
     cg = _state.config.for_kernel(record.name, record.demangled)
     allowed = set(record.jit_args) if record.jit_args is not None else None
     fold = bytes(
@@ -176,6 +185,8 @@ def _kernel_info(image_ptr: int, name: str, arch: int) -> bytes | None:
     )
     dims = (1 if (cg.specialize_launch_bounds or cg.specialize_dims or cg.specialize_dims_range) else 0) | (
         2 if (cg.specialize_dims or cg.specialize_dims_range) else 0)
+    if isinstance(record.arch, str):  # AMDGPU: only the block reaches the code, as the flat work-group size
+        dims = 1 if cg.specialize_launch_bounds else 0
     kid = len(_state.kernels)
     _state.kernels.append((table, record))
     stats = KernelStats(record.name, record.demangled)
@@ -208,8 +219,11 @@ def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
     return struct.pack("<I", tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
 
 
-def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int, gpu_ms: float = 0.0) -> bytes | None:
+def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int | str,
+               gpu_ms: float = 0.0) -> bytes | None:
     assert _state is not None
+    if isinstance(arch, str):  # HIP's gcnArchName: gfx90a:sramecc+:xnack- -> gfx90a
+        arch = arch.split(":", 1)[0]
     table, record = _state.kernels[kid]
     stats = _state.stats[kid]
     stats.gpu_ms = gpu_ms
@@ -274,7 +288,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
 def load_failed(kid: int, code: int) -> None:
     assert _state is not None
     record = _state.kernels[kid][1]
-    reason = f"cuModuleLoadData/cuModuleGetFunction failed with CUDA error {code}"
+    reason = (f"hipModuleLoadData/hipModuleGetFunction failed with HIP error {code}" if isinstance(record.arch, str)
+              else f"cuModuleLoadData/cuModuleGetFunction failed with CUDA error {code}")
     stats = _state.stats[kid]
     stats.failures[reason] = stats.failures.get(reason, 0) + 1
     _warn_once(f"load:{record.name}", f"{record.demangled}: {reason}; running the original kernel")

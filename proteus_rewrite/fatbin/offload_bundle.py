@@ -148,6 +148,48 @@ def parse_section(data: bytes) -> list[Bundle]:
     return bundles
 
 
+def stored_size(read) -> int:
+    """How many bytes the bundle (plain or CCOB) at the start of `read` occupies, reading no
+    further than needed: `read(offset, n)` returns n bytes from there. This is how the run time
+    finds the extent of a bundle in memory (what __hipRegisterFatBinary is handed, which comes
+    with no size) to hash it; parse() gives the same number as `stored_size` for bytes at hand."""
+    head = read(0, HEADER.size)
+    if head[:4] == CCOB_MAGIC:
+        (version,) = struct.unpack_from("<H", head, 4)
+        if version == 2:
+            return CCOB_V2.unpack_from(head)[3]
+        if version == 3:
+            return CCOB_V3.unpack_from(head)[3]
+        if version != 1:
+            raise FormatError(f"compressed offload bundle: CCOB version {version} is not known (1, 2 and 3 are)")
+        # Version 1 has no total size: inflate until the stream ends, a little at a time.
+        _, _, method_id, usize, _ = CCOB_V1.unpack_from(head)
+        method = COMPRESSION.get(method_id)
+        if method is None:
+            raise FormatError(f"compressed offload bundle: compression method {method_id} is not known (0 zlib, 1 zstd)")
+        d = zstandard.ZstdDecompressor().decompressobj() if method == "zstd" else zlib.decompressobj()
+        pos, out = CCOB_V1.size, 0
+        while not d.eof:
+            out += len(d.decompress(read(pos, 256)))
+            pos += 256
+            if out > usize:
+                raise FormatError(f"compressed offload bundle: inflates past the {usize} bytes its header declares")
+        return pos - len(d.unused_data)
+    if head[: len(MAGIC)] != MAGIC:
+        raise FormatError("no __CLANG_OFFLOAD_BUNDLE__ or CCOB magic")
+    (count,) = struct.unpack_from("<Q", head, len(MAGIC))
+    if count > MAX_ID:
+        raise FormatError(f"offload bundle declares {count} entries")
+    pos = end = HEADER.size
+    for i in range(count):
+        eoff, esize, idlen = ENTRY.unpack(read(pos, ENTRY.size))
+        if idlen > MAX_ID or eoff + esize > MAX_UNCOMPRESSED:
+            raise FormatError(f"offload bundle entry {i} is corrupt")
+        pos += ENTRY.size + idlen
+        end = max(end, eoff + esize)
+    return max(end, pos)
+
+
 def decompress(data: bytes, offset: int = 0) -> tuple[bytes, int, str, int]:
     """A CCOB wrapper at ``offset`` -> (uncompressed bundle, stored size, method, version)."""
     where = f"compressed offload bundle at offset {offset:#x}"

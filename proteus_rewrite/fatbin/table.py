@@ -95,6 +95,25 @@ def arch_name(arch: int | str) -> str:
     return f"sm_{arch}" if isinstance(arch, int) else arch
 
 
+def best_for_arch(kernels, arch: int | str) -> KernelRecord | None:
+    """Which of a kernel's records (one per target it was built for) to specialize for a device.
+
+    CUDA (`arch` an SM version): the newest target not above the device's, else the oldest one
+    above it (its bitcode still compiles for the device). HIP (`arch` a processor name such as
+    "gfx90a", perhaps with features, "gfx90a:sramecc+:xnack-"): the same processor only, since
+    an AMDGPU module (its target attributes, the device libraries linked into it) is built for
+    one. None when no record with bitcode fits."""
+    with_bitcode = [k for k in kernels if k.has_bitcode]
+    if isinstance(arch, str):
+        processor = arch.split(":", 1)[0]
+        return next((k for k in with_bitcode if k.arch == processor), None)
+    cuda = [k for k in with_bitcode if isinstance(k.arch, int)]
+    if not cuda:
+        return None
+    usable = [k for k in cuda if k.arch <= arch] or cuda
+    return max(usable, key=lambda k: k.arch if k.arch <= arch else -k.arch)
+
+
 @dataclass(frozen=True)
 class KernelTable:
     app: AppInfo

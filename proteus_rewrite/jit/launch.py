@@ -16,7 +16,7 @@ class Launch:
     args: tuple[bytes, ...]  # one buffer per parameter, exactly as the runtime passes it
     grid: Dim3
     block: Dim3
-    arch: int  # the device's SM version, e.g. 90
+    arch: int | str  # the device's SM version, e.g. 90 (CUDA), or its AMDGPU processor, e.g. "gfx90a" (HIP)
     globals: dict[str, int] = field(default_factory=dict)  # device variable -> its address in the AOT module
     unknown: frozenset[int] = frozenset()  # parameters whose value is not known (never folded)
     unknown_dims: frozenset[str] = frozenset()  # "block" / "grid": not folded, not bounding the kernel

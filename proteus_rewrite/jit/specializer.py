@@ -1,4 +1,5 @@
-"""The specializer: a recorded kernel + one launch -> a cubin (or PTX) and its cache key.
+"""The specializer: a recorded kernel + one launch -> a cubin (or PTX; for HIP, an AMDGPU code
+object) and its cache key.
 
 This is what the shim calls on a cache miss. Steps, each timed:
   plan      decide what to fold (scalars, dims, launch bounds, alignment) from the launch
@@ -8,6 +9,9 @@ This is what the shim calls on a cache miss. Steps, each timed:
   optimize  the selected pipeline (pipeline.py)
   ptx       NVPTX backend
   cubin     nvJitLink / ptxas (or none: the driver compiles the PTX)
+For a HIP kernel (the launch's arch is a processor name, "gfx90a") the last two steps are
+  object    AMDGPU backend
+  link      ld.lld -> code object
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ class Result:
     folded: dict[int, object]  # parameter index -> value, for reports
     plan: Plan
     timings_ms: dict[str, float] = field(default_factory=dict)
-    ptx: codegen.PTX | None = None  # None when served from a cache
+    ptx: codegen.PTX | None = None  # None when served from a cache, and for HIP
     ir_text: str | None = None  # optimized IR, when asked for
 
 
@@ -105,7 +109,8 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
     )
 
 
-def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, ptx_target: tuple, arch: int) -> str:
+def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, ptx_target: tuple,
+              arch: int | str) -> str:
     """SHA-256 over everything that changes the generated code."""
     doc = {
         "tool": __version__,
@@ -154,6 +159,8 @@ def specialize(
     if kernel.module is None:
         raise SpecializeError(f"{kernel.demangled}: no bitcode was recorded for this kernel")
     plan = make_plan(kernel, launch, cg, relink_globals)
+    if isinstance(launch.arch, str):  # an AMDGPU processor: HIP
+        return _specialize_amdgpu(table, kernel, launch, plan, cg, cache, keep_ir, may_compile, timings, t0)
     # The PTX ISA is bounded by the driver that will load the code; asking the compiler its version
     # costs a library load, so that bound is applied only when something is compiled.
     ptx_target = ("driver", codegen.driver_ptx_isa(driver_version)) if driver_version else \
@@ -205,3 +212,59 @@ def specialize(
 
 def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000.0
+
+
+def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch, plan: Plan, cg: CodegenConfig,
+                       cache: CacheChain | None, keep_ir: bool, may_compile: bool, timings: dict[str, float],
+                       t0: float) -> Result:
+    """HIP: the plan compiled by llvmlite's AMDGPU backend for the device's processor and linked
+    by ld.lld into a code object, what hipModuleLoadData takes (docs/hip.md). No CUDA tool is
+    asked anything: the key names the linker where CUDA's names the PTX compiler."""
+    cg = dataclasses.replace(cg, ptx_compiler="ld.lld")
+    # Block and grid sizes are not folded on AMDGPU (ir.py), so only the launch bound (the flat
+    # work-group size, from the block) reaches the code and the key: any grid shares a variant.
+    plan = dataclasses.replace(plan, grid=None, fold_dims=False, dims_range=False, min_ctas=None,
+                               block=plan.block if plan.max_threads else None)
+    ptx_target = ("amdgpu",)
+    key = cache_key(table, kernel, plan, cg, ptx_target, launch.arch)
+    folded_values = {i: python_value(kernel.params[i], launch.args[i]) for i in plan.folded}
+    timings["plan"] = _ms(t0)
+
+    if cache is not None and not keep_ir:
+        hit = cache.get(key)
+        if hit is not None and hit[0].kind == "codeobj":
+            entry, level = hit
+            return Result(key, kernel.name, codegen.CodeObject(entry.data, entry.arch), level, folded_values, plan, timings)
+
+    if not may_compile:
+        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent")
+    from . import ir, pipeline  # llvmlite: only when compiling
+
+    with _LLVM:
+        module = None
+        try:
+            t = time.perf_counter()
+            module = ir.specialize_module(table, kernel, plan)
+            timings["ir"] = _ms(t)
+            t = time.perf_counter()
+            tm = codegen.amdgpu_target_machine(launch.arch, cg.codegen_opt_level)
+            faults.check("optimize")
+            pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
+            timings["optimize"] = _ms(t)
+            t = time.perf_counter()
+            faults.check("codeobj")
+            obj = codegen.emit_amdgpu_object(module, tm)
+            timings["object"] = _ms(t)
+            ir_text = str(module) if keep_ir else None
+        finally:  # now, on this thread, not whenever the garbage collector gets to it
+            if module is not None:
+                module.close()
+    t = time.perf_counter()
+    image = codegen.link_code_object(obj, launch.arch)
+    timings["link"] = _ms(t)
+    timings["total"] = _ms(t0)
+
+    if cache is not None:
+        cache.put(Entry(key, "codeobj", launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
+                                                                "tool": __version__}))
+    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, None, ir_text)

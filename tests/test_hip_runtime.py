@@ -1,0 +1,273 @@
+"""HIP through the code paths CUDA built first: `inspect`'s table, `specialize` to a code object,
+the run-time half's kernel_info/specialize/load_failed with a processor name for the arch, the
+JIT cache holding code objects, prewarm, and the Makefile's samples target. CPU only: every
+code object is checked with LLVM's tools, never loaded (docs/hip.md)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from proteus_rewrite import runtime, store
+from proteus_rewrite.cache import Entry, decode, encode
+from proteus_rewrite.fatbin import extract, hostelf, offload_bundle
+from proteus_rewrite.fatbin.table import best_for_arch
+from proteus_rewrite.jit import Config, Launch, codegen, specializer
+
+from .conftest import ROOT, run_cli
+from .hip_samples import hip_samples
+
+OBJDUMP = shutil.which("llvm-objdump-19") or shutil.which("llvm-objdump")
+READELF = shutil.which("llvm-readelf-19") or shutil.which("llvm-readelf")
+AXPY = "_Z9axpy_loopiifPKfPf"
+EM_AMDGPU = 224
+
+
+def _lld():
+    try:
+        codegen.lld_path()
+    except Exception as exc:
+        pytest.skip(str(exc))
+
+
+def _is_code_object(data: bytes, arch: str = "gfx90a") -> None:
+    assert data[:4] == b"\x7fELF" and struct.unpack_from("<H", data, 18)[0] == EM_AMDGPU
+    from proteus_rewrite.fatbin import amdgpu_codeobj
+
+    assert amdgpu_codeobj.parse(data).arch == arch
+
+
+def _fmas(path: Path) -> int:
+    if not OBJDUMP:
+        pytest.skip("needs llvm-objdump (apt-get install llvm-19)")
+    asm = subprocess.run([OBJDUMP, "-d", "--mcpu=gfx90a", str(path)], capture_output=True, text=True, check=True).stdout
+    return len(re.findall(r"v_fmac?_f32\S*\s+v\d+, 0\.5,", asm))
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_inspect_names_hip_and_the_processors():
+    proc = run_cli("inspect", str(hip_samples() / "loop_count"))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "  hip" in out.splitlines()[0] and "cudart" not in out
+    assert "hipv4 gfx90a, hipv4 gfx940" in out and "bytes of bitcode, gfx90a" in out
+    assert "sm_gfx" not in out and "sm_x86" not in out
+    assert re.search(r"\barch\b", out.splitlines()[4]) and "gfx90a" in out
+
+
+def test_inspect_of_a_cuda_app_is_unchanged_but_for_the_column_name(samples):
+    proc = run_cli("inspect", str(samples / "loop_count"))
+    assert proc.returncode == 0, proc.stderr
+    assert "cudart: static" in proc.stdout and "ELF sm_90" in proc.stdout and "bitcode, sm_90" in proc.stdout
+    assert re.search(r"\barch\b", proc.stdout)
+
+
+def test_specialize_writes_a_code_object_with_the_loop_folded(tmp_path):
+    _lld()
+    out = tmp_path / "axpy.co"
+    proc = run_cli("specialize", str(hip_samples() / "loop_count"), "axpy_loop", "--arg", "0=1048576", "--arg", "1=8",
+                   "--arg", "2=0.5", "--block", "256", "--arch", "gfx90a", "--emit", "codeobj", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "(gfx90a)" in proc.stderr and "amdgpu-flat-work-group-size 1,256" in proc.stderr
+    assert re.search(r"time .* object [\d.]+ ms, link [\d.]+ ms", proc.stderr)
+    data = out.read_bytes()
+    _is_code_object(data)
+    assert _fmas(out) == 8
+
+
+def test_specialize_defaults_to_the_first_processor_and_to_ir():
+    proc = run_cli("specialize", str(hip_samples() / "loop_count"), "axpy_loop", "--arg", "1=8")
+    assert proc.returncode == 0, proc.stderr
+    assert "(gfx90a)" in proc.stderr
+    assert 'target triple = "amdgcn-amd-amdhsa"' in proc.stdout and "define amdgpu_kernel" in proc.stdout
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (("--arch", "gfx942"), 6, "no recorded bitcode for gfx942 (it has for gfx90a, gfx940)"),
+    (("--arch", "gfx940", "--emit", "codeobj", "-o", "/dev/null"), 9, "gfx940 is not a processor llvmlite's LLVM 22 knows"),
+    (("--arch", "sm_90"), 2, "a HIP app needs an AMDGPU processor"),
+    (("--emit", "ptx"), 2, "'ptx' is not what a HIP kernel compiles to"),
+])
+def test_specialize_refuses_what_a_hip_kernel_cannot_be(args, code, message):
+    proc = run_cli("specialize", str(hip_samples() / "loop_count"), "axpy_loop", "--arg", "1=8", *args)
+    assert proc.returncode == code, proc.stderr
+    assert message in proc.stderr
+
+
+def test_specialize_refuses_codeobj_and_gfx_for_a_cuda_app(samples):
+    proc = run_cli("specialize", str(samples / "loop_count"), "axpy_loop", "--arch", "gfx90a")
+    assert proc.returncode == 2 and "a CUDA app needs sm_XX" in proc.stderr
+    proc = run_cli("specialize", str(samples / "loop_count"), "axpy_loop", "--emit", "codeobj")
+    assert proc.returncode == 2 and "'codeobj' is not what a CUDA kernel compiles to" in proc.stderr
+
+
+def test_prewarm_compiles_a_hip_variant_from_a_report(tmp_path):
+    _lld()
+    kstore = store.write(extract(hip_samples() / "loop_count"), tmp_path / "loop_count.kstore")
+    report = {"driver_version": 0, "kernels": [{"name": AXPY, "variants": [{"launch": {
+        "args": {"1": (8).to_bytes(4, "little").hex(), "2": struct.pack("<f", 0.5).hex()},
+        "unknown_dims": ["grid"], "arch": "gfx90a", "block": [256, 1, 1], "grid": [4096, 1, 1], "globals": {}}}]}]}
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    proc = run_cli("prewarm", str(kstore), "--from", str(tmp_path / "run.json"), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    assert "1 compiled" in proc.stderr
+    (entry,) = list((tmp_path / "cache").rglob("*.pjc"))
+    decoded = decode(entry.read_bytes())
+    assert (decoded.kind, decoded.arch) == ("codeobj", "gfx90a")
+    _is_code_object(decoded.data)
+    ls = run_cli("cache", "ls", "--dir", str(tmp_path / "cache"))
+    assert ls.returncode == 0 and "codeobj" in ls.stdout and "gfx90a" in ls.stdout
+
+
+def test_the_samples_target_builds_the_hip_samples_too():
+    recipe = (ROOT / "Makefile").read_text().split("\nsamples:", 1)[1].split("\n\n", 1)[0]
+    assert "samples/build.py" in recipe and "samples/build_hip.py" in recipe
+
+
+# ---------------------------------------------------------------- choosing a record, the cache
+
+
+def test_best_for_arch_matches_processors_exactly_and_sm_versions_by_order(table):
+    hip = extract(hip_samples() / "loop_count")
+    axpy = [k for k in hip.kernels if k.name == AXPY]
+    assert best_for_arch(axpy, "gfx90a").arch == "gfx90a"
+    assert best_for_arch(axpy, "gfx90a:sramecc+:xnack-").arch == "gfx90a"  # gcnArchName, features and all
+    assert best_for_arch(axpy, "gfx940").arch == "gfx940"
+    assert best_for_arch(axpy, "gfx942") is None  # another processor's code never runs here
+    assert best_for_arch(axpy, 90) is None
+    cuda = [k for k in table("loop_count_multi_arch").kernels if k.name == AXPY]
+    assert sorted(k.arch for k in cuda) == [80, 90]
+    assert best_for_arch(cuda, 90).arch == 90 and best_for_arch(cuda, 86).arch == 80 and best_for_arch(cuda, 70).arch == 80
+
+
+def test_cache_entries_keep_a_processor_name():
+    entry = Entry("k" * 64, "codeobj", "gfx90a", b"\x7fELF...", {"kernel": AXPY})
+    back = decode(encode(entry), "k" * 64)
+    assert (back.kind, back.arch, back.data) == ("codeobj", "gfx90a", b"\x7fELF...")
+    assert decode(encode(Entry("k" * 64, "cubin", 90, b"x")), "k" * 64).arch == 90
+
+
+def test_specializer_serves_a_code_object_from_its_disk_cache(tmp_path):
+    _lld()
+    from proteus_rewrite.cache import make_chain
+
+    table = extract(hip_samples() / "loop_count")
+    kernel = next(k for k in table.kernels if k.name == AXPY and k.arch == "gfx90a")
+    args = tuple(p.size * b"\0" for p in kernel.params)
+    args = (struct.pack("<i", 1 << 20), struct.pack("<i", 8), struct.pack("<f", 0.5), args[3], args[4])
+    launch = Launch(args, (4096, 1, 1), (256, 1, 1), "gfx90a", {}, frozenset({3, 4}))
+    first = specializer.specialize(table, kernel, launch, Config.from_env(), make_chain(True, str(tmp_path), 64))
+    assert first.source == "compiled" and isinstance(first.image, codegen.CodeObject) and first.ptx is None
+    assert {"ir", "optimize", "object", "link"} <= set(first.timings_ms)
+    _is_code_object(first.image.data)
+    # a new process: memory empty, disk warm; another grid is the same variant (grids are not folded on AMDGPU)
+    other_grid = Launch(args, (7, 1, 1), (256, 1, 1), "gfx90a", {}, frozenset({3, 4}))
+    second = specializer.specialize(table, kernel, other_grid, Config.from_env(), make_chain(True, str(tmp_path), 64))
+    assert second.source == "disk" and second.key == first.key
+    assert isinstance(second.image, codegen.CodeObject) and second.image.data == first.image.data
+    other_block = Launch(args, (4096, 1, 1), (128, 1, 1), "gfx90a", {}, frozenset({3, 4}))
+    assert specializer.specialize(table, kernel, other_block, Config.from_env(), None).key != first.key
+
+
+# ---------------------------------------------------------------- the run-time half, as the shim calls it
+
+
+@pytest.fixture
+def hip_runtime(tmp_path, monkeypatch):
+    """runtime.init over a directory holding the loop_count HIP app's store, and that app's
+    .hip_fatbin bytes in memory, as __hipRegisterFatBinary would find them."""
+    _lld()
+    app = hip_samples() / "loop_count"
+    store.write(extract(app), tmp_path / "loop_count.kstore")
+    monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PROTEUS_STORE_DIR", raising=False)
+    monkeypatch.delenv("PROTEUS_DISABLE", raising=False)
+    runtime.init(str(tmp_path), 0)
+    section = hostelf.parse(app.read_bytes()).sections[".hip_fatbin"].data
+    (bundle,) = offload_bundle.parse_section(section)
+    buf = ctypes.create_string_buffer(section[: bundle.stored_size] + bytes(4096), bundle.stored_size + 4096)
+    yield buf
+    runtime._state = None
+
+
+def _info(blob: bytes) -> tuple[int, int, int, int, list[int], bytes]:
+    kid, nparams, dims, nglobals = struct.unpack_from("<4I", blob)
+    sizes = list(struct.unpack_from(f"<{nparams}I", blob, 16))
+    return kid, nparams, dims, nglobals, sizes, blob[16 + 4 * nparams : 16 + 5 * nparams]
+
+
+def test_kernel_info_finds_a_registered_bundle_by_its_bytes(hip_runtime):
+    blob = runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a:sramecc+:xnack-")
+    kid, nparams, dims, nglobals, sizes, fold = _info(blob)
+    assert (nparams, sizes, nglobals) == (5, [4, 4, 4, 8, 8], 0)
+    assert fold == bytes([1, 1, 1, 0, 0])  # the scalars, never the pointers
+    assert dims == 1  # the block (the launch bound), never the grid: AMDGPU folds no dimensions
+    wrapper = struct.pack("<IIQQ", runtime.HIP_WRAPPER_MAGIC, 1, ctypes.addressof(hip_runtime), 0)
+    wbuf = ctypes.create_string_buffer(wrapper, len(wrapper))
+    assert runtime.kernel_info(ctypes.addressof(wbuf), AXPY, "gfx90a") is not None  # __hip_fatbin_wrapper too
+
+
+def test_kernel_info_declines_other_processors_and_other_bundles(hip_runtime, capsys):
+    assert runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx942") is None
+    assert "has no bitcode for gfx942 (built for gfx90a, gfx940)" in capsys.readouterr().err
+    other = ctypes.create_string_buffer(bytes(hip_runtime)[:64] + bytes(8192), 8192 + 64)
+    struct.pack_into("<Q", other, 24, 0)  # a bundle with no entries: not the recorded one
+    assert runtime.kernel_info(ctypes.addressof(other), AXPY, "gfx90a") is None
+    assert "not in any kernel store" in capsys.readouterr().err
+
+
+def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, capsys):
+    blob = runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a:sramecc+:xnack-")
+    kid = _info(blob)[0]
+    args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
+    image = runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a:sramecc+:xnack-")
+    _is_code_object(image)
+    co = tmp_path / "v.co"
+    co.write_bytes(image)
+    assert _fmas(co) == 8
+    assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a") == image  # from memory
+    runtime.load_failed(kid, 200)
+    assert "hipModuleLoadData/hipModuleGetFunction failed with HIP error 200" in capsys.readouterr().err
+    counters = struct.pack("<iQQQQQQ", kid, 3, 1, 0, 1, 0, 0) + AXPY.encode() + b"\0"
+    runtime.write_report(str(tmp_path / "report.json"), counters)
+    (k,) = json.loads((tmp_path / "report.json").read_text())["kernels"]
+    assert (k["specializations"], k["memory_cache_hits"]) == (1, 1)
+    assert k["variants"][0]["launch"]["arch"] == "gfx90a"
+    assert list(k["failures"]) == ["hipModuleLoadData/hipModuleGetFunction failed with HIP error 200"]
+
+
+def test_stored_size_of_bundles_in_memory_agrees_with_the_parser():
+    for app in ("loop_count", "loop_count_ccob", "two_tu"):
+        data = hostelf.parse((hip_samples() / app).read_bytes()).sections[".hip_fatbin"].data
+        for b in offload_bundle.parse_section(data):
+            assert offload_bundle.stored_size(lambda off, n: data[b.offset + off : b.offset + off + n]) == b.stored_size
+
+
+@pytest.mark.parametrize("method", [0, 1])
+def test_stored_size_of_a_ccob_v1_stops_at_the_stream_end(method):
+    from .test_hip_extraction import _bundle, _ccob
+
+    raw = _bundle([("hipv4-amdgcn-amd-amdhsa--gfx90a", bytes(range(256)) * 40)])
+    packed = _ccob(raw, 1, method)
+    data = packed + b"\x55" * 3000  # whatever follows it in memory
+    assert offload_bundle.stored_size(lambda off, n: data[off : off + n]) == len(packed) == offload_bundle.parse(data).stored_size
+
+
+def test_an_injected_codeobj_fault_is_a_specialize_error(monkeypatch):
+    from proteus_rewrite.errors import SpecializeError
+
+    table = extract(hip_samples() / "loop_count")
+    kernel = next(k for k in table.kernels if k.name == AXPY and k.arch == "gfx90a")
+    launch = Launch(tuple(bytes(p.size) for p in kernel.params), (1, 1, 1), (64, 1, 1), "gfx90a", {}, frozenset({3, 4}))
+    monkeypatch.setenv("PROTEUS_FAULT_INJECT", "codeobj")
+    with pytest.raises(SpecializeError, match="injected fault: codeobj failed"):
+        specializer.specialize(table, kernel, launch, Config.from_env(), None)
