@@ -6,6 +6,7 @@
                                               to run the original
     track(kid, args, grid, block)             a launch the shim's table missed: the value tracker's policy
     load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
+    prepare_compiler(arch)                    before compile threads start (asynchronous compilation)
     write_report(path, counters)              at exit, for PROTEUS_REPORT
 
 Kernel stores (*.kstore) are found beside the shim (or in PROTEUS_STORE_DIR). A loaded
@@ -283,6 +284,18 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
             os.makedirs(".proteus-dump", exist_ok=True)
             Path(f".proteus-dump/device-jit-{result.key}.ll").write_text(result.ir_text)
     return result.image.data
+
+
+def prepare_compiler(arch: int) -> None:
+    """Before the shim starts its compile threads: one small compilation on the app's thread
+    (specializer.warm_up), so that LLVM's and nvJitLink's exit-time destructors are registered
+    before the shim's exit hook that waits for those threads."""
+    assert _state is not None
+    try:
+        ms = spec_mod.warm_up(arch, _state.config, _state.driver_version or None)
+        _trace("specialization", f"compiler ready for compile threads ({ms:.0f} ms)")
+    except Exception as exc:  # a real compilation will meet it again and report it per kernel
+        _trace("specialization", f"preparing the compiler: {type(exc).__name__}: {exc}")
 
 
 def load_failed(kid: int, code: int) -> None:

@@ -226,7 +226,7 @@ const void *image_of(void *owner) {
 py_api py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
 PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed;
-static PyObject *f_write_report;
+static PyObject *f_write_report, *f_prepare_compiler;
 static int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 static char shim_dir[4096];
@@ -328,7 +328,8 @@ int python_ready(void) {
     f_track = py.GetAttrString(rt, "track");
     f_load_failed = py.GetAttrString(rt, "load_failed");
     f_write_report = py.GetAttrString(rt, "write_report");
-    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report) { py.DecRef(r); ok = 1; } else py.ErrPrint();
+    f_prepare_compiler = py.GetAttrString(rt, "prepare_compiler");
+    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler) { py.DecRef(r); ok = 1; } else py.ErrPrint();
   }
   py.GILStateRelease(g);
   py_state = ok ? 1 : -1;
@@ -578,6 +579,8 @@ static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
 static job *q_head, *q_tail;
 static int q_stop, q_busy, q_workers;
 
+static void stop_workers(void);
+
 static void *worker(void *arg) {
   (void)arg;
   for (;;) {
@@ -591,9 +594,11 @@ static void *worker(void *arg) {
     pthread_mutex_unlock(&q_lock);
 
     CUfunction fn = NULL;
+    int compiled = 0;
     /* A job queued before the tracker changed the kernel's policy has a key no launch makes
      * any more: skip it, so the variant the launches now ask for is not stuck behind it. */
     if (j->gen == atomic_load(&j->ki->gen) && real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
+      compiled = 1;
       int g = py.GILStateEnsure();
       fn = run_job(j);
       py.GILStateRelease(g);
@@ -603,14 +608,18 @@ static void *worker(void *arg) {
     free_job(j);
 
     pthread_mutex_lock(&q_lock);
+    if (compiled && !q_stop) atexit(stop_workers);   /* after whatever that compilation made first */
     q_busy--;
     pthread_cond_broadcast(&q_cond);
     pthread_mutex_unlock(&q_lock);
   }
 }
 
-/* At exit, before the CUDA runtime tears its context down (registered after it, so run
- * before it): drop queued jobs and wait for the ones compiling. */
+/* At exit: drop queued jobs and wait for the ones compiling. It must run before the CUDA
+ * runtime tears its context down and before the destructors of LLVM's static objects, which
+ * exit also runs and which LLVM registers on first use: a worker still inside LLVM when they
+ * ran crashed the app (H100, 2026-11-23). Exit handlers run last-registered first, so this is
+ * registered after a warm-up compilation (start_workers) and again after every compilation. */
 static void stop_workers(void) {
   pthread_mutex_lock(&q_lock);
   q_stop = 1;
@@ -619,7 +628,7 @@ static void stop_workers(void) {
   pthread_cond_broadcast(&q_cond);
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 10;
+  until.tv_sec += 60;   /* a compilation takes well under a second; past this, give up waiting */
   while (q_busy && pthread_cond_timedwait(&q_cond, &q_lock, &until) == 0) {}
   pthread_mutex_unlock(&q_lock);
 }
@@ -632,17 +641,31 @@ static void read_async_env(void) {   /* jit_lock held */
   if (g_async_threads > 64) g_async_threads = 64;
 }
 
-static int enqueue(job *j) {   /* jit_lock held */
+/* The first queued job: a warm-up compilation here (once, on the app's thread, about 0.2 s)
+ * so that the compiler's exit-time destructors are registered before stop_workers; then the
+ * workers start. */
+static void start_workers(void) {   /* jit_lock held */
+  static int tried;
+  if (tried) return;
+  tried = 1;
+  int g = py.GILStateEnsure();
+  PyObject *r = py.CallFunction(f_prepare_compiler, "i", current_arch());
+  if (r) py.DecRef(r); else py.ErrPrint();
+  py.GILStateRelease(g);
   pthread_mutex_lock(&q_lock);
-  if (q_stop) { pthread_mutex_unlock(&q_lock); return 0; }
-  if (!q_workers) {
+  if (!q_stop && atexit(stop_workers) == 0) {
     for (int i = 0; i < g_async_threads; i++) {
       pthread_t t;
       if (pthread_create(&t, NULL, worker, NULL) == 0) { pthread_detach(t); q_workers++; }
     }
-    if (q_workers) atexit(stop_workers);
   }
-  if (!q_workers) { pthread_mutex_unlock(&q_lock); return 0; }
+  pthread_mutex_unlock(&q_lock);
+}
+
+static int enqueue(job *j) {   /* jit_lock held */
+  start_workers();
+  pthread_mutex_lock(&q_lock);
+  if (q_stop || !q_workers) { pthread_mutex_unlock(&q_lock); return 0; }
   j->next = NULL;
   if (q_tail) q_tail->next = j; else q_head = j;
   q_tail = j;

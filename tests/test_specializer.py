@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from proteus_rewrite.errors import SpecializeError
-from proteus_rewrite.jit import Config, Launch, specialize
+from proteus_rewrite.jit import Config, Launch, specialize, specializer
 from proteus_rewrite.jit.launch import ir_constant, parse_value
 from proteus_rewrite.fatbin.kernels import ParamRecord
 
@@ -263,3 +263,8 @@ def _p(t, size):
 )
 def test_argument_bytes_become_exact_ir_constants(llvm_type, raw, expected):
     assert ir_constant(_p(llvm_type, len(raw)), raw) == expected
+
+
+def test_warm_up_compiles_a_kernel_through_every_step():
+    # the shim runs this before it starts compile threads (see specializer.warm_up)
+    assert specializer.warm_up(90) > 0

@@ -37,9 +37,11 @@ from .plan import Plan
 
 log = logging.getLogger("proteus_rewrite")
 
-# llvmlite works in LLVM's one global context, which is not thread-safe; ctypes lets go of the
-# GIL during every LLVM call, so two compile threads (PROTEUS_ASYNC_THREADS > 1) would meet in
-# it. The IR, optimization and PTX steps take this lock; cache lookups and PTX -> cubin do not.
+# ctypes lets go of the GIL during every LLVM call, so compile threads (PROTEUS_ASYNC_THREADS)
+# would meet inside LLVM: the steps that run it take this lock (cache lookups and PTX -> cubin
+# do not). Each compilation also works in an LLVM context of its own and closes its modules on
+# its own thread, so nothing of it is freed later by the garbage collector on another thread,
+# and LLVM's global context does not grow with every variant's constants.
 _LLVM = threading.Lock()
 
 ALIGNMENTS = (128, 64, 32, 16, 8)
@@ -147,12 +149,7 @@ def specialize(
     may_compile: bool = True,
 ) -> Result:
     config = config or Config.from_env()
-    cg = config.for_kernel(kernel.name, kernel.demangled)
-    if cg.ptx_compiler == "auto":
-        # nvJitLink and the driver's own JIT took the same time from PTX to a loaded kernel on the
-        # H100 (bench/results/shim-2026-11-22-h100.json); a cubin makes the next run's load cheapest,
-        # so nvJitLink, with the driver as the fallback where nvJitLink cannot be loaded.
-        cg = dataclasses.replace(cg, ptx_compiler="nvjitlink" if codegen.nvjitlink_available() or not driver_version else "driver")
+    cg = _resolve_compiler(config.for_kernel(kernel.name, kernel.demangled), driver_version)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     launch.check(kernel)
@@ -178,25 +175,34 @@ def specialize(
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent")
+    import llvmlite.binding as llvm
+
     from . import ir, pipeline  # llvmlite: only when compiling
 
     isa = ptx_target[1]
     if cg.ptx_compiler != "driver":  # an offline compiler may be older than the driver
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
     with _LLVM:
-        t = time.perf_counter()
-        module = ir.specialize_module(table, kernel, plan)
-        timings["ir"] = _ms(t)
-        t = time.perf_counter()
-        tm = codegen.target_machine(launch.arch, isa, cg.codegen_opt_level)
-        faults.check("optimize")
-        pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
-        timings["optimize"] = _ms(t)
-        t = time.perf_counter()
-        faults.check("ptx")
-        ptx = codegen.emit_ptx(module, tm, launch.arch)
-        timings["ptx"] = _ms(t)
-        ir_text = str(module) if keep_ir else None
+        context = llvm.create_context()
+        module = None
+        try:
+            t = time.perf_counter()
+            module = ir.specialize_module(table, kernel, plan, context)
+            timings["ir"] = _ms(t)
+            t = time.perf_counter()
+            tm = codegen.target_machine(launch.arch, isa, cg.codegen_opt_level)
+            faults.check("optimize")
+            pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
+            timings["optimize"] = _ms(t)
+            t = time.perf_counter()
+            faults.check("ptx")
+            ptx = codegen.emit_ptx(module, tm, launch.arch)
+            timings["ptx"] = _ms(t)
+            ir_text = str(module) if keep_ir else None
+        finally:  # the target machine is cached (codegen.target_machine) and shared under this lock
+            if module is not None:
+                module.close()
+            context.close()
     t = time.perf_counter()
     faults.check("cubin")
     image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
@@ -208,6 +214,77 @@ def specialize(
         cache.put(Entry(key, kind, launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
                                                             "tool": __version__}))
     return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, ptx, ir_text)
+
+
+def _resolve_compiler(cg: CodegenConfig, driver_version: int | None) -> CodegenConfig:
+    if cg.ptx_compiler != "auto":
+        return cg
+    # nvJitLink and the driver's own JIT took the same time from PTX to a loaded kernel on the
+    # H100 (bench/results/shim-2026-11-22-h100.json); a cubin makes the next run's load cheapest,
+    # so nvJitLink, with the driver as the fallback where nvJitLink cannot be loaded.
+    return dataclasses.replace(cg, ptx_compiler="nvjitlink" if codegen.nvjitlink_available() or not driver_version else "driver")
+
+
+WARM_UP_IR = """
+target datalayout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
+target triple = "nvptx64-nvidia-cuda"
+declare i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+declare float @llvm.fma.f32(float, float, float)
+define ptx_kernel void @proteus_warm_up(ptr addrspace(1) %p, i32 %n) {
+entry:
+  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()
+  br label %loop
+loop:
+  %i = phi i32 [ 0, %entry ], [ %i1, %loop ]
+  %a = phi float [ 0.0, %entry ], [ %a1, %loop ]
+  %f = sitofp i32 %i to float
+  %a1 = call float @llvm.fma.f32(float %f, float %a, float 1.0)
+  %i1 = add i32 %i, 1
+  %c = icmp slt i32 %i1, %n
+  br i1 %c, label %loop, label %done
+done:
+  %q = getelementptr float, ptr addrspace(1) %p, i32 %t
+  store float %a1, ptr addrspace(1) %q
+  ret void
+}
+"""
+
+
+def warm_up(arch: int, config: Config | None = None, driver_version: int | None = None) -> float:
+    """Compile a small kernel through every step a specialization takes; returns milliseconds.
+
+    The shim calls this before it starts compile threads. LLVM creates many of its static
+    objects on first use, and each registers a destructor that exit() runs; a compile thread
+    still inside LLVM when they run crashes the app. After this compilation those objects
+    exist, so the shim's exit hook, registered next, runs before their destructors."""
+    import llvmlite.binding as llvm
+
+    from . import ir, pipeline
+
+    t0 = time.perf_counter()
+    config = config or Config.from_env()
+    cg = _resolve_compiler(config.for_kernel("proteus_warm_up"), driver_version)
+    isa = codegen.driver_ptx_isa(driver_version) if driver_version else codegen.LLVM_MAX_PTX
+    if cg.ptx_compiler != "driver":
+        isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
+    with _LLVM:
+        context = llvm.create_context()
+        module = None
+        try:
+            module = llvm.parse_assembly(WARM_UP_IR, context)
+            pm = llvm.create_new_module_pass_manager()
+            pm.add_always_inliner_pass()
+            pm.add_global_dead_code_eliminate_pass()
+            pm.run(module, llvm.create_pass_builder(ir.any_target_machine(), llvm.create_pipeline_tuning_options()))
+            tm = codegen.target_machine(arch, isa, cg.codegen_opt_level)
+            pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
+            ptx = codegen.emit_ptx(module, tm, arch)
+        finally:
+            if module is not None:
+                module.close()
+            context.close()
+    codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
+    return _ms(t0)
 
 
 def _ms(t0: float) -> float:
@@ -238,13 +315,16 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent")
+    import llvmlite.binding as llvm
+
     from . import ir, pipeline  # llvmlite: only when compiling
 
     with _LLVM:
+        context = llvm.create_context()  # a context of its own, closed with all it holds (as for CUDA)
         module = None
         try:
             t = time.perf_counter()
-            module = ir.specialize_module(table, kernel, plan)
+            module = ir.specialize_module(table, kernel, plan, context)
             timings["ir"] = _ms(t)
             t = time.perf_counter()
             tm = codegen.amdgpu_target_machine(launch.arch, cg.codegen_opt_level)
@@ -259,6 +339,7 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
         finally:  # now, on this thread, not whenever the garbage collector gets to it
             if module is not None:
                 module.close()
+            context.close()
     t = time.perf_counter()
     image = codegen.link_code_object(obj, launch.arch)
     timings["link"] = _ms(t)
