@@ -53,6 +53,8 @@ class App:
     compress: bool = False  # clang-offload-bundler -compress: a CCOB (zstd) bundle
     code_object_version: int | None = None  # -mcode-object-version; None: clang-19's default (5)
     one_command: bool = False  # the plain driver command (its code objects name no GPU)
+    module_api: bool = False  # host C++ on the module API + device code embedded as an offload bundle
+    per_thread_stream: bool = False  # -fgpu-default-stream=per-thread: <<<>>> calls hipLaunchKernel_spt
     note: str = field(default="", compare=False)
 
 
@@ -60,11 +62,15 @@ APPS: dict[str, App] = {
     "loop_count": App(("loop_count.hip",), note="scalar trip counts; int, float, double, bool, 64-bit scalars"),
     "loop_count_ccob": App(("loop_count.hip",), compress=True, note="compressed offload bundle (CCOB, zstd)"),
     "loop_count_cov4": App(("loop_count.hip",), code_object_version=4, note="code object version 4 metadata"),
+    "loop_count_spt": App(("loop_count.hip",), per_thread_stream=True,
+                          note="per-thread default stream: launches through hipLaunchKernel_spt"),
     "loop_count_driver": App(("loop_count.hip",), one_command=True,
                              note="one clang++ -fembed-bitcode command: code objects without a target"),
     "templates": App(("templates.hip",), note="templates, struct by value, __launch_bounds__"),
     "device_globals": App(("device_globals.hip",), note="__device__ and __constant__ variables"),
     "two_tu": App(("two_tu_main.hip", "two_tu_kernels.hip"), note="two .hip files, two offload bundles"),
+    "module_api": App(("module_api.cpp", "module_api_kernels.hip"), module_api=True,
+                      note="module API: hipModuleLoadData of an offload bundle embedded in .hip_fatbin"),
 }
 
 
@@ -94,6 +100,17 @@ def build_device(src: Path, arch: str, app: App, objdir: Path, clang: str) -> Pa
     return Path(f"{stem}.co")
 
 
+def bundle_device(src: Path, app: App, objdir: Path, args) -> Path:
+    """The translation unit's code objects, one per architecture, in one offload bundle."""
+    cos = [build_device(src, a, app, objdir, args.clang) for a in args.arch]
+    fatbin = objdir / f"{src.stem}.hipfb"
+    targets = ",".join(["host-x86_64-unknown-linux"] + [f"hipv4-amdgcn-amd-amdhsa--{a}" for a in args.arch])
+    run([llvm_tool(args.clang, "clang-offload-bundler"), "-type=o", "-bundle-align=4096", f"-targets={targets}",
+         "-input=/dev/null", *[f"-input={c}" for c in cos], f"-output={fatbin}",
+         *(["-compress"] if app.compress else [])])
+    return fatbin
+
+
 def build_app(name: str, app: App, out: Path, args) -> str:
     exe = out / name
     stamp = out / f".{name}.stamp"
@@ -106,7 +123,19 @@ def build_app(name: str, app: App, out: Path, args) -> str:
     tmp = out / f".{name}.tmp"
     tmp.unlink(missing_ok=True)
     libs = ["-L/usr/lib/x86_64-linux-gnu", "-lamdhip64"]
-    if app.one_command:
+    if app.module_api:
+        objdir = out / f".{name}.objs"
+        objdir.mkdir(exist_ok=True)
+        host_src, dev_src = sources
+        bundle = bundle_device(dev_src, app, objdir, args)
+        # the bundle in the app's own .hip_fatbin section, where the extractor finds it
+        asm = objdir / "bundle.s"
+        asm.write_text('.section .hip_fatbin,"a",@progbits\n.p2align 12\n.globl proteus_sample_bundle\n'
+                       f'proteus_sample_bundle:\n.incbin "{bundle}"\n.section .note.GNU-stack,"",@progbits\n')
+        host_obj = objdir / "host.o"
+        run([args.clang, "-D__HIP_PLATFORM_AMD__", "-O2", "-std=c++17", "-c", str(host_src), "-o", str(host_obj)])
+        run([args.clang, str(host_obj), str(asm), *libs, "-o", str(tmp)])
+    elif app.one_command:
         run([args.clang, *hip_flags(args.clang), "-fembed-bitcode", *[f"--offload-arch={a}" for a in args.arch],
              *map(str, sources), *libs, "-o", str(tmp)])
     else:
@@ -114,14 +143,10 @@ def build_app(name: str, app: App, out: Path, args) -> str:
         objdir.mkdir(exist_ok=True)
         objs = []
         for src in sources:
-            cos = [build_device(src, a, app, objdir, args.clang) for a in args.arch]
-            fatbin = objdir / f"{src.stem}.hipfb"
-            targets = ",".join(["host-x86_64-unknown-linux"] + [f"hipv4-amdgcn-amd-amdhsa--{a}" for a in args.arch])
-            run([llvm_tool(args.clang, "clang-offload-bundler"), "-type=o", "-bundle-align=4096", f"-targets={targets}",
-                 "-input=/dev/null", *[f"-input={c}" for c in cos], f"-output={fatbin}",
-                 *(["-compress"] if app.compress else [])])
+            fatbin = bundle_device(src, app, objdir, args)
             obj = objdir / f"{src.stem}.o"
-            run([args.clang, *hip_flags(args.clang), "-Xclang", f"-cuid={src.stem}", "--cuda-host-only",
+            spt = ["-fgpu-default-stream=per-thread"] if app.per_thread_stream else []
+            run([args.clang, *hip_flags(args.clang), *spt, "-Xclang", f"-cuid={src.stem}", "--cuda-host-only",
                  *[f"--offload-arch={a}" for a in args.arch], "-Xclang", "-fcuda-include-gpubinary", "-Xclang",
                  str(fatbin), "-c", str(src), "-o", str(obj)])
             objs.append(str(obj))

@@ -37,6 +37,10 @@ def test_exports_only_the_interposed_symbols(libproteus):
         "cuModuleUnload",
         "__cudaRegisterFatBinary", "__cudaRegisterFatBinaryEnd", "__cudaRegisterFunction", "__cudaRegisterVar",
         "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC",
+        # HIP (shim/proteus_hip.c)
+        "__hipRegisterFatBinary", "__hipRegisterFunction", "__hipRegisterVar", "__hipUnregisterFatBinary",
+        "hipLaunchKernel", "hipLaunchKernel_spt", "hipModuleLaunchKernel", "hipModuleLoadData", "hipModuleLoadDataEx",
+        "hipModuleGetFunction", "hipModuleUnload",
     }
 
 

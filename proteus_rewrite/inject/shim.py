@@ -23,21 +23,30 @@ PYTHON_CFG = "proteus-python.cfg"
 PACKAGED = Path(__file__).resolve().parent.parent / "_shim" / SHIM_NAME
 
 
+# The shim's translation units: the generic machinery and CUDA, and HIP. They share
+# shim/proteus_shim.h (and proteus_hip.h); neither needs CUDA or HIP headers.
+SOURCES = ("proteus_shim.c", "proteus_hip.c")
+
+
 def source_path() -> Path:
     return Path(__file__).resolve().parent.parent.parent / "shim" / "proteus_shim.c"
 
 
 def build(output: str | os.PathLike, source: str | os.PathLike | None = None, cc: str | None = None) -> Path:
-    """Compile the shim (C, no CUDA headers needed) into `output`, atomically."""
+    """Compile the shim (C, no CUDA or HIP headers needed) into `output`, atomically. `source`
+    is shim/proteus_shim.c; the other translation units are taken from beside it."""
     src = Path(source) if source else source_path()
-    if not src.is_file():
-        raise InjectError("shim source not found (install from a source tree)", src)
+    srcs = [src.with_name(name) for name in SOURCES]
+    missing = next((s for s in srcs if not s.is_file()), None)
+    if missing is not None:
+        raise InjectError("shim source not found (install from a source tree)", missing)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
     fd, tmp = tempfile.mkstemp(prefix=".libproteus-", suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [compiler, "-std=gnu11", "-O2", "-Wall", "-shared", "-fPIC", "-fvisibility=hidden", "-o", tmp, str(src), "-ldl", "-lpthread"]
+    cmd = [compiler, "-std=gnu11", "-O2", "-Wall", "-shared", "-fPIC", "-fvisibility=hidden", "-o", tmp, *map(str, srcs),
+           "-ldl", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         Path(tmp).unlink(missing_ok=True)

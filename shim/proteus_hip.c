@@ -1,0 +1,368 @@
+/* libproteus.so, HIP half: the same job as proteus_shim.c's CUDA paths, for AMD GPUs.
+ *
+ *   - learns which offload bundle and kernel name each launch handle is, by wrapping the
+ *     registration calls clang emits into every HIP translation unit (__hipRegisterFatBinary,
+ *     __hipRegisterFunction, __hipRegisterVar, __hipUnregisterFatBinary) and the module API
+ *     (hipModuleLoadData/Ex, hipModuleGetFunction, hipModuleUnload);
+ *   - on each launch (hipLaunchKernel, hipLaunchKernel_spt, hipModuleLaunchKernel) builds the
+ *     key from the folded argument bytes and the block exactly as the CUDA path does, with the
+ *     device in place of the context, and looks it up in the shared lock-free table: a hit
+ *     takes no lock, allocates nothing and never enters Python;
+ *   - on a miss asks Python (the same runtime.py entry points, with the device's processor as
+ *     the arch) for a code object, loads it with the real hipModuleLoadData/GetFunction and
+ *     launches the result with the real hipModuleLaunchKernel.
+ * Anything that fails launches the original kernel unchanged. Everything generic (the kernel
+ * table, the handle and variant tables, keys, the value tracker's policy, embedded Python,
+ * the report) is proteus_shim.c's, through proteus_shim.h. No HIP headers (proteus_hip.h), and
+ * nothing of HIP is looked up or loaded until a HIP app calls one of these functions: a CUDA
+ * app never loads anything HIP.
+ *
+ * Not done for HIP (docs/hip.md): asynchronous compilation (a miss compiles on the launching
+ * thread), GPU-time sampling for the compile budget (HIP kernels get the grace period only),
+ * hipExtModuleLaunchKernel, hipLaunchCooperativeKernel and hipExtLaunchKernel (they run the
+ * original kernel, uncounted), and arguments passed through `extra` (run unspecialized).
+ */
+#include "proteus_shim.h"
+#include "proteus_hip.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ the real functions */
+
+#define HIP_FN(ret, name, params) typedef ret(*name##_fn) params; static name##_fn real_##name;
+PROTEUS_HIP_API(HIP_FN)
+#undef HIP_FN
+
+static void *hip_lib;
+
+/* Only ever called from inside a HIP entry point, so libamdhip64 is already loaded: RTLD_NEXT
+ * finds it, or a dlopen that loads nothing new (RTLD_NOLOAD). */
+static void *hip_sym(const char *name) {
+  init_real_dlsym();
+  void *p = real_dlsym(RTLD_NEXT, name);
+  if (p) return p;
+  static const char *sonames[] = {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so.7", "libamdhip64.so", NULL};
+  for (int i = 0; !hip_lib && sonames[i]; i++) hip_lib = dlopen(sonames[i], RTLD_NOW | RTLD_NOLOAD);
+  return hip_lib ? real_dlsym(hip_lib, name) : NULL;
+}
+
+/* The real function, found on first use (a benign race: every thread finds the same one). */
+#define HIP_REAL(n) (real_##n ? real_##n : (*(void **)&real_##n = hip_sym(#n), real_##n))
+
+/* Our own calls that fail leave the runtime's last error set, which the app would read as its
+ * own (hipGetLastError after a launch). Clear it, unless the app already had one pending. */
+static void clear_our_error(hipError_t before) {
+  if (before == HIP_SUCCESS && HIP_REAL(hipGetLastError)) real_hipGetLastError();
+}
+static hipError_t pending_error(void) {
+  return HIP_REAL(hipPeekAtLastError) ? real_hipPeekAtLastError() : HIP_SUCCESS;
+}
+
+/* ------------------------------------------------------------------ registration */
+
+typedef struct hip_var { struct hip_var *next; void **owner; const void *host; char *name; } hip_var;
+static hip_var *hip_vars;   /* reg_lock */
+
+EXPORT void **__hipRegisterFatBinary(const void *data) {
+  if (!HIP_REAL(__hipRegisterFatBinary)) return NULL;
+  void **h = real___hipRegisterFatBinary(data);
+  const hip_fatbin_wrapper *w = data;
+  if (h && w && w->magic == HIP_FATBIN_MAGIC) remember_image(h, w->binary);
+  return h;
+}
+
+EXPORT void __hipRegisterFunction(void **modules, const void *hostFunction, char *deviceFunction, const char *deviceName,
+                                  unsigned int threadLimit, void *tid, void *bid, void *blockDim, void *gridDim, int *wSize) {
+  if (!HIP_REAL(__hipRegisterFunction)) return;
+  real___hipRegisterFunction(modules, hostFunction, deviceFunction, deviceName, threadLimit, tid, bid, blockDim, gridDim, wSize);
+  remember(hostFunction, image_of(modules), deviceName, OWNER_HIP_RUNTIME, modules);
+}
+
+EXPORT void __hipRegisterVar(void **modules, void *var, char *hostVar, char *deviceVar, int ext, size_t size, int constant,
+                             int global) {
+  if (!HIP_REAL(__hipRegisterVar)) return;
+  real___hipRegisterVar(modules, var, hostVar, deviceVar, ext, size, constant, global);
+  hip_var *v = malloc(sizeof *v);
+  if (!v) return;
+  v->owner = modules; v->host = var; v->name = strdup(deviceVar ? deviceVar : "");
+  pthread_mutex_lock(&reg_lock);
+  v->next = hip_vars; hip_vars = v;
+  pthread_mutex_unlock(&reg_lock);
+}
+
+EXPORT void __hipUnregisterFatBinary(void **modules) {
+  forget_owner(modules);
+  pthread_mutex_lock(&reg_lock);
+  for (hip_var *v = hip_vars; v; v = v->next) if (v->owner == modules) v->owner = NULL;
+  pthread_mutex_unlock(&reg_lock);
+  if (HIP_REAL(__hipUnregisterFatBinary)) real___hipUnregisterFatBinary(modules);
+}
+
+EXPORT hipError_t hipModuleLoadData(hipModule_t *module, const void *image) {
+  if (!HIP_REAL(hipModuleLoadData)) return HIP_ERROR_INVALID_IMAGE;
+  hipError_t r = real_hipModuleLoadData(module, image);
+  if (r == HIP_SUCCESS && module) remember_image(*module, image);
+  return r;
+}
+
+EXPORT hipError_t hipModuleLoadDataEx(hipModule_t *module, const void *image, unsigned int n, hipJitOption *o, void **v) {
+  if (!HIP_REAL(hipModuleLoadDataEx)) return HIP_ERROR_INVALID_IMAGE;
+  hipError_t r = real_hipModuleLoadDataEx(module, image, n, o, v);
+  if (r == HIP_SUCCESS && module) remember_image(*module, image);
+  return r;
+}
+
+EXPORT hipError_t hipModuleGetFunction(hipFunction_t *function, hipModule_t module, const char *kname) {
+  if (!HIP_REAL(hipModuleGetFunction)) return HIP_ERROR_INVALID_IMAGE;
+  hipError_t r = real_hipModuleGetFunction(function, module, kname);
+  if (r == HIP_SUCCESS && function) remember(*function, image_of(module), kname, OWNER_HIP_MODULE, module);
+  return r;
+}
+
+EXPORT hipError_t hipModuleUnload(hipModule_t module) {
+  forget_owner(module);
+  return HIP_REAL(hipModuleUnload) ? real_hipModuleUnload(module) : HIP_ERROR_INVALID_IMAGE;
+}
+
+/* ------------------------------------------------------------------ the device */
+
+/* The processor name at the start of p ("gfx90a", "gfx90a:sramecc+:xnack-"), or 0. */
+static int arch_at(const char *p, size_t room) {
+  if (room < 5 || strncmp(p, "gfx", 3) != 0) return 0;
+  size_t n = 3;
+  while (n < room && ((p[n] >= '0' && p[n] <= '9') || (p[n] >= 'a' && p[n] <= 'z'))) n++;
+  return n >= 5 && n < room && (p[n] == 0 || p[n] == ':') && memchr(p, 0, room) != NULL;
+}
+
+/* The device's gcnArchName out of a hipDeviceProp_t filled by the runtime: at its place in
+ * ROCm 5's layout (hipDeviceProp_tR0000 in ROCm 6), else the first processor name anywhere in
+ * the structure, whatever its layout. "" when there is none. */
+static void arch_from_props(const unsigned char *props, size_t size, char *out, size_t nout) {
+  const char *p = (const char *)props;
+  out[0] = 0;
+  if (arch_at(p + HIP_GCN_ARCH_NAME_OFFSET, size - HIP_GCN_ARCH_NAME_OFFSET)) {
+    snprintf(out, nout, "%s", p + HIP_GCN_ARCH_NAME_OFFSET);
+    return;
+  }
+  for (size_t i = 0; i + 5 < size; i++)
+    if ((i == 0 || p[i - 1] == 0) && arch_at(p + i, size - i)) { snprintf(out, nout, "%s", p + i); return; }
+}
+
+#define MAX_DEVICES 64
+static char dev_arch[MAX_DEVICES][64];   /* jit_lock */
+
+static const char *hip_arch(int dev) {   /* jit_lock held */
+  if (dev < 0 || dev >= MAX_DEVICES) return "";
+  if (dev_arch[dev][0]) return dev_arch[dev];
+  /* ROCm 6 names ROCm 5's layout hipGetDevicePropertiesR0000; ROCm 5 has only the plain name */
+  hipGetDeviceProperties_fn get = (hipGetDeviceProperties_fn)hip_sym("hipGetDevicePropertiesR0000");
+  if (!get) get = HIP_REAL(hipGetDeviceProperties);
+  static unsigned char props[16384];   /* larger than any layout: the runtime writes its own */
+  memset(props, 0, sizeof props);
+  hipError_t before = pending_error();
+  if (!get || get((hipDeviceProp_t *)props, dev) != HIP_SUCCESS) {
+    clear_our_error(before);
+    return "";
+  }
+  arch_from_props(props, sizeof props, dev_arch[dev], sizeof dev_arch[dev]);
+  return dev_arch[dev];
+}
+
+/* ------------------------------------------------------------------ resolve, compile, load */
+
+static void hip_resolve(kinfo *ki, int dev) {   /* jit_lock held */
+  int state = K_DISABLED;
+  const char *arch = hip_arch(dev);
+  if (!arch[0]) {
+    static int warned;
+    if (!warned++) warn("cannot tell the processor of HIP device %d (hipGetDeviceProperties); kernels run unspecialized", dev);
+  } else if (python_ready()) {
+    int g = py.GILStateEnsure();
+    ssize_t n = 0;
+    uint8_t *blob = py_bytes(py.CallFunction(f_kernel_info, "Kss", (unsigned long long)(uintptr_t)ki->image, ki->name, arch), &n);
+    py.GILStateRelease(g);
+    if (read_kernel_info(ki, blob, n)) {
+      state = K_ACTIVE;
+      atomic_store(&ki->sample_state, SAMPLE_OFF);   /* no GPU-time samples on HIP */
+    }
+    free(blob);
+  }
+  atomic_store(&ki->state, state);
+}
+
+static uint64_t hip_global_address(kinfo *ki, const char *name) {   /* jit_lock held */
+  void *p = NULL;
+  hipError_t before = pending_error();
+  if (ki->owner_kind == OWNER_HIP_MODULE && HIP_REAL(hipModuleGetGlobal)) {
+    size_t bytes = 0;
+    if (real_hipModuleGetGlobal((hipDeviceptr_t *)&p, &bytes, (hipModule_t)ki->owner, name) == HIP_SUCCESS) return (uintptr_t)p;
+    clear_our_error(before);
+  } else if (ki->owner_kind == OWNER_HIP_RUNTIME && HIP_REAL(hipGetSymbolAddress)) {
+    const void *host = NULL;
+    pthread_mutex_lock(&reg_lock);
+    for (hip_var *v = hip_vars; v; v = v->next)
+      if (v->owner == ki->owner && !strcmp(v->name, name)) { host = v->host; break; }
+    pthread_mutex_unlock(&reg_lock);
+    if (host && real_hipGetSymbolAddress(&p, host) == HIP_SUCCESS) return (uintptr_t)p;
+    if (host) clear_our_error(before);
+  }
+  return 0;
+}
+
+/* A new variant: Python specializes, the real runtime loads. NULL: run the original. */
+static hipFunction_t hip_compile(kinfo *ki, int dev, void **params, dim3 grid, dim3 block) {   /* jit_lock held */
+  size_t nargs = pack_args(ki, params, NULL);
+  uint8_t *args = malloc(nargs ? nargs : 1);
+  uint64_t *addrs = calloc(ki->nglobals + 1, sizeof(uint64_t));
+  hipFunction_t fn = NULL;
+  if (!args || !addrs) goto done;
+  pack_args(ki, params, args);
+  for (uint32_t i = 0; i < ki->nglobals; i++) addrs[i] = hip_global_address(ki, ki->globals[i]);
+  int g = py.GILStateEnsure();
+  ssize_t n = 0;
+  uint8_t *image = py_bytes(py.CallFunction(f_specialize, "iy#(III)(III)y#sd", ki->kid, (const char *)args, (ssize_t)nargs,
+                                            grid.x, grid.y, grid.z, block.x, block.y, block.z, (const char *)addrs,
+                                            (ssize_t)(ki->nglobals * 8), hip_arch(dev), 0.0),
+                            &n);
+  if (image) {
+    hipModule_t mod = NULL;
+    hipError_t before = pending_error();
+    const char *fault = getenv("PROTEUS_FAULT_INJECT");   /* tests only: see proteus_rewrite/faults.py */
+    hipError_t r = fault && strstr(fault, "module-load") ? HIP_ERROR_INVALID_IMAGE
+                   : HIP_REAL(hipModuleLoadData) ? real_hipModuleLoadData(&mod, image) : HIP_ERROR_INVALID_IMAGE;
+    if (r == HIP_SUCCESS) {
+      r = HIP_REAL(hipModuleGetFunction) ? real_hipModuleGetFunction(&fn, mod, ki->name) : HIP_ERROR_INVALID_IMAGE;
+      if (r != HIP_SUCCESS && HIP_REAL(hipModuleUnload)) real_hipModuleUnload(mod);
+    }
+    if (r != HIP_SUCCESS) {
+      fn = NULL;
+      clear_our_error(before);
+      PyObject *res = py.CallFunction(f_load_failed, "ii", ki->kid, (int)r);
+      if (res) py.DecRef(res); else py.ErrPrint();
+      free(image);
+    }
+    /* else: the module keeps its bytes (ROCm may read them after hipModuleLoadData returns) */
+  }
+  py.GILStateRelease(g);
+done:
+  free(args);
+  free(addrs);
+  return fn;
+}
+
+/* ------------------------------------------------------------------ the launch path */
+
+/* The specialized function for this launch, or NULL to run the original. The HIP twin of
+ * proteus_shim.c's pick(), over the same tables; the device (ordinal + 1) stands for the context. */
+static hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block) {
+  read_env();
+  if (g_disable) return NULL;
+  kinfo *ki = handle_lookup(handle);
+  if (!ki) {
+    atomic_fetch_add_explicit(&unknown_launches, 1, memory_order_relaxed);
+    if (g_trace_launch) fprintf(stderr, "proteus: launch of unknown handle %p\n", handle);
+    return NULL;
+  }
+  atomic_fetch_add_explicit(&ki->launches, 1, memory_order_relaxed);
+  if (g_trace_launch) fprintf(stderr, "proteus: launch %s grid %u,%u,%u block %u,%u,%u\n", ki->name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+  int state = atomic_load_explicit(&ki->state, memory_order_acquire);
+  int dev = -1;
+  if (state == K_DISABLED || !params || !HIP_REAL(hipGetDevice) || real_hipGetDevice(&dev) != HIP_SUCCESS || dev < 0) goto original;
+  CUcontext ctx = (CUcontext)(uintptr_t)(dev + 1);
+
+  uint8_t key[MAX_KEY];
+  int len;
+  if (state == K_ACTIVE) {   /* the hot path: hash, probe, launch */
+    if ((len = stable_key(ki, params, grid, block, key)) == -1) goto original;
+    sentry *e = len < 0 ? NULL : variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);
+    if (e) {
+      hipFunction_t fn = (hipFunction_t)atomic_load_explicit(&e->fn, memory_order_acquire);
+      if (fn) { atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed); return fn; }
+      goto original;   /* a variant that failed: the original, from now on */
+    }
+  }
+  /* Miss: resolve the kernel (first launch), let the tracker see it, compile here. */
+  hipFunction_t fn = NULL;
+  pthread_mutex_lock(&jit_lock);
+  if (atomic_load(&ki->state) == K_UNRESOLVED) hip_resolve(ki, dev);
+  if (atomic_load(&ki->state) == K_ACTIVE) track(ki, params, grid, block);
+  uint32_t gen = atomic_load(&ki->gen);   /* stable: changed only under jit_lock */
+  if (atomic_load(&ki->state) == K_ACTIVE && (len = build_key(ki, params, grid, block, key, gen)) >= 0) {
+    sentry *e = variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);   /* compiled meanwhile? */
+    if (e) {
+      fn = (hipFunction_t)atomic_load(&e->fn);
+    } else {
+      fn = hip_compile(ki, dev, params, grid, block);
+      sentry *ne = new_entry(ki, ctx, key, len, (CUfunction)fn, 0);
+      if (ne) variant_insert(ne);
+    }
+  }
+  pthread_mutex_unlock(&jit_lock);
+  if (fn) return fn;
+original:
+  atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
+  return NULL;
+}
+
+/* Set while the runtime runs a launch we left to it: a launch it makes of its own is then
+ * part of the same one, already decided. */
+static __thread int in_hip_launch;
+
+/* A specialized launch that failed: counted, and its error not left for the app to find. */
+static void hip_launch_failed(const void *handle) {
+  launch_error(handle);
+  clear_our_error(HIP_SUCCESS);
+}
+
+static hipError_t hip_launch_with(hipLaunchKernel_fn real, hipStream_t spt_stream, const void *f, dim3 grid, dim3 block,
+                              void **args, size_t shmem, hipStream_t stream) {
+  if (!real) return HIP_ERROR_INVALID_IMAGE;
+  if (in_hip_launch) return real(f, grid, block, args, shmem, stream);
+  hipFunction_t sf = hip_pick(f, args, grid, block);
+  if (sf && HIP_REAL(hipModuleLaunchKernel)) {
+    hipStream_t s = stream ? stream : spt_stream;   /* the per-thread default stream is a handle of its own */
+    if (real_hipModuleLaunchKernel(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, s, args, NULL) ==
+        HIP_SUCCESS)
+      return HIP_SUCCESS;
+    hip_launch_failed(f);
+  }
+  in_hip_launch = 1;
+  hipError_t r = real(f, grid, block, args, shmem, stream);
+  in_hip_launch = 0;
+  return r;
+}
+
+EXPORT hipError_t hipLaunchKernel(const void *function_address, dim3 numBlocks, dim3 dimBlocks, void **args,
+                                  size_t sharedMemBytes, hipStream_t stream) {
+  return hip_launch_with(HIP_REAL(hipLaunchKernel), NULL, function_address, numBlocks, dimBlocks, args, sharedMemBytes, stream);
+}
+
+EXPORT hipError_t hipLaunchKernel_spt(const void *function_address, dim3 numBlocks, dim3 dimBlocks, void **args,
+                                      size_t sharedMemBytes, hipStream_t stream) {
+  return hip_launch_with(HIP_REAL(hipLaunchKernel_spt), HIP_STREAM_PER_THREAD, function_address, numBlocks, dimBlocks, args,
+                     sharedMemBytes, stream);
+}
+
+EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                                        unsigned int by, unsigned int bz, unsigned int shmem, hipStream_t stream,
+                                        void **kernelParams, void **extra) {
+  if (!HIP_REAL(hipModuleLaunchKernel)) return HIP_ERROR_INVALID_IMAGE;
+  if (in_hip_launch) return real_hipModuleLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, kernelParams, extra);
+  hipFunction_t sf = hip_pick(f, kernelParams, (dim3){gx, gy, gz}, (dim3){bx, by, bz});
+  if (sf) {
+    if (real_hipModuleLaunchKernel(sf, gx, gy, gz, bx, by, bz, shmem, stream, kernelParams, extra) == HIP_SUCCESS)
+      return HIP_SUCCESS;
+    hip_launch_failed(f);
+  }
+  return real_hipModuleLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, kernelParams, extra);
+}
+
+/* Every definition above has exactly the type proteus_hip.h lists (which the tests check
+ * against ROCm's headers and clang's registration calls). */
+#define SAME_TYPE(name) _Static_assert(__builtin_types_compatible_p(__typeof__(&name), name##_fn), #name " differs from proteus_hip.h");
+SAME_TYPE(__hipRegisterFatBinary) SAME_TYPE(__hipRegisterFunction) SAME_TYPE(__hipRegisterVar) SAME_TYPE(__hipUnregisterFatBinary)
+SAME_TYPE(hipLaunchKernel) SAME_TYPE(hipLaunchKernel_spt) SAME_TYPE(hipModuleLaunchKernel) SAME_TYPE(hipModuleLoadData)
+SAME_TYPE(hipModuleLoadDataEx) SAME_TYPE(hipModuleGetFunction) SAME_TYPE(hipModuleUnload)
+#undef SAME_TYPE

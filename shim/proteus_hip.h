@@ -1,0 +1,71 @@
+/* The HIP runtime as libproteus.so sees it: a few types and the functions the shim interposes
+ * or calls, declared here so that the shim builds without HIP headers (like the CUDA half).
+ *
+ * PROTEUS_HIP_API(X) lists every such function once; proteus_hip.c turns the list into
+ * pointer types for the real functions and checks its own definitions against it.
+ * tests/test_hip_shim.py proves the list right: it redeclares each function with ROCm's own
+ * types after <hip/hip_runtime_api.h> (define PROTEUS_HIP_REAL_TYPES first), where any
+ * difference is a compile error, and compares the registration functions, which no header
+ * declares, with the calls clang emits for a HIP translation unit. */
+#ifndef PROTEUS_HIP_H
+#define PROTEUS_HIP_H
+
+#include <stddef.h>
+
+#ifndef PROTEUS_HIP_REAL_TYPES
+typedef int hipError_t;                    /* an enum in ROCm: int-sized, hipSuccess = 0 */
+typedef struct ihipStream_t *hipStream_t;
+typedef struct ihipModule_t *hipModule_t;
+typedef struct ihipModuleSymbol_t *hipFunction_t;
+typedef void *hipDeviceptr_t;
+typedef int hipJitOption;                  /* an enum in ROCm */
+typedef struct hipDeviceProp_t hipDeviceProp_t;   /* never dereferenced: see hip_arch() */
+/* dim3 (three unsigned ints) comes from proteus_shim.h */
+#endif
+
+#define HIP_SUCCESS 0
+#define HIP_ERROR_INVALID_IMAGE 200        /* hipErrorInvalidImage */
+#define HIP_STREAM_PER_THREAD ((hipStream_t)2)   /* hipStreamPerThread */
+#define HIP_FATBIN_MAGIC 0x48495046u       /* clang's __hip_fatbin_wrapper: "HIPF" */
+/* offsetof(hipDeviceProp_t, gcnArchName) in ROCm 5's layout, which ROCm 6 keeps as
+ * hipDeviceProp_tR0000 (checked against the installed headers by tests/test_hip_shim.py) */
+#define HIP_GCN_ARCH_NAME_OFFSET 396
+
+/* clang's __hip_fatbin_wrapper, what __hipRegisterFatBinary is handed */
+typedef struct { unsigned magic, version; const void *binary; void *unused; } hip_fatbin_wrapper;
+
+#define PROTEUS_HIP_API(X)                                                                                  \
+  /* interposed: the registration calls clang emits into every HIP translation unit ... */                  \
+  X(void **, __hipRegisterFatBinary, (const void *data))                                                    \
+  X(void, __hipRegisterFunction, (void **modules, const void *hostFunction, char *deviceFunction,           \
+                                  const char *deviceName, unsigned int threadLimit, void *tid, void *bid,   \
+                                  void *blockDim, void *gridDim, int *wSize))                               \
+  X(void, __hipRegisterVar, (void **modules, void *var, char *hostVar, char *deviceVar, int ext,            \
+                             size_t size, int constant, int global))                                        \
+  X(void, __hipUnregisterFatBinary, (void **modules))                                                       \
+  /* ... the launches (<<<>>> calls hipLaunchKernel, or _spt with a per-thread default stream) ... */       \
+  X(hipError_t, hipLaunchKernel, (const void *function_address, dim3 numBlocks, dim3 dimBlocks,             \
+                                  void **args, size_t sharedMemBytes, hipStream_t stream))                  \
+  X(hipError_t, hipLaunchKernel_spt, (const void *function_address, dim3 numBlocks, dim3 dimBlocks,         \
+                                      void **args, size_t sharedMemBytes, hipStream_t stream))              \
+  X(hipError_t, hipModuleLaunchKernel, (hipFunction_t f, unsigned int gridDimX, unsigned int gridDimY,      \
+                                        unsigned int gridDimZ, unsigned int blockDimX,                      \
+                                        unsigned int blockDimY, unsigned int blockDimZ,                     \
+                                        unsigned int sharedMemBytes, hipStream_t stream,                    \
+                                        void **kernelParams, void **extra))                                 \
+  /* ... and the module API, to learn which image and kernel a hipFunction_t is */                          \
+  X(hipError_t, hipModuleLoadData, (hipModule_t *module, const void *image))                                \
+  X(hipError_t, hipModuleLoadDataEx, (hipModule_t *module, const void *image, unsigned int numOptions,      \
+                                      hipJitOption *options, void **optionValues))                          \
+  X(hipError_t, hipModuleGetFunction, (hipFunction_t *function, hipModule_t module, const char *kname))    \
+  X(hipError_t, hipModuleUnload, (hipModule_t module))                                                      \
+  /* called by the shim itself, never interposed */                                                        \
+  X(hipError_t, hipGetDevice, (int *deviceId))                                                              \
+  X(hipError_t, hipGetDeviceProperties, (hipDeviceProp_t *prop, int deviceId))                              \
+  X(hipError_t, hipGetSymbolAddress, (void **devPtr, const void *symbol))                                   \
+  X(hipError_t, hipModuleGetGlobal, (hipDeviceptr_t *dptr, size_t *bytes, hipModule_t hmod,                \
+                                     const char *name))                                                     \
+  X(hipError_t, hipGetLastError, (void))                                                                    \
+  X(hipError_t, hipPeekAtLastError, (void))
+
+#endif
