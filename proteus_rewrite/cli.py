@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__, store
-from .errors import EXIT_CODES, NoBitcodeError, ProteusError
+from .errors import EXIT_CODES, InputError, NoBitcodeError, ProteusError
 from .fatbin import kernels as kernels_mod
 from .fatbin.kernels import KernelTable
 from .fatbin.table import arch_name, best_for_arch
@@ -32,6 +32,7 @@ Examples:
       --arg 0=1048576 --arg 1=8 --arg 2=0.5 --block 256 --emit ptx
   proteus-rewrite cache stats           what the on-disk JIT cache holds
   PROTEUS_REPORT=run.json LD_PRELOAD=proteus-out/app/libproteus.so ./app
+  proteus-rewrite report run.json       per kernel: launches specialized, variants, compile ms
   proteus-rewrite prewarm proteus-out/app --from run.json
                                         compile run.json's variants now: the next run starts warm
 
@@ -229,14 +230,12 @@ def prewarm(store_or_app, reports, cache_dir):
     chain = make_chain(True, cache_dir or config.cache_dir, config.cache_max_mb)
     todo = []
     for path in reports:
+        doc = _read_report(path)
         try:
-            doc = json.loads(Path(path).read_text())
             todo += [(k["name"], v["launch"], doc.get("driver_version") or None) for k in doc["kernels"]
                      for v in k.get("variants", []) if "launch" in v]
-        except OSError as exc:
-            raise ProteusError(f"cannot read: {exc.strerror or exc}", path) from None
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ProteusError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None
+        except (KeyError, TypeError) as exc:
+            raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None
     by_name = {}
     for k in table.kernels:
         by_name.setdefault(k.name, []).append(k)
@@ -271,6 +270,78 @@ def prewarm(store_or_app, reports, cache_dir):
                       markup=False)
     if counts["failed"]:
         sys.exit(1)
+
+
+def _read_report(path: str) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
+    except ValueError as exc:
+        raise InputError(f"not a PROTEUS_REPORT file (not JSON: {exc})", path) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), list):
+        raise InputError("not a PROTEUS_REPORT file (no kernel list)", path)
+    return doc
+
+
+@main.command(epilog=EPILOG)
+@click.argument("report_file", metavar="REPORT", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--json", "as_json", is_flag=True, help="Print the per-kernel summary as JSON.")
+def report(report_file, as_json):
+    """Summarize a PROTEUS_REPORT file: per kernel, how its launches ran and what it cost.
+
+    The report is written at exit by a run under the shim with PROTEUS_REPORT=FILE. Columns:
+    launches; specialized, the share that ran a specialized variant; variants compiled in the
+    run and served from the memory and disk caches; compile ms; launches that ran the
+    original kernel while a variant compiled (asynchronous compilation), because the compile
+    budget was spent, or after a failure; and the arguments the value tracker stopped folding.
+    """
+    doc = _read_report(report_file)
+    rows = []
+    try:
+        for k in doc["kernels"]:
+            launches = int(k.get("launches", 0))
+            tracker = k.get("tracker") or {}
+            rows.append({
+                "kernel": k.get("demangled") or k["name"],
+                "launches": launches,
+                "specialized": int(k.get("specialized_launches", 0)),
+                "compiled": int(k.get("specializations", 0)),
+                "memory_hits": int(k.get("memory_cache_hits", 0)),
+                "disk_hits": int(k.get("disk_cache_hits", 0)),
+                "compile_ms": float(k.get("compile_ms", 0.0)),
+                "while_compiling": int(k.get("launches_while_compiling", 0)),
+                "budget_refusals": int(k.get("budget_refusals", 0)),
+                "fallbacks": int(k.get("fallback_launches", 0)),
+                "failures": dict(k.get("failures") or {}),
+                "unfolded_by_tracker": list(tracker.get("stopped_folding", [])),
+            })
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", report_file) from None
+    if as_json:
+        click.echo(json.dumps({"report": report_file, "kernels": rows}, indent=2))
+        return
+    head = [f"{doc.get('tool', 'proteus-rewrite')}, pid {doc.get('pid', '?')}, {doc.get('seconds', '?')} s"]
+    if doc.get("python") is False:
+        head.append("Python never started" + (" (PROTEUS_DISABLE)" if doc.get("disabled") else ""))
+    if doc.get("unknown_handle_launches"):
+        head.append(f"{doc['unknown_handle_launches']} launches of kernels the shim never saw registered")
+    click.echo("; ".join(head))
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col, right in (("kernel", False), ("launches", True), ("specialized", True), ("compiled", True),
+                       ("mem/disk hits", True), ("compile ms", True), ("original ran: compiling / budget / other", True),
+                       ("tracker unfolded", False)):
+        t.add_column(col, justify="right" if right else "left", overflow="fold")
+    for r in rows:
+        share = f"{100.0 * r['specialized'] / r['launches']:.1f}%" if r["launches"] else "-"
+        other = r["fallbacks"] - r["while_compiling"] - r["budget_refusals"]
+        t.add_row(r["kernel"], f"{r['launches']:,}", share, str(r["compiled"]), f"{r['memory_hits']}/{r['disk_hits']}",
+                  f"{r['compile_ms']:.1f}", f"{r['while_compiling']:,} / {r['budget_refusals']:,} / {max(other, 0):,}",
+                  ", ".join(map(str, r["unfolded_by_tracker"])) or "-")
+    Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(t)
+    for r in rows:
+        for reason, n in r["failures"].items():
+            click.echo(f"{r['kernel']}: {n} x {reason}")
 
 
 def _store_path(path: str) -> str:

@@ -81,7 +81,7 @@ class InjectError(ProteusError):
 # What each exit code means, for --help and the README.
 EXIT_CODES = {
     InputError.exit_code: "input missing or unreadable",
-    NotCudaBinaryError.exit_code: "not a CUDA executable",
+    NotCudaBinaryError.exit_code: "not a GPU executable",
     FormatError.exit_code: "corrupt or truncated binary",
     NoBitcodeError.exit_code: "no embedded bitcode",
     BitcodeError.exit_code: "unreadable bitcode",

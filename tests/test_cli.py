@@ -124,3 +124,40 @@ def test_cache_commands(samples, tmp_path):
         assert "entries    0" in run_cli("cache", "stats").stdout
     finally:
         del os.environ["PROTEUS_CACHE_DIR"]
+
+
+REPORT = {
+    "tool": "proteus-rewrite 0.1.0", "pid": 42, "seconds": 1.5, "driver_version": 13000, "unknown_handle_launches": 3,
+    "kernels": [
+        {"name": "_Z4stepPfi", "demangled": "step(float*, int)", "launches": 1000, "specialized_launches": 900,
+         "specializations": 10, "memory_cache_hits": 1, "disk_cache_hits": 2, "compile_ms": 123.4,
+         "launches_while_compiling": 40, "budget_refusals": 50, "fallback_launches": 100,
+         "failures": {"ptx: injected fault": 2}, "tracker": {"stopped_folding": ["1"]}},
+        {"name": "_Z4idlev", "demangled": "idle()", "launches": 0, "specialized_launches": 0, "specializations": 0,
+         "fallback_launches": 0},
+    ],
+}
+
+
+def test_report_summarizes_a_run_per_kernel(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(REPORT))
+    r = run_cli("report", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "3 launches of kernels the shim never saw registered" in r.stdout
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("step(float*, int)"))
+    assert "1,000" in line and "90.0%" in line and "1/2" in line and "123.4" in line and "40 / 50 / 10" in line
+    assert "step(float*, int): 2 x ptx: injected fault" in r.stdout
+    rows = json.loads(run_cli("report", "--json", str(path)).stdout)["kernels"]
+    assert rows[0]["specialized"] == 900 and rows[0]["unfolded_by_tracker"] == ["1"] and rows[1]["launches"] == 0
+
+
+def test_report_refuses_what_is_not_a_report(tmp_path):
+    for content in ("{", "[]", '{"kernels": [{"launches": 1}]}'):
+        path = tmp_path / "bad.json"
+        path.write_text(content)
+        r = run_cli("report", str(path))
+        assert r.returncode == 3 and "not a PROTEUS_REPORT file" in r.stderr and "Traceback" not in r.stderr, (content, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1
+    r = run_cli("report", str(tmp_path / "missing.json"))
+    assert r.returncode == 3 and "missing.json: cannot read" in r.stderr
