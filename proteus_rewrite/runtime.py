@@ -246,6 +246,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         keep_ir = "ir-dump" in _state.config.trace or _state.config.dump_ir
         config = _state.config
         may_compile = not config.compile_budget or Budget(config.compile_budget, config.compile_grace_ms).allows(stats.compile_ms, gpu_ms)
+        if isinstance(arch, str) and arch != record.arch:  # HIP: a module built for one processor runs on no other
+            raise ProteusError(f"its bitcode was recorded for {record.arch}, this device is a {arch}")
         faults.check("specialize")
         result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
                                      driver_version=_state.driver_version or None, may_compile=may_compile)

@@ -271,3 +271,12 @@ def test_an_injected_codeobj_fault_is_a_specialize_error(monkeypatch):
     monkeypatch.setenv("PROTEUS_FAULT_INJECT", "codeobj")
     with pytest.raises(SpecializeError, match="injected fault: codeobj failed"):
         specializer.specialize(table, kernel, launch, Config.from_env(), None)
+
+
+def test_a_second_device_of_another_processor_runs_the_original(hip_runtime, capsys):
+    """The kernel was resolved on a gfx90a; a launch on a gfx940 in the same process must not get
+    gfx90a code (HIP keys variants per device, the record is per kernel)."""
+    kid = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))[0]
+    args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
+    assert runtime.specialize(kid, args, (1, 1, 1), (256, 1, 1), b"", "gfx940:sramecc+:xnack-") is None
+    assert "recorded for gfx90a, this device is a gfx940" in capsys.readouterr().err
