@@ -93,8 +93,16 @@ def _trace(token: str, message: str) -> None:
         print(f"proteus: {message}", file=sys.stderr, flush=True)
 
 
+_profile = None  # PROTEUS_PROFILE: cProfile of every call into this module, written at exit
+
+
 def init(shim_dir: str, driver_version: int) -> None:
-    global _state
+    global _state, _profile
+    if os.environ.get("PROTEUS_PROFILE"):
+        import cProfile
+
+        _profile = cProfile.Profile()
+        _profile.enable()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("proteus: warning: %(message)s"))  # the shim only logs warnings
     log.addHandler(handler)
@@ -313,6 +321,13 @@ def load_failed(kid: int, code: int) -> None:
 def write_report(path: str, counters: bytes, unknown_launches: int = 0) -> None:
     """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks."""
     assert _state is not None
+    if _profile is not None:
+        _profile.disable()
+        try:
+            _profile.dump_stats(os.environ["PROTEUS_PROFILE"])
+        except OSError as exc:
+            print(f"proteus: warning: {os.environ['PROTEUS_PROFILE']}: cannot write the profile: {exc.strerror or exc}",
+                  file=sys.stderr, flush=True)
     kernels, off = [], 0
     while off + 52 <= len(counters):
         kid, launches, hits, fallbacks, launch_errors, compiling, gpu_us = struct.unpack_from("<iQQQQQQ", counters, off)
