@@ -253,7 +253,8 @@ def environment() -> dict:
         env["proteus_rewrite"] = __version__
     except Exception:
         env["proteus_rewrite"] = None
-    env["git_commit"] = _cmd(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
+    # GIT_COMMIT: set by whoever sends the tree to a machine whose copy of .git may be stale
+    env["git_commit"] = os.environ.get("GIT_COMMIT") or _cmd(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
     env["git_dirty"] = bool(_cmd(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"]))
     clang = _cmd([os.environ.get("CLANG", "clang++-19"), "--version"])
     env["clang_here"] = clang.splitlines()[0] if clang else None
