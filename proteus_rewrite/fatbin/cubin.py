@@ -16,6 +16,7 @@ What is read, and where:
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ EIATTR_MAX_THREADS = 0x05
 EIATTR_REQNTID = 0x10
 EIATTR_KPARAM_INFO = 0x17
 EIATTR_CBANK_PARAM_SIZE = 0x19
+EIATTR_REGCOUNT = 0x2F
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class CubinKernel:
     param_size: int | None
     max_threads: tuple[int, int, int] | None  # __launch_bounds__ / .maxntid
     reqntid: tuple[int, int, int] | None
+    registers: int | None = None  # per thread, as ptxas allocated them (.nv.info EIATTR_REGCOUNT)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ def _parse(data: bytes) -> Cubin:
         return _name(sec.name), data[sec.file_offset : sec.file_offset + sec.size]
 
     info_sections = {_name(s.name)[len(".nv.info.") :]: s for s in sections if _name(s.name).startswith(".nv.info.")}
+    registers = _register_counts(elf, sections, data)
     modules_raw: list[bytes] = []
     cmdlines: list[tuple[str, ...]] = []
     kernels: dict[str, CubinKernel] = {}
@@ -129,7 +133,7 @@ def _parse(data: bytes) -> Cubin:
         st_type = sym.information & 0xF
         name = _name(sym.name)
         if st_type == STT_FUNC and sym.other & STO_CUDA_ENTRY:
-            kernels[name] = _kernel(name, info_sections.get(name), data)
+            kernels[name] = dataclasses.replace(_kernel(name, info_sections.get(name), data), registers=registers.get(name))
         elif st_type != STT_OBJECT or not name:
             continue
         elif name in (EMBEDDED_MODULE, EMBEDDED_CMDLINE):
@@ -156,6 +160,25 @@ def _parse(data: bytes) -> Cubin:
         modules=modules,
         variables=tuple(variables),
     )
+
+
+def _register_counts(elf, sections, data: bytes) -> dict[str, int]:
+    """Function name -> registers per thread, from the module-wide .nv.info section's
+    EIATTR_REGCOUNT records (u32 symbol index, u32 count)."""
+    info = next((s for s in sections if _name(s.name) == ".nv.info"), None)
+    if info is None:
+        return {}
+    raw = data[info.file_offset : info.file_offset + info.size]
+    if len(raw) != info.size:
+        raise FormatError("cubin section .nv.info runs past the end of the image")
+    symbols = list(elf.symbols)
+    counts = {}
+    for attr, payload, _value in _attributes(raw, ".nv.info"):
+        if attr == EIATTR_REGCOUNT and len(payload) >= 8:
+            index, count = struct.unpack_from("<II", payload)
+            if 0 <= index < len(symbols) and 0 < count <= 255:
+                counts[_name(symbols[index].name)] = count
+    return counts
 
 
 def _kernel(name: str, info, data: bytes) -> CubinKernel:

@@ -137,6 +137,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
                     min_ctas=(bk.min_ctas if bk else None) or getattr(layout, "min_ctas", None),
                     jit_args=bk.jit_args if bk else None,
                     layout_source=source,
+                    aot_registers=getattr(layout, "registers", None),
                 )
             )
     if progress:

@@ -32,6 +32,7 @@ class KernelRecord:
     min_ctas: int | None  # __launch_bounds__ (min blocks per SM)
     jit_args: tuple[int, ...] | None  # annotate("jit", ...) indices, 1-based
     layout_source: str  # "cubin", "ptx" or "codeobj" (an AMDGPU code object's metadata note)
+    aot_registers: int | None = None  # registers per thread of the AOT cubin's code (CUDA; None: unknown)
 
     @property
     def has_bitcode(self) -> bool:

@@ -47,6 +47,7 @@ class CodegenConfig:
     ptx_compiler: str = "auto"  # PROTEUS_PTX_COMPILER (ours): auto | nvjitlink | ptxas | driver
     tuned_max_threads: int | None = None  # TunedMaxThreads from PROTEUS_TUNED_KERNELS
     min_blocks_per_sm: int | None = None  # MinBlocksPerSM, applied only when the block size is TunedMaxThreads
+    cap_registers: bool = True  # PROTEUS_CAP_REGISTERS (ours): at most the AOT code's registers per thread
 
     def key_fields(self) -> dict:
         return dataclasses.asdict(self)
@@ -97,6 +98,7 @@ class Config:
             codegen_opt_level=int(cg_opt),
             opt_pipeline=env.get("PROTEUS_OPT_PIPELINE") or None,
             ptx_compiler=compiler,
+            cap_registers=_bool(env, "PROTEUS_CAP_REGISTERS", True),
         )
         try:
             max_mb = float(env.get("PROTEUS_CACHE_MAX_MB", "1024") or "1024")

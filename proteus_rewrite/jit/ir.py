@@ -287,6 +287,8 @@ def _wrapper(kernel: KernelRecord, params: list[str], plan: Plan, renamed: list[
     if plan.max_threads:
         attrs.append('"nvvm.maxntid"="{},{},{}"'.format(*plan.max_threads))
         attrs.append(f'"nvvm.minctasm"="{plan.min_ctas or 1}"')
+    if plan.max_registers:
+        attrs.append(f'"nvvm.maxnreg"="{plan.max_registers}"')
     lines = [
         "",
         f"define ptx_kernel void {llvm_name(kernel.name)}({', '.join(decls)}) {' '.join(attrs)} {{",

@@ -21,3 +21,4 @@ class Plan:
     alignment: dict[int, int] = field(default_factory=dict)  # pointer parameter -> known alignment
     globals: dict[str, int] = field(default_factory=dict)  # device variable -> AOT address
     relink_globals: bool = True  # False only for inspection without a GPU: the module keeps its own copies
+    max_registers: int | None = None  # "nvvm.maxnreg": the AOT code's count, so occupancy never drops below it

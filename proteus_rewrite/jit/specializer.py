@@ -108,6 +108,10 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
         alignment=alignment,
         globals=globals_,
         relink_globals=relink_globals,
+        # LLVM 22 + nvJitLink allocated more registers than clang 19 + ptxas for some kernels
+        # (calc_eos 36-38 vs 32, adam_update unspecialized 52 vs 41: achieved occupancy fell from
+        # 80% to 57% and 58% to 47%, Nsight Compute on the H100), costing more than folding gained.
+        max_registers=kernel.aot_registers if cg.cap_registers and isinstance(kernel.arch, int) else None,
     )
 
 
@@ -129,6 +133,7 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
         "grid": plan.grid if (plan.fold_dims or plan.dims_range) else None,
         "max_threads": plan.max_threads,
         "min_ctas": plan.min_ctas,
+        "max_registers": plan.max_registers,
         "alignment": {str(k): v for k, v in sorted(plan.alignment.items())},
         "globals": dict(sorted(plan.globals.items())),
         "relink_globals": plan.relink_globals,
