@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import struct
 
@@ -268,3 +269,17 @@ def test_argument_bytes_become_exact_ir_constants(llvm_type, raw, expected):
 def test_warm_up_compiles_a_kernel_through_every_step():
     # the shim runs this before it starts compile threads (see specializer.warm_up)
     assert specializer.warm_up(90) > 0
+
+
+def test_registers_are_capped_at_the_aot_count_unless_turned_off(table, tmp_path):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    assert k.aot_registers and 0 < k.aot_registers <= 255  # from the cubin's EIATTR_REGCOUNT
+    launch = launch_for(k, {1: "3"})
+    capped = specialize(t, k, launch, CFG)
+    assert f".maxnreg {k.aot_registers}" in ptx_body(capped)
+    free = specialize(t, k, launch, Config.from_env({"PROTEUS_CAP_REGISTERS": "0"}))
+    assert ".maxnreg" not in ptx_body(free) and free.key != capped.key
+    tuned = tmp_path / "tuned.json"
+    tuned.write_text(json.dumps({k.name: {"CapRegisters": False}}))
+    assert ".maxnreg" not in ptx_body(specialize(t, k, launch, Config.from_env({"PROTEUS_TUNED_KERNELS": str(tuned)})))

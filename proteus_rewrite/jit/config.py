@@ -148,6 +148,7 @@ _TUNED_FIELDS = {
     "CodeGenOptLevel": ("codegen_opt_level", int),
     "TunedMaxThreads": ("tuned_max_threads", int),
     "MinBlocksPerSM": ("min_blocks_per_sm", int),
+    "CapRegisters": ("cap_registers", bool),  # ours: PROTEUS_CAP_REGISTERS for one kernel
 }
 
 
