@@ -95,3 +95,26 @@ def test_main_kernel_specializes_with_its_scalars_folded(bench_apps, app):
     loaded = [i for i in values if f"_param_{i}]" in ptx]
     assert not loaded, f"{name}: folded parameters still read from the parameter space: {loaded}"
     assert f".maxntid {block[0]}, {block[1]}, {block[2]}" in ptx
+
+
+def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        pb = importlib.import_module("policy_bench")
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    doc = {"environment": {"gpu": "H100"}, "date": "2026-11-23", "command": "python3 bench/policy_bench.py",
+           "changing_scalars": {"step counter": {"args": ["20000", "20000", "1"], "modes": {"native": {"median": 1.5}},
+                                                 "speedup": {"cold": 0.97, "warm": 0.99}, "mismatches": [],
+                                                 "cold_report": {"specializations": 10, "specialized_launches": 20000,
+                                                                 "launches": 20000}}},
+           "workloads": {"adam": {"modes": {"native": {"median": 1.8}}, "speedup": {"cold": 0.95, "prewarmed": 1.08},
+                                  "prewarm_s": 2.5, "mismatches": [{"mode": "cold"}]},
+                         "wsm5": {"error": "native run failed: exit 1"}}}
+    md = pb.markdown(doc)
+    assert "| step counter (20000 20000 1) | 1.5 | 0.97× | 0.99× | — | 10 | 20000 of 20000 | 0 |" in md
+    assert "| adam | 1.8 | 0.95× | — | 1.08× | 2.5 | 1 |" in md and "| wsm5 | native run failed" in md
+    monkeypatch.setattr(pb, "SAMPLES", tmp_path / "missing")
+    assert pb.main(["--out", str(tmp_path)]) == 2 and "build the samples" in capsys.readouterr().err

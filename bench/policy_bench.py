@@ -1,0 +1,200 @@
+"""The specialization policy on a GPU (issue 10's benchmark), as ratios against native runs
+made in the same invocation:
+
+  1. changing_scalars (samples/): a step counter (a new scalar value on every launch) and the
+     same kernel with a few repeating values: native, cold cache, warm cache, and cold with
+     asynchronous compilation. The value tracker is what keeps these near native.
+  2. The benchmark workloads (bench/apps/), cold cache: asynchronous compilation off vs on.
+  3. The benchmark workloads: cold cache vs a cache prewarmed with `proteus-rewrite prewarm`
+     from an earlier run's report.
+
+    python3 bench/policy_bench.py [--out DIR] [--reps 5] [--scales bench/results/<run>.json]
+
+Needs samples/build/ and bench/apps/build/ (samples/build.py, bench/apps/build.py) and a GPU.
+Writes policy-<date>-<gpu>.json and .md to --out (default bench/results). Every run's output
+is compared with the native run's: a mismatch is recorded next to the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as suite  # noqa: E402  (bench/run.py: app runs, statistics, recording, versions)
+
+ROOT = suite.ROOT
+SAMPLES = ROOT / "samples" / "build"
+CHANGING = {"step counter": ("20000", "20000", "1"), "16 repeating values": ("20000", "16", "1")}
+
+
+def run_sample(args: tuple[str, ...], env: dict, timeout: float) -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(SAMPLES / "changing_scalars"), *args], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=timeout)
+    return {"ok": proc.returncode == 0, "wall_s": time.perf_counter() - t0, "stdout": proc.stdout,
+            "error": None if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr[-800:]}"}
+
+
+def record_sample(work: Path) -> Path:
+    out = work / "stores" / "changing_scalars"
+    proc = subprocess.run([sys.executable, "-m", "proteus_rewrite.cli", str(SAMPLES / "changing_scalars"), "-o", str(out)],
+                          capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"recording changing_scalars failed: {proc.stderr.strip()[-800:]}")
+    return out
+
+
+def changing_scalars(work: Path, reps: int) -> dict:
+    shim = {"LD_PRELOAD": str(record_sample(work) / "libproteus.so")}
+    out = {}
+    for name, args in CHANGING.items():
+        ref = run_sample(args, {}, 300)
+        if not ref["ok"]:
+            raise RuntimeError(f"changing_scalars {' '.join(args)} failed natively: {ref['error']}")
+        warm_dir = work / "cache" / f"changing-{args[1]}-warm"
+        run_sample(args, {**shim, "PROTEUS_CACHE_DIR": str(warm_dir)}, 300)  # fills the warm cache
+        times = {m: [] for m in ("native", "cold", "warm", "cold, async")}
+        mismatches, report = [], None
+        for rep in range(reps):  # interleaved, so drift hits every mode alike
+            for mode in times:
+                env = {} if mode == "native" else dict(shim)
+                if mode == "warm":
+                    env["PROTEUS_CACHE_DIR"] = str(warm_dir)
+                elif mode != "native":
+                    env["PROTEUS_CACHE_DIR"] = str(work / "cache" / f"changing-{args[1]}-{mode}-{rep}".replace(", ", "-"))
+                    env["PROTEUS_REPORT"] = str(work / f"changing-{args[1]}-{rep}.json")
+                    if mode == "cold, async":
+                        env["PROTEUS_ASYNC_COMPILATION"] = "1"
+                r = run_sample(args, env, 300)
+                if not r["ok"] or r["stdout"] != ref["stdout"]:
+                    mismatches.append({"mode": mode, "rep": rep, "error": r["error"] or "output differs from native"})
+                    continue
+                times[mode].append(r["wall_s"])
+                if mode == "cold" and report is None:
+                    report = json.loads(Path(env["PROTEUS_REPORT"]).read_text())
+        med = {m: suite.stats(t) for m, t in times.items()}
+        native = med["native"].get("median")
+        k = (report or {}).get("kernels", [{}])[0]
+        out[name] = {
+            "args": list(args), "modes": med, "mismatches": mismatches,
+            "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native},
+            "cold_report": {f: k.get(f) for f in ("launches", "specialized_launches", "specializations", "compile_ms", "tracker")},
+        }
+        suite.log(f"changing_scalars {name}: " + ", ".join(f"{m} {v}x" for m, v in out[name]["speedup"].items()))
+    return out
+
+
+def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
+    out = {}
+    for app, scale in scales.items():
+        store = suite.record(app, work)
+        shim = {"LD_PRELOAD": str(store / "libproteus.so")}
+        ref = suite.run_app(app, {}, scale, timeout)
+        if not ref["ok"]:
+            out[app] = {"error": f"native run failed: {ref.get('error')}"}
+            continue
+        # the report of a cold run, and a cache prewarmed from it
+        report = work / f"{app}-report.json"
+        suite.run_app(app, {**shim, "PROTEUS_CACHE_DIR": str(work / "cache" / f"{app}-first"), "PROTEUS_REPORT": str(report)},
+                      scale, timeout)
+        prewarmed = work / "cache" / f"{app}-prewarmed"
+        t0 = time.perf_counter()
+        pre = subprocess.run([sys.executable, "-m", "proteus_rewrite.cli", "prewarm", str(store), "--from", str(report),
+                              "--cache-dir", str(prewarmed)], capture_output=True, text=True, cwd=ROOT)
+        prewarm_s = time.perf_counter() - t0
+        times = {m: [] for m in ("native", "cold", "cold, async", "prewarmed")}
+        mismatches = []
+        for rep in range(reps):
+            for mode in times:
+                env = {} if mode == "native" else dict(shim)
+                if mode == "prewarmed":
+                    env["PROTEUS_CACHE_DIR"] = str(prewarmed)
+                elif mode != "native":
+                    env["PROTEUS_CACHE_DIR"] = str(work / "cache" / f"{app}-{mode}-{rep}".replace(", ", "-"))
+                    if mode == "cold, async":
+                        env["PROTEUS_ASYNC_COMPILATION"] = "1"
+                r = suite.run_app(app, env, scale, timeout)
+                if not r["ok"] or r["checksums"] != ref["checksums"]:
+                    mismatches.append({"mode": mode, "rep": rep, "error": r.get("error") or "checksums differ from native",
+                                       "verify": r.get("verify")})
+                if r["ok"]:
+                    times[mode].append(r["wall_s"])
+        med = {m: suite.stats(t) for m, t in times.items()}
+        native = med["native"].get("median")
+        out[app] = {"scale": scale, "modes": med, "mismatches": mismatches, "prewarm_s": round(prewarm_s, 3),
+                    "prewarm_output": pre.stderr.strip().splitlines()[-1:] if pre.stderr else [],
+                    "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native}}
+        suite.log(f"{app}: " + ", ".join(f"{m} {v}x" for m, v in out[app]["speedup"].items()))
+    return out
+
+
+def _x(v) -> str:
+    return f"{v}×" if v is not None else "—"
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"# Specialization policy on {doc['environment'].get('gpu', 'the GPU')}, {doc['date']}", "",
+             f"Command: `{doc['command']}`", "",
+             "## changing_scalars (speedup = native median wall time / mode median)", "",
+             "| configuration | native s | cold | warm | cold, async | variants (cold) | specialized launches (cold) | mismatches |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in doc["changing_scalars"].items():
+        sp, rep = r["speedup"], r["cold_report"]
+        lines.append(f"| {name} ({' '.join(r['args'])}) | {r['modes']['native'].get('median')} | {_x(sp.get('cold'))} | "
+                     f"{_x(sp.get('warm'))} | {_x(sp.get('cold, async'))} | {rep.get('specializations')} | "
+                     f"{rep.get('specialized_launches')} of {rep.get('launches')} | {len(r['mismatches'])} |")
+    lines += ["", "## Workloads: cold vs cold with asynchronous compilation vs prewarmed", "",
+              "| workload | native s | cold | cold, async | prewarmed | prewarm s | mismatches |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for app, r in doc["workloads"].items():
+        if "error" in r:
+            lines.append(f"| {app} | {r['error'][:80]} | | | | | |")
+            continue
+        sp = r["speedup"]
+        lines.append(f"| {app} | {r['modes']['native'].get('median')} | {_x(sp.get('cold'))} | {_x(sp.get('cold, async'))} | "
+                     f"{_x(sp.get('prewarmed'))} | {r['prewarm_s']} | {len(r['mismatches'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="results directory (default bench/results)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of every mode (default 5)")
+    ap.add_argument("--scales", default=None, metavar="RESULT.json",
+                    help="a bench/run.py result whose calibrated scales the workloads use (default: the newest in bench/results)")
+    ap.add_argument("--run-timeout", type=float, default=120.0)
+    args = ap.parse_args(argv)
+    if not (SAMPLES / "changing_scalars").exists() or not suite.APPS_DIR.is_dir():
+        print("policy_bench: build the samples and the workloads first (samples/build.py, bench/apps/build.py)", file=sys.stderr)
+        return 2
+    results = sorted(p for p in (ROOT / "bench" / "results").glob("20*-*.json") if "nocap" not in p.name)
+    scales_from = Path(args.scales) if args.scales else (results[-1] if results else None)
+    scales = json.loads(scales_from.read_text())["scales"] if scales_from else {a: 0.3 for a in suite.ALL_APPS}
+    env = suite.environment()
+    doc = {"benchmark": "specialization policy", "date": datetime.date.today().isoformat(),
+           "command": "python3 bench/policy_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "environment": env, "scales_from": str(scales_from), "reps": args.reps}
+    with tempfile.TemporaryDirectory(prefix="proteus-policy-") as tmp:
+        work = Path(tmp)
+        doc["changing_scalars"] = changing_scalars(work, args.reps)
+        doc["workloads"] = workloads(work, scales, args.reps, args.run_timeout)
+    base = f"policy-{doc['date']}-{suite.gpu_tag(env)}"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for path, text in ((out / f"{base}.json", json.dumps(doc, indent=1) + "\n"), (out / f"{base}.md", markdown(doc))):
+        tmp_path = path.with_suffix(path.suffix + ".tmp")
+        tmp_path.write_text(text)
+        tmp_path.replace(path)
+    print(markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
