@@ -4,15 +4,6 @@
 # wheels in .whl/. Results (JSON, markdown) and the log go to $OUT (default ./gpu-out);
 # extra arguments go to bench/run.py.
 set -uo pipefail
-OUT="${OUT:-$PWD/gpu-out}"
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
+source "$(dirname "$0")/gpu-env.sh"
 python3 bench/run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/run.log" | tail -70
 exit "${PIPESTATUS[0]}"

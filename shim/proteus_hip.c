@@ -259,14 +259,8 @@ done:
 static hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block) {
   read_env();
   if (g_disable) return NULL;
-  kinfo *ki = handle_lookup(handle);
-  if (!ki) {
-    atomic_fetch_add_explicit(&unknown_launches, 1, memory_order_relaxed);
-    if (g_trace_launch) fprintf(stderr, "proteus: launch of unknown handle %p\n", handle);
-    return NULL;
-  }
-  atomic_fetch_add_explicit(&ki->launches, 1, memory_order_relaxed);
-  if (g_trace_launch) fprintf(stderr, "proteus: launch %s grid %u,%u,%u block %u,%u,%u\n", ki->name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+  kinfo *ki = launched_kernel(handle, grid, block);
+  if (!ki) return NULL;
   int state = atomic_load_explicit(&ki->state, memory_order_acquire);
   int dev = -1;
   if (state == K_DISABLED || !params || !HIP_REAL(hipGetDevice) || real_hipGetDevice(&dev) != HIP_SUCCESS || dev < 0) goto original;

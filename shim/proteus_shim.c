@@ -688,12 +688,10 @@ sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunct
   return ne;
 }
 
-/* The specialized function for this launch, or NULL to run the original. */
-static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block, kinfo **kio) {
-  read_env();
-  if (g_disable) return NULL;
+/* The recorded kernel a launch handle stands for, with the launch counted (and traced); NULL
+ * for a handle never registered with us. Shared by the CUDA and HIP launch paths. */
+kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block) {
   kinfo *ki = handle_lookup(handle);
-  *kio = ki;
   if (!ki) {
     atomic_fetch_add_explicit(&unknown_launches, 1, memory_order_relaxed);
     if (g_trace_launch) fprintf(stderr, "proteus: launch of unknown handle %p\n", handle);
@@ -701,6 +699,16 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   }
   atomic_fetch_add_explicit(&ki->launches, 1, memory_order_relaxed);
   if (g_trace_launch) fprintf(stderr, "proteus: launch %s grid %u,%u,%u block %u,%u,%u\n", ki->name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+  return ki;
+}
+
+/* The specialized function for this launch, or NULL to run the original. */
+static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block, kinfo **kio) {
+  read_env();
+  if (g_disable) return NULL;
+  kinfo *ki = launched_kernel(handle, grid, block);
+  *kio = ki;
+  if (!ki) return NULL;
   int state = atomic_load_explicit(&ki->state, memory_order_acquire);
   CUcontext ctx = NULL;
   if (state == K_DISABLED || !params || !real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) goto original;

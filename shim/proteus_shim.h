@@ -125,6 +125,7 @@ HIDDEN extern pthread_mutex_t reg_lock;   /* registration and inserts */
 HIDDEN extern pthread_mutex_t jit_lock;   /* one compilation at a time */
 HIDDEN extern _Atomic uint64_t unknown_launches;
 HIDDEN kinfo *handle_lookup(const void *h);   /* lock-free */
+HIDDEN kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block);   /* lock-free; counts the launch */
 HIDDEN void remember(const void *handle, const void *image, const char *name, int owner_kind, void *owner);
 HIDDEN void remember_image(void *owner, const void *image);
 HIDDEN const void *image_of(void *owner);
