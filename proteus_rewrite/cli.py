@@ -228,18 +228,32 @@ def prewarm(store_or_app, reports, cache_dir):
     table = _load(_store_path(store_or_app))
     config = jit.Config.from_env()
     chain = make_chain(True, cache_dir or config.cache_dir, config.cache_max_mb)
-    todo = []
+    todo, learned = [], {}
     for path in reports:
         doc = _read_report(path)
         try:
             todo += [(k["name"], v["launch"], doc.get("driver_version") or None) for k in doc["kernels"]
                      for v in k.get("variants", []) if "launch" in v]
-        except (KeyError, TypeError) as exc:
+            for k in doc["kernels"]:
+                for slot in (k.get("tracker") or {}).get("stopped_folding", []):
+                    learned.setdefault(k["name"], []).append(str(slot))
+        except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None
     by_name = {}
     for k in table.kernels:
         by_name.setdefault(k.name, []).append(k)
-    counts = {"compiled": 0, "memory": 0, "disk": 0, "not in this store": 0, "failed": 0}
+    counts = {"compiled": 0, "memory": 0, "disk": 0, "not in this store": 0, "failed": 0, "tracker decisions": 0}
+    if config.tracker:  # what the value tracker learned: the next run starts from it, as after that run
+        from .cache import Entry
+        from .policy import POLICY_KIND, encode_learned, policy_key
+
+        sha = {f.index: f.sha256 for f in table.fatbins}
+        for name, slots in learned.items():
+            for record in by_name.get(name, []):
+                key = policy_key(sha[record.fatbin], record.name, record.arch, config.tracker_threshold, config.tracker_ratio)
+                chain.put(Entry(key, POLICY_KIND, record.arch, encode_learned(list(dict.fromkeys(slots))),
+                                {"kernel": record.demangled}))
+                counts["tracker decisions"] += 1
     seen = set()
     with click.progressbar(todo, label="prewarming", file=sys.stderr, show_pos=True) as bar:
         for name, spec, driver in bar:
@@ -318,8 +332,9 @@ def report(report_file, as_json):
             })
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", report_file) from None
+    waits = doc.get("shim_wait_ms") if isinstance(doc.get("shim_wait_ms"), dict) else {}
     if as_json:
-        click.echo(json.dumps({"report": report_file, "kernels": rows}, indent=2))
+        click.echo(json.dumps({"report": report_file, "shim_wait_ms": waits, "kernels": rows}, indent=2))
         return
     head = [f"{doc.get('tool', 'proteus-rewrite')}, pid {doc.get('pid', '?')}, {doc.get('seconds', '?')} s"]
     if doc.get("python") is False:
@@ -327,6 +342,10 @@ def report(report_file, as_json):
     if doc.get("unknown_handle_launches"):
         head.append(f"{doc['unknown_handle_launches']} launches of kernels the shim never saw registered")
     click.echo("; ".join(head))
+    if waits:
+        click.echo(f"the app waited on the shim {waits.get('misses', 0)} ms over {waits.get('miss_count', 0):,} misses "
+                   f"(starting Python: {waits.get('python_start', 0)} ms; compiler warm-up: {waits.get('prepare_compiler', 0)} ms), "
+                   f"{waits.get('exit', 0)} ms at exit")
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col, right in (("kernel", False), ("launches", True), ("specialized", True), ("compiled", True),
                        ("mem/disk hits", True), ("compile ms", True), ("original ran: compiling / budget / other", True),

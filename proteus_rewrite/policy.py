@@ -9,6 +9,12 @@ the block or the grid) had among them. Before a new variant, every slot with N >
 n_i / N > R stops being folded: from then on its value is a run-time parameter and one
 variant serves all its values. Annotated arguments (annotate("jit", ...)) are never dropped.
 
+What the tracker learns outlives the process: when it stops folding a slot, the decision is
+saved in the disk cache (a "policy" entry, keyed by the fat binary, the kernel, its
+architecture, T and R), and the next run of the app starts from it. A step counter then costs
+its T + 2 variants once, in the first run, not in every run; `proteus-rewrite prewarm` saves
+the decisions a report records, and `proteus-rewrite cache clear` forgets them.
+
 Compile budget: a kernel may spend max(grace, fraction x its GPU time) milliseconds on
 compilation; past that, launches that would need a new variant run the original kernel
 (variants already made, and cache hits, are still used). The GPU time is estimated by the
@@ -17,6 +23,8 @@ shim from events sampled on a few launches.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 BLOCK, GRID = "block", "grid"
@@ -33,6 +41,7 @@ class Tracker:
     values: dict[object, set[bytes]] = field(default_factory=dict)  # slot -> distinct values seen
     keys: set[bytes] = field(default_factory=set)
     dropped: list[str] = field(default_factory=list)  # in order, for the report
+    learned: list[str] = field(default_factory=list)  # of those, the ones an earlier run decided
 
     def slots(self) -> list[object]:
         return [*sorted(self.folded), *([BLOCK] if self.dims & 1 else []), *([GRID] if self.dims & 2 else [])]
@@ -54,6 +63,13 @@ class Tracker:
         for slot in kept:
             self.values.setdefault(slot, set()).add(values[slot])
 
+    def start_from(self, learned: list[object]) -> None:
+        """Apply an earlier run's decisions (never to an annotated argument)."""
+        for slot in learned:
+            if slot not in self.fixed and slot in self.slots():
+                self._drop(slot)
+                self.learned.append(str(slot))
+
     def _drop(self, slot: object) -> None:
         if slot == BLOCK:
             self.dims &= ~1
@@ -62,6 +78,35 @@ class Tracker:
         else:
             self.folded.discard(slot)
         self.dropped.append(str(slot))
+
+
+POLICY_KIND = "policy"  # the cache entry kind of a saved tracker decision
+
+
+def policy_key(fatbin_sha256: str, kernel: str, arch: int | str, threshold: int, ratio: float) -> str:
+    """The cache key of one kernel's saved decisions: other settings of T or R learn anew."""
+    text = f"tracker-policy\0{fatbin_sha256}\0{kernel}\0{arch}\0{threshold}\0{ratio!r}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def encode_learned(dropped: list[str]) -> bytes:
+    return json.dumps({"stopped_folding": list(dropped)}).encode()
+
+
+def decode_learned(data: bytes) -> list[object]:
+    """The slots a saved decision names: argument indices (int), BLOCK or GRID. A malformed
+    entry names none (the checksum guards against damage; this against other writers)."""
+    try:
+        slots = json.loads(data)["stopped_folding"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    out: list[object] = []
+    for s in slots if isinstance(slots, list) else ():
+        if s in (BLOCK, GRID):
+            out.append(s)
+        elif isinstance(s, str) and s.isdigit():
+            out.append(int(s))
+    return out
 
 
 @dataclass

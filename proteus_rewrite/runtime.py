@@ -6,8 +6,8 @@
                                               to run the original
     track(kid, args, grid, block)             a launch the shim's table missed: the value tracker's policy
     load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
-    prepare_compiler(arch)                    before compile threads start (asynchronous compilation)
-    write_report(path, counters)              at exit, for PROTEUS_REPORT
+    prepare_compiler(arch)                    the compiler's first use, ahead of the first specialization
+    write_report(path, counters, unknown, waits)  at exit, for PROTEUS_REPORT
 
 Kernel stores (*.kstore) are found beside the shim (or in PROTEUS_STORE_DIR). A loaded
 image is matched to a recorded fat binary by the SHA-256 of its bytes, so a store that
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, faults, store
-from .policy import BLOCK, GRID, Budget, Tracker
-from .cache import CacheChain, make_chain
+from .policy import BLOCK, GRID, POLICY_KIND, Budget, Tracker, decode_learned, encode_learned, policy_key
+from .cache import CacheChain, Entry, make_chain
 from .errors import ProteusError
 from .fatbin.table import KernelRecord, KernelTable, best_for_arch
 from .jit import specializer as spec_mod
@@ -60,6 +60,7 @@ class KernelStats:
     tracker: Tracker | None = None
     budget_refusals: int = 0
     gpu_ms: float = 0.0  # the shim's latest estimate
+    policy_key: str = ""  # where the tracker's decisions are saved (policy.policy_key)
 
 
 @dataclass
@@ -203,26 +204,45 @@ def _kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
     if config.tracker:
         fixed = frozenset(i - 1 for i in record.jit_args) if record.jit_args is not None else frozenset()
         stats.tracker = Tracker(config.tracker_threshold, config.tracker_ratio, {i for i, f in enumerate(fold) if f}, dims, fixed)
+        stats.policy_key = _policy_key(table, record)
+        saved = _state.cache.get(stats.policy_key)
+        if saved is not None and saved[0].kind == POLICY_KIND:
+            stats.tracker.start_from(decode_learned(saved[0].data))
+            fold = bytes(1 if i in stats.tracker.folded else 0 for i in range(len(record.params)))
+            dims = stats.tracker.dims
     _state.stats.append(stats)
     sizes = struct.pack(f"<{len(record.params)}I", *(p.size for p in record.params))
     names = b"".join(g.encode() + b"\0" for g in record.globals)
     return struct.pack("<4I", kid, len(record.params), dims, len(record.globals)) + sizes + fold + names
 
 
+def _policy_key(table: KernelTable, record: KernelRecord) -> str:
+    assert _state is not None
+    fatbin = next((f for f in table.fatbins if f.index == record.fatbin), None)
+    if fatbin is None:
+        return ""
+    return policy_key(fatbin.sha256, record.name, record.arch, _state.config.tracker_threshold, _state.config.tracker_ratio)
+
+
 def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
     """A launch whose key the shim's table lacks. Returns the kernel's policy, which the shim's
     key follows from now on: u32 dims (bit 0 block, bit 1 grid); u8 fold[nparams]."""
     assert _state is not None
-    record, tracker = _state.kernels[kid][1], _state.stats[kid].tracker
+    record, stats = _state.kernels[kid][1], _state.stats[kid]
+    tracker = stats.tracker
     if tracker is None:
         return b""  # no tracker: the policy never changes (the shim ignores an empty answer)
     try:
+        before = len(tracker.dropped)
         offsets, off = [], 0
         for p in record.params:
             offsets.append(off)
             off += p.size
         tracker.before({**{i: args[offsets[i] : offsets[i] + record.params[i].size] for i in tracker.folded},
                         BLOCK: struct.pack("<3I", *block), GRID: struct.pack("<3I", *grid)})
+        if len(tracker.dropped) != before and stats.policy_key:  # the next run starts from here
+            _state.cache.put(Entry(stats.policy_key, POLICY_KIND, record.arch, encode_learned(tracker.dropped),
+                                   {"kernel": record.demangled}))
     except Exception as exc:  # never into C; the policy simply stays as it was
         _warn_once(f"track:{record.name}", f"{record.demangled}: value tracker: {type(exc).__name__}: {exc}")
     return struct.pack("<I", tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
@@ -296,14 +316,19 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
     return result.image.data
 
 
+WARM_UP_ARCH = 75  # the oldest architecture CUDA 13 compiles for: any will do to warm the compiler up
+
+
 def prepare_compiler(arch: int) -> None:
-    """Before the shim starts its compile threads: one small compilation on the app's thread
-    (specializer.warm_up), so that LLVM's and nvJitLink's exit-time destructors are registered
-    before the shim's exit hook that waits for those threads."""
+    """The compiler's first use, ahead of any specialization (specializer.warm_up): loading
+    LLVM and nvJitLink and one small compilation. The shim calls it on its prestart thread while
+    the app creates its CUDA context (arch 0: none known yet), or else before it starts compile
+    threads, so that LLVM's and nvJitLink's exit-time destructors are registered before the
+    shim's exit hook that waits for those threads."""
     assert _state is not None
     try:
-        ms = spec_mod.warm_up(arch, _state.config, _state.driver_version or None)
-        _trace("specialization", f"compiler ready for compile threads ({ms:.0f} ms)")
+        ms = spec_mod.warm_up(arch or WARM_UP_ARCH, _state.config, _state.driver_version or None)
+        _trace("specialization", f"compiler ready ({ms:.0f} ms)")
     except Exception as exc:  # a real compilation will meet it again and report it per kernel
         _trace("specialization", f"preparing the compiler: {type(exc).__name__}: {exc}")
 
@@ -318,8 +343,11 @@ def load_failed(kid: int, code: int) -> None:
     _warn_once(f"load:{record.name}", f"{record.demangled}: {reason}; running the original kernel")
 
 
-def write_report(path: str, counters: bytes, unknown_launches: int = 0) -> None:
-    """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks."""
+def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: tuple[int, ...] = ()) -> None:
+    """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks.
+    `waits`, from the shim, in ns: starting Python, all misses (that start included where a
+    launch started it), the number of misses, the compiler warm-up, the wait for compile threads
+    at exit; then what the prestart thread did (bit 0 Python, bit 1 the compiler)."""
     assert _state is not None
     if _profile is not None:
         _profile.disable()
@@ -355,6 +383,7 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0) -> None:
             if s.tracker is not None:
                 record = _state.kernels[kid][1]
                 entry["tracker"] = {"distinct_variants": s.tracker.variants, "stopped_folding": s.tracker.dropped,
+                                    "learned_from_earlier_runs": s.tracker.learned,
                                     "folded_now": [record.params[i].index for i in sorted(s.tracker.folded)],
                                     "dims_now": [d for d, bit in ((BLOCK, 1), (GRID, 2)) if s.tracker.dims & bit]}
         else:
@@ -367,6 +396,11 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0) -> None:
         "unknown_handle_launches": unknown_launches,  # launches of kernels the shim never saw registered
         "async_compilation": os.environ.get("PROTEUS_ASYNC_COMPILATION", ""),
         "seconds": round(time.time() - _state.started, 3),
+        # what the app's threads spent waiting on the shim: never a hit, only misses and exit
+        "shim_wait_ms": dict(zip(("python_start", "misses", "miss_count", "prepare_compiler", "exit"),
+                                 (round(w / 1e6, 2) if i != 2 else w for i, w in enumerate(waits[:5])))),
+        # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
+        "prestart": {"python": bool(waits[5] & 1), "compiler": bool(waits[5] & 2)} if len(waits) > 5 else {},
         "stores": [t.app.name for t in _state.tables],
         "cache": {name: vars(s) for name, s in _state.cache.stats().items()},
         "kernels": kernels,

@@ -70,6 +70,7 @@ EXPORT void **__hipRegisterFatBinary(const void *data) {
   void **h = real___hipRegisterFatBinary(data);
   const hip_fatbin_wrapper *w = data;
   if (h && w && w->magic == HIP_FATBIN_MAGIC) remember_image(h, w->binary);
+  prestart(0);
   return h;
 }
 
@@ -279,6 +280,7 @@ static hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3
   }
   /* Miss: resolve the kernel (first launch), let the tracker see it, compile here. */
   hipFunction_t fn = NULL;
+  uint64_t t0 = now_ns();
   pthread_mutex_lock(&jit_lock);
   if (atomic_load(&ki->state) == K_UNRESOLVED) hip_resolve(ki, dev);
   if (atomic_load(&ki->state) == K_ACTIVE) track(ki, params, grid, block);
@@ -294,6 +296,8 @@ static hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3
     }
   }
   pthread_mutex_unlock(&jit_lock);
+  atomic_fetch_add(&t_miss_ns, now_ns() - t0);
+  atomic_fetch_add(&n_misses, 1);
   if (fn) return fn;
 original:
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);

@@ -15,6 +15,7 @@
  * proteus_shim.h, which also declares what the HIP half (proteus_hip.c) shares with this file.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
@@ -141,7 +142,14 @@ pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;   /* one compilation at a 
 static kinfo *all_kernels;
 static var_reg *all_vars;
 static _Atomic uint64_t n_variants;
-_Atomic uint64_t unknown_launches;   /* handles never registered with us: reported */
+_Atomic uint64_t unknown_launches;
+_Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns;
+
+uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}   /* handles never registered with us: reported */
 
 static inline uint64_t mix64(uint64_t h) {
   h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
@@ -278,9 +286,19 @@ static int load_python_symbols(void *h) {
 }
 
 /* Start (or join) Python and import the runtime. Called with jit_lock held. */
+static int start_python(void);
+
 int python_ready(void) {
   if (py_state) return py_state > 0;
   py_state = -1;
+  uint64_t t0 = now_ns();
+  int ok = start_python();
+  atomic_store(&t_python_ns, now_ns() - t0);
+  py_state = ok ? 1 : -1;
+  return ok;
+}
+
+static int start_python(void) {
   init_real_dlsym();
   void *self = dlopen(NULL, RTLD_NOW);
   int host_python = self && real_dlsym(self, "Py_IsInitialized") && load_python_symbols(self) == 0 && py.IsInitialized();
@@ -337,8 +355,163 @@ int python_ready(void) {
     if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler) { py.DecRef(r); ok = 1; } else py.ErrPrint();
   }
   py.GILStateRelease(g);
-  py_state = ok ? 1 : -1;
   return ok;
+}
+
+/* ------------------------------------------------------------------ start-up off the launch path
+ *
+ * Starting Python and importing the runtime takes 0.15 s, and the compiler's first use (loading
+ * LLVM and nvJitLink, one warm-up compilation) 0.1-0.2 s more. Paid on the first launch, both
+ * land on the app's critical path. Instead a thread starts them when the app registers its
+ * first fat binary (or its CUDA runtime first looks up the driver), while the app is still
+ * creating its CUDA context, which takes longer. The first miss waits on jit_lock for what is
+ * left of it. Not done with PROTEUS_PRESTART=0, PROTEUS_DISABLE=1, no kernel store beside the
+ * shim, or a Python of the app's own (whose GIL the app may hold while it launches).
+ *
+ * The compiler step runs only where exit is guarded: our __libc_start_main wrapper and exit()
+ * call before_exit() before any exit handler, and it waits for that step; otherwise a thread
+ * inside LLVM could meet LLVM's static destructors (see stop_workers). */
+static pthread_mutex_t pre_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pre_cond = PTHREAD_COND_INITIALIZER;
+enum { PRE_NONE, PRE_PYTHON, PRE_COMPILER, PRE_DONE };
+static int pre_state;                 /* pre_lock */
+static int exiting;                   /* pre_lock: before_exit() has run */
+static int compiler_prepared;         /* pre_lock */
+static int main_wrapped;              /* our __libc_start_main runs the app's main */
+static _Atomic int pre_did;           /* for the report: bit 0 Python, bit 1 the compiler, started ahead */
+static int current_arch(void);
+
+/* The compiler warm-up, once, from whichever thread comes first (the prestart thread, or the
+ * first asynchronous compile request); a caller that finds it running waits for it. */
+static void prepare_compiler(int arch) {
+  pthread_mutex_lock(&pre_lock);
+  while (pre_state == PRE_COMPILER) pthread_cond_wait(&pre_cond, &pre_lock);
+  int todo = !compiler_prepared;
+  compiler_prepared = 1;
+  pthread_mutex_unlock(&pre_lock);
+  if (!todo) return;
+  uint64_t t0 = now_ns();
+  int g = py.GILStateEnsure();
+  PyObject *r = py.CallFunction(f_prepare_compiler, "i", arch);
+  if (r) py.DecRef(r); else py.ErrPrint();
+  py.GILStateRelease(g);
+  atomic_fetch_add(&t_prepare_ns, now_ns() - t0);
+}
+
+static void *prestart_main(void *arg) {
+  int cuda = arg != NULL;
+  if (cuda && !real_cuDriverGetVersion) *(void **)&real_cuDriverGetVersion = cuda_sym("cuDriverGetVersion");   /* needs no cuInit */
+  pthread_mutex_lock(&jit_lock);
+  int ok = python_ready();
+  pthread_mutex_unlock(&jit_lock);
+  if (ok) atomic_fetch_or(&pre_did, 1);
+  pthread_mutex_lock(&pre_lock);
+  int compile = ok && cuda && main_wrapped && !exiting;
+  pre_state = compile ? PRE_COMPILER : PRE_DONE;
+  pthread_mutex_unlock(&pre_lock);
+  if (compile) {
+    int g = py.GILStateEnsure();
+    PyObject *r = py.CallFunction(f_prepare_compiler, "i", 0);   /* 0: no context yet, any architecture */
+    if (r) py.DecRef(r); else py.ErrPrint();
+    py.GILStateRelease(g);
+    pthread_mutex_lock(&pre_lock);
+    pre_state = PRE_DONE;
+    compiler_prepared = 1;
+    atomic_fetch_or(&pre_did, 2);
+    pthread_cond_broadcast(&pre_cond);
+    pthread_mutex_unlock(&pre_lock);
+  }
+  return NULL;
+}
+
+static void prestart_child(void) {   /* fork: the child has no prestart thread, maybe a held lock */
+  if (pre_state == PRE_PYTHON || pre_state == PRE_COMPILER) {
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_t fresh2 = PTHREAD_MUTEX_INITIALIZER;
+    jit_lock = fresh;
+    pre_lock = fresh2;
+    py_state = -1;   /* a half-started interpreter: the child runs original kernels */
+    pre_state = PRE_DONE;
+  }
+}
+
+static int has_store(void) {
+  const char *dir = getenv("PROTEUS_STORE_DIR");
+  DIR *d = opendir(dir && dir[0] ? dir : shim_dir);
+  if (!d) return 0;
+  int found = 0;
+  for (struct dirent *e; !found && (e = readdir(d));) {
+    size_t n = strlen(e->d_name);
+    found = n > 7 && !strcmp(e->d_name + n - 7, ".kstore");
+  }
+  closedir(d);
+  return found;
+}
+
+void prestart(int cuda) {
+  static _Atomic int once;
+  if (atomic_exchange(&once, 1)) return;
+  read_env();
+  const char *p = getenv("PROTEUS_PRESTART");
+  if (g_disable || (p && (p[0] == '0' || p[0] == 'f' || p[0] == 'F' || p[0] == 'n'))) return;
+  init_real_dlsym();
+  void *self = dlopen(NULL, RTLD_NOW);
+  if ((self && real_dlsym(self, "Py_IsInitialized")) || !has_store()) return;
+  pthread_mutex_lock(&pre_lock);
+  pre_state = PRE_PYTHON;
+  pthread_mutex_unlock(&pre_lock);
+  pthread_atfork(NULL, NULL, prestart_child);
+  pthread_t t;
+  if (pthread_create(&t, NULL, prestart_main, cuda ? (void *)1 : NULL) == 0) {
+    pthread_detach(t);
+  } else {
+    pthread_mutex_lock(&pre_lock);
+    pre_state = PRE_DONE;
+    pthread_mutex_unlock(&pre_lock);
+  }
+}
+
+static void stop_workers(void);
+
+/* Before any exit handler: no new compiler work, and none left running (prestart, workers). */
+static void before_exit(void) {
+  pthread_mutex_lock(&pre_lock);
+  exiting = 1;
+  while (pre_state == PRE_COMPILER) pthread_cond_wait(&pre_cond, &pre_lock);
+  pthread_mutex_unlock(&pre_lock);
+  stop_workers();
+}
+
+typedef int (*main_fn)(int, char **, char **);
+static main_fn app_main;
+
+static int wrapped_main(int argc, char **argv, char **envp) {
+  int r = app_main(argc, argv, envp);
+  before_exit();
+  return r;
+}
+
+/* The executable's _start calls this through its GOT, so the shim (LD_PRELOAD, or the first
+ * DT_NEEDED entry of a rewritten executable) sees main return before exit() runs anything. */
+EXPORT int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), void (*fini)(void),
+                             void (*rtld_fini)(void), void *stack_end) {
+  init_real_dlsym();
+  int (*real)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void), void *) =
+      (int (*)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void), void *))real_dlsym(RTLD_NEXT, "__libc_start_main");
+  app_main = main;
+  main_wrapped = 1;
+  return real(wrapped_main, argc, argv, init, fini, rtld_fini, stack_end);
+}
+
+EXPORT void exit(int status) {
+  static void (*real_exit)(int);
+  if (main_wrapped) before_exit();
+  if (!real_exit) {
+    init_real_dlsym();
+    real_exit = (void (*)(int))real_dlsym(RTLD_NEXT, "exit");
+  }
+  if (real_exit) real_exit(status);
+  _exit(status);
 }
 
 /* Python call returning bytes (copied into *out, malloc'ed) or NULL for None/failure. */
@@ -584,8 +757,6 @@ static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
 static job *q_head, *q_tail;
 static int q_stop, q_busy, q_workers;
 
-static void stop_workers(void);
-
 static void *worker(void *arg) {
   (void)arg;
   for (;;) {
@@ -634,7 +805,9 @@ static void stop_workers(void) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += 60;   /* a compilation takes well under a second; past this, give up waiting */
+  uint64_t t0 = now_ns();
   while (q_busy && pthread_cond_timedwait(&q_cond, &q_lock, &until) == 0) {}
+  atomic_fetch_add(&t_exit_wait_ns, now_ns() - t0);
   pthread_mutex_unlock(&q_lock);
 }
 
@@ -653,10 +826,7 @@ static void start_workers(void) {   /* jit_lock held */
   static int tried;
   if (tried) return;
   tried = 1;
-  int g = py.GILStateEnsure();
-  PyObject *r = py.CallFunction(f_prepare_compiler, "i", current_arch());
-  if (r) py.DecRef(r); else py.ErrPrint();
-  py.GILStateRelease(g);
+  prepare_compiler(current_arch());   /* at once if the prestart thread did it */
   pthread_mutex_lock(&q_lock);
   if (!q_stop && atexit(stop_workers) == 0) {
     for (int i = 0; i < g_async_threads; i++) {
@@ -728,6 +898,7 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   /* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
   CUfunction fn = NULL;
   int queued = 0;
+  uint64_t t0 = now_ns();
   pthread_mutex_lock(&jit_lock);
   read_async_env();
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
@@ -756,6 +927,8 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
     }
   }
   pthread_mutex_unlock(&jit_lock);
+  atomic_fetch_add(&t_miss_ns, now_ns() - t0);
+  atomic_fetch_add(&n_misses, 1);
   if (fn) return fn;
   if (queued) goto compiling;
 original:
@@ -873,16 +1046,19 @@ static CUresult w_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsi
 }
 
 static CUresult w_cuModuleLoadData(CUmodule *m, const void *image) {
+  prestart(1);
   CUresult r = real_cuModuleLoadData(m, image);
   if (r == CUDA_SUCCESS) remember_image(*m, image);
   return r;
 }
 static CUresult w_cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, void *o, void **v) {
+  prestart(1);
   CUresult r = real_cuModuleLoadDataEx(m, image, n, o, v);
   if (r == CUDA_SUCCESS) remember_image(*m, image);
   return r;
 }
 static CUresult w_cuModuleLoadFatBinary(CUmodule *m, const void *image) {
+  prestart(1);
   CUresult r = real_cuModuleLoadFatBinary(m, image);
   if (r == CUDA_SUCCESS) remember_image(*m, image);
   return r;
@@ -893,6 +1069,7 @@ static CUresult w_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *nam
   return r;
 }
 static CUresult w_cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, void **jv, unsigned nj, void *lo, void **lv, unsigned nl) {
+  prestart(1);
   CUresult r = real_cuLibraryLoadData(l, code, jo, jv, nj, lo, lv, nl);
   if (r == CUDA_SUCCESS) remember_image(*l, code);
   return r;
@@ -977,6 +1154,7 @@ __attribute__((visibility("default"))) void *dlsym(void *handle, const char *nam
   init_real_dlsym();
   void *p = real_dlsym(handle, name);
   if (!p || name[0] != 'c' || strncmp(name, "cuGetProcAddress", 16)) return p;
+  prestart(1);   /* a static CUDA runtime starting up: the context comes next */
   if (!strcmp(name, "cuGetProcAddress")) { *(void **)&real_cuGetProcAddress = p; return (void *)w_cuGetProcAddress; }
   if (!strcmp(name, "cuGetProcAddress_v2")) { *(void **)&real_cuGetProcAddress_v2 = p; return (void *)w_cuGetProcAddress_v2; }
   return p;
@@ -1014,6 +1192,7 @@ typedef struct { int magic, version; const void *data; void *filename_or_fatbins
 EXPORT void **__cudaRegisterFatBinary(void *wrapper) {
   void **h = RUNTIME_REAL(__cudaRegisterFatBinary)(wrapper);
   if (h && wrapper) remember_image(h, ((fatbin_wrapper *)wrapper)->data);
+  prestart(1);
   return h;
 }
 EXPORT void __cudaRegisterFatBinaryEnd(void **h) { RUNTIME_REAL(__cudaRegisterFatBinaryEnd)(h); }
@@ -1107,8 +1286,11 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#K", path, (const char *)buf, (ssize_t)len,
-                                  (unsigned long long)atomic_load(&unknown_launches));
+    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKK)", path, (const char *)buf, (ssize_t)len,
+                                  (unsigned long long)atomic_load(&unknown_launches),
+                                  (unsigned long long)atomic_load(&t_python_ns), (unsigned long long)atomic_load(&t_miss_ns),
+                                  (unsigned long long)atomic_load(&n_misses), (unsigned long long)atomic_load(&t_prepare_ns),
+                                  (unsigned long long)atomic_load(&t_exit_wait_ns), (unsigned long long)atomic_load(&pre_did));
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }

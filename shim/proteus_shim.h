@@ -124,6 +124,9 @@ HIDDEN void init_real_dlsym(void);
 HIDDEN extern pthread_mutex_t reg_lock;   /* registration and inserts */
 HIDDEN extern pthread_mutex_t jit_lock;   /* one compilation at a time */
 HIDDEN extern _Atomic uint64_t unknown_launches;
+/* Where the app's threads waited on us, for the report (nanoseconds; misses only, never a hit) */
+HIDDEN extern _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns;
+HIDDEN uint64_t now_ns(void);
 HIDDEN kinfo *handle_lookup(const void *h);   /* lock-free */
 HIDDEN kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block);   /* lock-free; counts the launch */
 HIDDEN void remember(const void *handle, const void *image, const char *name, int owner_kind, void *owner);
@@ -136,6 +139,7 @@ HIDDEN void launch_error(const void *handle);
 HIDDEN extern py_api py;
 HIDDEN extern PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed;
 HIDDEN int python_ready(void);
+HIDDEN void prestart(int cuda);   /* Python (and for CUDA the compiler) on a thread of their own */
 HIDDEN uint8_t *py_bytes(PyObject *res, ssize_t *len);
 HIDDEN int read_kernel_info(kinfo *ki, const uint8_t *blob, ssize_t n);
 

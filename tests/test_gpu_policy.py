@@ -53,6 +53,23 @@ def test_a_step_counter_compiles_a_bounded_number_of_variants(samples, recorded,
     assert k["gpu_ms_estimate"] > 0  # sampled with events
 
 
+def test_the_next_run_starts_from_what_the_tracker_learned(samples, recorded, tmp_path):
+    args = ("1000", "1000", "1")
+    native = run(samples / "changing_scalars", args)
+    env = under_shim(recorded, "changing_scalars", tmp_path)
+    assert run(samples / "changing_scalars", args, **env).returncode == 0  # learns: k stops being folded
+    again = run(samples / "changing_scalars", args, **env)
+    assert again.returncode == 0 and again.stdout == native.stdout and "warning" not in again.stderr, again.stderr
+    k = kernel(tmp_path, "accumulate_step")
+    assert k["tracker"]["learned_from_earlier_runs"] == ["2"] and k["tracker"]["folded_now"] == [1, 3]
+    # one variant, from the disk cache, from the first launch on
+    assert (k["specializations"], k["disk_cache_hits"], k["specialized_launches"]) == (0, 1, 1000)
+    doc = json.loads((tmp_path / "report.json").read_text())
+    # started before the first launch: Python and (exit being guarded) the compiler
+    assert doc["prestart"] == {"python": True, "compiler": True}
+    assert doc["shim_wait_ms"]["miss_count"] == 1
+
+
 def test_eight_threads_with_changing_scalars_stay_bounded(samples, recorded, tmp_path):
     args = ("8000", "8000", "8")  # 1,000 launches on each of 8 threads
     native = run(samples / "changing_scalars", args)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import re
 import shutil
 import struct
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from proteus_rewrite import runtime, store
-from proteus_rewrite.cache import Entry, decode, encode
+from proteus_rewrite.cache import Entry, StorageCache, decode, describe, encode
 from proteus_rewrite.fatbin import extract, hostelf, offload_bundle
 from proteus_rewrite.fatbin.table import best_for_arch
 from proteus_rewrite.jit import Config, Launch, codegen, specializer
@@ -238,8 +239,11 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     runtime.load_failed(kid, 200)
     assert "hipModuleLoadData/hipModuleGetFunction failed with HIP error 200" in capsys.readouterr().err
     counters = struct.pack("<iQQQQQQ", kid, 3, 1, 0, 1, 0, 0) + AXPY.encode() + b"\0"
-    runtime.write_report(str(tmp_path / "report.json"), counters)
-    (k,) = json.loads((tmp_path / "report.json").read_text())["kernels"]
+    runtime.write_report(str(tmp_path / "report.json"), counters, 0, (60_000_000, 90_500_000, 2, 0, 1_250_000, 1))
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["shim_wait_ms"] == {"python_start": 60.0, "misses": 90.5, "miss_count": 2, "prepare_compiler": 0.0, "exit": 1.25}
+    assert doc["prestart"] == {"python": True, "compiler": False}
+    (k,) = doc["kernels"]
     assert (k["specializations"], k["memory_cache_hits"]) == (1, 1)
     assert k["variants"][0]["launch"]["arch"] == "gfx90a"
     assert list(k["failures"]) == ["hipModuleLoadData/hipModuleGetFunction failed with HIP error 200"]
@@ -280,3 +284,33 @@ def test_a_second_device_of_another_processor_runs_the_original(hip_runtime, cap
     args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
     assert runtime.specialize(kid, args, (1, 1, 1), (256, 1, 1), b"", "gfx940:sramecc+:xnack-") is None
     assert "recorded for gfx90a, this device is a gfx940" in capsys.readouterr().err
+
+
+def test_what_the_tracker_learned_is_where_the_next_run_starts(hip_runtime, tmp_path):
+    blob = runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a:sramecc+:xnack-")
+    kid, nparams, dims, _, _, fold = _info(blob)
+    assert fold[:3] == b"\x01\x01\x01"
+    pointers = bytes(16)
+    policy = b""
+    for iters in range(20):  # argument 1 changes on every launch: the tracker stops folding it
+        policy = runtime.track(kid, struct.pack("<iif", 4096, iters, 0.5) + pointers, (16, 1, 1), (256, 1, 1))
+    assert policy[4:7] == b"\x01\x00\x01"
+    saved = [describe(p) for p, _ in StorageCache(tmp_path / "cache").entries()]
+    assert [(e["kind"], e["kernel"]) for e in saved] == [("policy", runtime._state.stats[kid].demangled)]
+    # a new process over the same cache: argument 1 is a run-time parameter from its first launch
+    runtime._state = None
+    runtime.init(str(tmp_path), 0)
+    kid, _, _, _, _, fold = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a:sramecc+:xnack-"))
+    assert fold[:3] == b"\x01\x00\x01"
+    counters = struct.pack("<iQQQQQQ", kid, 1, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
+    runtime.write_report(str(tmp_path / "report.json"), counters)
+    (k,) = json.loads((tmp_path / "report.json").read_text())["kernels"]
+    assert k["tracker"]["learned_from_earlier_runs"] == ["1"] and k["tracker"]["folded_now"] == [0, 2]
+    # other tracker settings learn anew
+    runtime._state = None
+    os.environ["PROTEUS_TRACKER_THRESHOLD"] = "3"
+    try:
+        runtime.init(str(tmp_path), 0)
+        assert _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))[5][:3] == b"\x01\x01\x01"
+    finally:
+        del os.environ["PROTEUS_TRACKER_THRESHOLD"]

@@ -294,6 +294,10 @@ def test_loop_count_specializes_every_kernel_and_loads_its_code_objects(fake, re
         k = r.kernel(name)
         assert (k["launches"], k["specialized_launches"], k["specializations"], k["failures"]) == (1, 1, 1, {})
     assert r.report["unknown_handle_launches"] == 0
+    waits = r.report["shim_wait_ms"]  # 4 misses: axpy twice, poly and mix once
+    assert waits["miss_count"] == 4 and waits["python_start"] > 0 and waits["misses"] > 0 and waits["exit"] == 0
+    # Python started on the prestart thread at registration; HIP has no compiler warm-up
+    assert r.report["prestart"] == {"python": True, "compiler": False}
 
 
 def test_a_second_run_loads_its_variants_from_the_disk_cache(fake, recorded, native, tmp_path):
@@ -336,6 +340,13 @@ def test_an_injected_load_fault_runs_the_original_kernel(fake, recorded, native,
     assert r.proc.returncode == 0, r.stderr
     assert r.stdout == native("loop_count").stdout
     assert r.lines("module_load") == [] and len(r.lines("launch")) == 6
+
+
+def test_without_prestart_the_first_launch_starts_python(fake, recorded, native, tmp_path):
+    r = run_app(hip_samples() / "loop_count", fake, tmp_path, recorded("loop_count"), PROTEUS_PRESTART="0")
+    assert r.proc.returncode == 0 and r.stdout == native("loop_count").stdout, r.stderr
+    assert r.report["prestart"] == {"python": False, "compiler": False}
+    assert r.report["shim_wait_ms"]["python_start"] > 0 and len(r.lines("module_load")) == 4
 
 
 def test_disabled_means_pass_through(fake, recorded, native, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from proteus_rewrite.policy import BLOCK, GRID, Budget, Tracker
+from proteus_rewrite.policy import BLOCK, GRID, Budget, Tracker, decode_learned, encode_learned, policy_key
 
 
 def launch(tracker: Tracker, step: int, alpha: float = 2.0, block: int = 256, grid: int = 64) -> None:
@@ -60,3 +60,14 @@ def test_budget():
     b = Budget(fraction=0.1, grace_ms=1000)
     assert b.allows(999, 0) and not b.allows(1000, 0)
     assert b.allows(1500, 20000) and not b.allows(2000, 20000)
+
+
+def test_saved_decisions_round_trip_and_never_touch_annotated_arguments():
+    assert decode_learned(encode_learned(["2", GRID])) == [2, GRID]
+    assert decode_learned(b"{not json") == [] and decode_learned(b'{"stopped_folding": ["x", 3, "1"]}') == [1]
+    t = Tracker(threshold=8, ratio=0.5, folded={0, 1, 2}, dims=3, fixed=frozenset({1}))
+    t.start_from([1, 2, GRID, 7])  # 1 is annotated, 7 is no slot of this kernel
+    assert t.folded == {0, 1} and t.dims == 1 and t.learned == ["2", GRID] and t.dropped == ["2", GRID]
+    keys = {policy_key("ab", "k", 90, 8, 0.5), policy_key("ab", "k", 90, 8, 0.25), policy_key("ab", "k", 80, 8, 0.5),
+            policy_key("cd", "k", 90, 8, 0.5), policy_key("ab", "j", 90, 8, 0.5)}
+    assert len(keys) == 5

@@ -33,7 +33,8 @@ def test_exports_only_the_interposed_symbols(libproteus):
     out = subprocess.run(["nm", "-D", "--defined-only", str(libproteus)], capture_output=True, text=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
     assert exported == {
-        "dlsym", "cuLaunchKernel", "cuLaunchKernelEx", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleGetFunction",
+        "dlsym", "__libc_start_main", "exit",  # main's return and exit() wait for the compiler's start-up
+        "cuLaunchKernel", "cuLaunchKernelEx", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleGetFunction",
         "cuModuleUnload",
         "__cudaRegisterFatBinary", "__cudaRegisterFatBinaryEnd", "__cudaRegisterFunction", "__cudaRegisterVar",
         "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC",
@@ -56,6 +57,39 @@ def test_preloading_into_programs_without_cuda_changes_nothing(libproteus, tmp_p
                         capture_output=True, text=True)
     assert py.stdout.strip() == "ok" and py.stderr == ""
     assert not (tmp_path / "r.json").exists()  # no kernels, no report
+
+
+EXIT_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static void bye(void) { puts("atexit ran"); }
+int main(int argc, char **argv) {
+  atexit(bye);
+  printf("main ran with %d argument(s): %s\n", argc - 1, argc > 1 ? argv[1] : "");   /* buffered: a pipe */
+  if (argc > 1 && !strcmp(argv[1], "exit")) exit(9);
+  return 7;
+}
+"""
+
+
+def test_main_and_exit_keep_their_meaning_under_the_shim(libproteus, tmp_path):
+    """The shim wraps main (through __libc_start_main) and exit() so that it can wait for the
+    compiler before exit handlers run: arguments, exit codes, atexit handlers and buffered
+    output must come through as without it."""
+    src = tmp_path / "exits.c"
+    src.write_text(EXIT_PROGRAM)
+    exe = tmp_path / "exits"
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], check=True)
+    env = dict(os.environ, LD_PRELOAD=str(libproteus))
+    for args, code, out in (([], 7, "main ran with 0 argument(s): \natexit ran\n"),
+                            (["exit"], 9, "main ran with 1 argument(s): exit\natexit ran\n")):
+        native = subprocess.run([str(exe), *args], capture_output=True, text=True)
+        shimmed = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
+        assert (native.returncode, native.stdout) == (code, out)
+        assert (shimmed.returncode, shimmed.stdout, shimmed.stderr) == (code, out, "")
+    assert subprocess.run(["sh", "-c", "exit 3"], env=env).returncode == 3
+    assert subprocess.run([sys.executable, "-c", "import sys; sys.exit(5)"], env=env).returncode == 5
 
 
 def test_rewrite_installs_the_shim_and_its_python_config(samples, tmp_path):
