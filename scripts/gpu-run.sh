@@ -3,15 +3,7 @@
 # Expects samples/build/ (built with clang elsewhere) and, where packages are missing,
 # wheels in .whl/. Logs and results go to $OUT (default ./gpu-out).
 set -uo pipefail
-OUT="${OUT:-$PWD/gpu-out}"
-mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/../bench/gpu-env.sh"   # $OUT, wheels, PYTHONPATH, bytecode
 python3 -m proteus_rewrite.inject.shim > "$OUT/shim-build.log" 2>&1 || { cat "$OUT/shim-build.log"; exit 1; }
 status=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
