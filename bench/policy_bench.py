@@ -34,7 +34,9 @@ import run as suite  # noqa: E402  (bench/run.py: app runs, statistics, recordin
 
 ROOT = suite.ROOT
 SAMPLES = ROOT / "samples" / "build"
-CHANGING = {"step counter": ("20000", "20000", "1"), "16 repeating values": ("20000", "16", "1")}
+def changing_configs(launches: int) -> dict[str, tuple[str, str, str]]:
+    """changing_scalars' arguments (launches, distinct values, threads) for the two configurations."""
+    return {"step counter": (str(launches), str(launches), "1"), "16 repeating values": (str(launches), "16", "1")}
 
 
 def shim_costs(reports: list[dict]) -> dict:
@@ -74,10 +76,10 @@ def record_sample(work: Path) -> Path:
     return out
 
 
-def changing_scalars(work: Path, reps: int) -> dict:
+def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
     shim = {"LD_PRELOAD": str(record_sample(work) / "libproteus.so")}
     out = {}
-    for name, args in CHANGING.items():
+    for name, args in changing_configs(launches).items():
         ref = run_sample(args, {}, 300)
         if not ref["ok"]:
             raise RuntimeError(f"changing_scalars {' '.join(args)} failed natively: {ref['error']}")
@@ -85,6 +87,7 @@ def changing_scalars(work: Path, reps: int) -> dict:
         run_sample(args, {**shim, "PROTEUS_CACHE_DIR": str(warm_dir)}, 300)  # fills the warm cache
         times = {m: [] for m in ("native", "cold", "warm", "cold, async")}
         reports = {m: [] for m in times}
+        walls: dict[int, dict[str, float]] = {}
         mismatches, report = [], None
         for rep in range(reps):  # interleaved, so drift hits every mode alike
             for mode in times:
@@ -102,6 +105,7 @@ def changing_scalars(work: Path, reps: int) -> dict:
                     mismatches.append({"mode": mode, "rep": rep, "error": r["error"] or "output differs from native"})
                     continue
                 times[mode].append(r["wall_s"])
+                walls.setdefault(rep, {})[mode] = r["wall_s"]
                 if mode != "native":
                     reports[mode].append(json.loads(Path(env["PROTEUS_REPORT"]).read_text()))
                     if mode == "cold" and report is None:
@@ -114,6 +118,9 @@ def changing_scalars(work: Path, reps: int) -> dict:
             "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native},
             "cold_report": {f: k.get(f) for f in ("launches", "specialized_launches", "specializations", "compile_ms", "tracker")},
             "shim": {m: shim_costs(rs) for m, rs in reports.items() if rs},
+            # each mode against the native run of the same repetition (run next to it), then the median
+            "paired_speedup": {m: round(statistics.median(w["native"] / w[m] for w in walls.values() if "native" in w and m in w), 3)
+                               for m in times if m != "native" and any("native" in w and m in w for w in walls.values())},
         }
         suite.log(f"changing_scalars {name}: " + ", ".join(f"{m} {v}x" for m, v in out[name]["speedup"].items()))
     return out
@@ -180,12 +187,14 @@ def markdown(doc: dict) -> str:
     lines = [f"# Specialization policy on {doc['environment'].get('gpu', 'the GPU')}, {doc['date']}", "",
              f"Command: `{doc['command']}`", "",
              "## changing_scalars (speedup = native median wall time / mode median)", "",
-             "| configuration | native s | cold | warm | cold, async | variants (cold) | specialized launches (cold) | mismatches |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "Paired: the median over repetitions of native / mode within one repetition (the runs are interleaved).", "",
+             "| configuration | native s | cold | warm | cold, async | paired: cold / warm / cold, async | variants (cold) | specialized launches (cold) | mismatches |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in doc["changing_scalars"].items():
         sp, rep = r["speedup"], r["cold_report"]
         lines.append(f"| {name} ({' '.join(r['args'])}) | {r['modes']['native'].get('median')} | {_x(sp.get('cold'))} | "
-                     f"{_x(sp.get('warm'))} | {_x(sp.get('cold, async'))} | {rep.get('specializations')} | "
+                     f"{_x(sp.get('warm'))} | {_x(sp.get('cold, async'))} | "
+                     f"{' / '.join(_x(r.get('paired_speedup', {}).get(m)) for m in ('cold', 'warm', 'cold, async'))} | {rep.get('specializations')} | "
                      f"{rep.get('specialized_launches')} of {rep.get('launches')} | {len(r['mismatches'])} |")
     lines += ["", "## Workloads: cold vs cold with asynchronous compilation vs prewarmed", "",
               "| workload | native s | cold | cold, async | prewarmed | prewarm s | mismatches |", "|---|---:|---:|---:|---:|---:|---:|"]
@@ -220,7 +229,11 @@ def markdown(doc: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="results directory (default bench/results)")
-    ap.add_argument("--reps", type=int, default=5, help="repetitions of every mode (default 5)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of every mode of the workloads (default 5)")
+    ap.add_argument("--sample-reps", type=int, default=15,
+                    help="repetitions of every mode of changing_scalars, whose 0.5 s runs vary by 10-50%% (default 15)")
+    ap.add_argument("--launches", type=int, default=20000, help="changing_scalars' launches per run (default 20000)")
+    ap.add_argument("--only", choices=("changing_scalars", "workloads"), help="run one part only")
     ap.add_argument("--scales", default=None, metavar="RESULT.json",
                     help="a bench/run.py result whose calibrated scales the workloads use (default: the newest in bench/results)")
     ap.add_argument("--run-timeout", type=float, default=120.0)
@@ -234,12 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     env = suite.environment()
     doc = {"benchmark": "specialization policy", "date": datetime.date.today().isoformat(),
            "command": "python3 bench/policy_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "environment": env, "scales_from": str(scales_from), "reps": args.reps}
+           "environment": env, "scales_from": str(scales_from), "reps": args.reps, "sample_reps": args.sample_reps}
     with tempfile.TemporaryDirectory(prefix="proteus-policy-") as tmp:
         work = Path(tmp)
-        doc["changing_scalars"] = changing_scalars(work, args.reps)
-        doc["workloads"] = workloads(work, scales, args.reps, args.run_timeout)
-    base = f"policy-{doc['date']}-{suite.gpu_tag(env)}"
+        doc["changing_scalars"] = changing_scalars(work, args.sample_reps, args.launches) if args.only != "workloads" else {}
+        doc["workloads"] = workloads(work, scales, args.reps, args.run_timeout) if args.only != "changing_scalars" else {}
+    base = (f"policy-{doc['date']}-{suite.gpu_tag(env)}" + (f"-{args.only}" if args.only else "")
+            + (f"-{args.launches}" if args.launches != 20000 and args.only != "workloads" else ""))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for path, text in ((out / f"{base}.json", json.dumps(doc, indent=1) + "\n"), (out / f"{base}.md", markdown(doc))):
