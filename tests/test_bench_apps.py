@@ -108,13 +108,19 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     doc = {"environment": {"gpu": "H100"}, "date": "2026-11-23", "command": "python3 bench/policy_bench.py",
            "changing_scalars": {"step counter": {"args": ["20000", "20000", "1"], "modes": {"native": {"median": 1.5}},
                                                  "speedup": {"cold": 0.97, "warm": 0.99}, "mismatches": [],
+                                                 "paired_speedup": {"cold": 0.96, "warm": 1.01},
+                                                 "shim": {"warm": {"wait_ms": {"python_start": 90.0, "misses": 1.5,
+                                                                               "prepare_compiler": 0.0, "exit": 0.0},
+                                                                   "misses": 1, "variants_compiled": 0, "disk_hits": 1,
+                                                                   "specialized_share": 1.0}},
                                                  "cold_report": {"specializations": 10, "specialized_launches": 20000,
                                                                  "launches": 20000}}},
            "workloads": {"adam": {"modes": {"native": {"median": 1.8}}, "speedup": {"cold": 0.95, "prewarmed": 1.08},
                                   "prewarm_s": 2.5, "mismatches": [{"mode": "cold"}]},
                          "wsm5": {"error": "native run failed: exit 1"}}}
     md = pb.markdown(doc)
-    assert "| step counter (20000 20000 1) | 1.5 | 0.97× | 0.99× | — | 10 | 20000 of 20000 | 0 |" in md
+    assert "| step counter (20000 20000 1) | 1.5 | 0.97× | 0.99× | — | 0.96× / 1.01× / — | 10 | 20000 of 20000 | 0 |" in md
+    assert "| step counter | warm | 1.5 | 1 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
     assert "| adam | 1.8 | 0.95× | — | 1.08× | 2.5 | 1 |" in md and "| wsm5 | native run failed" in md
     monkeypatch.setattr(pb, "SAMPLES", tmp_path / "missing")
     assert pb.main(["--out", str(tmp_path)]) == 2 and "build the samples" in capsys.readouterr().err
