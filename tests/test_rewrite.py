@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -40,6 +41,16 @@ def test_rewritten_executable_loads_the_shim_from_its_own_directory(samples, tmp
     ldd = subprocess.run(["ldd", str(exe)], capture_output=True, text=True).stdout
     assert f"libproteus.so => {tmp_path}/libproteus.so" in ldd
     assert os.access(exe, os.X_OK)
+    # main and exit go through the shim's wrappers (they wait for its threads before exit
+    # handlers run): the executable's references bind to libproteus.so, not to libc
+    env = dict(os.environ, LD_DEBUG="bindings", PROTEUS_DISABLE="1")
+    env.pop("LD_PRELOAD", None)
+    trace = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60).stderr
+    if "libcuda.so.1: cannot open" in trace:
+        return  # the driver_api sample links libcuda, which a machine without a GPU lacks: it never starts
+    for sym in ("__libc_start_main", "exit"):
+        assert re.search(rf"binding file {re.escape(str(exe))} \[0\] to {re.escape(str(tmp_path))}/libproteus.so \[0\]: "
+                         rf"normal symbol `{sym}'", trace), sym
 
 
 def test_only_the_intended_parts_change(samples, tmp_path):
