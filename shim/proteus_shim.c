@@ -424,16 +424,7 @@ static void *prestart_main(void *arg) {
   return NULL;
 }
 
-static void prestart_child(void) {   /* fork: the child has no prestart thread, maybe a held lock */
-  if (pre_state == PRE_PYTHON || pre_state == PRE_COMPILER) {
-    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_t fresh2 = PTHREAD_MUTEX_INITIALIZER;
-    jit_lock = fresh;
-    pre_lock = fresh2;
-    py_state = -1;   /* a half-started interpreter: the child runs original kernels */
-    pre_state = PRE_DONE;
-  }
-}
+static void register_atfork(void);
 
 static int has_store(void) {
   const char *dir = getenv("PROTEUS_STORE_DIR");
@@ -460,7 +451,7 @@ void prestart(int cuda) {
   pthread_mutex_lock(&pre_lock);
   pre_state = PRE_PYTHON;
   pthread_mutex_unlock(&pre_lock);
-  pthread_atfork(NULL, NULL, prestart_child);
+  register_atfork();
   pthread_t t;
   if (pthread_create(&t, NULL, prestart_main, cuda ? (void *)1 : NULL) == 0) {
     pthread_detach(t);
@@ -827,6 +818,7 @@ static void start_workers(void) {   /* jit_lock held */
   if (tried) return;
   tried = 1;
   prepare_compiler(current_arch());   /* at once if the prestart thread did it */
+  register_atfork();
   pthread_mutex_lock(&q_lock);
   if (!q_stop && atexit(stop_workers) == 0) {
     for (int i = 0; i < g_async_threads; i++) {
@@ -835,6 +827,28 @@ static void start_workers(void) {   /* jit_lock held */
     }
   }
   pthread_mutex_unlock(&q_lock);
+}
+
+/* fork: the child has none of the shim's threads, and a lock one of them held stays held.
+ * Compile threads: none in the child (a later miss compiles on its own thread). The prestart
+ * thread: an interpreter half started, so the child runs original kernels. */
+static void atfork_child(void) {
+  pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  q_lock = fresh;
+  q_head = q_tail = NULL;
+  q_busy = q_workers = 0;
+  if (pre_state == PRE_PYTHON || pre_state == PRE_COMPILER) {
+    pthread_mutex_t fresh_jit = PTHREAD_MUTEX_INITIALIZER, fresh_pre = PTHREAD_MUTEX_INITIALIZER;
+    jit_lock = fresh_jit;
+    pre_lock = fresh_pre;
+    py_state = -1;
+    pre_state = PRE_DONE;
+  }
+}
+
+static void register_atfork(void) {
+  static _Atomic int once;
+  if (!atomic_exchange(&once, 1)) pthread_atfork(NULL, NULL, atfork_child);
 }
 
 static int enqueue(job *j) {   /* jit_lock held */
