@@ -334,7 +334,8 @@ def report(report_file, as_json):
         raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", report_file) from None
     waits = doc.get("shim_wait_ms") if isinstance(doc.get("shim_wait_ms"), dict) else {}
     if as_json:
-        click.echo(json.dumps({"report": report_file, "shim_wait_ms": waits, "kernels": rows}, indent=2))
+        click.echo(json.dumps({"report": report_file, "shim_wait_ms": waits, "prestart": doc.get("prestart") or {},
+                               "kernels": rows}, indent=2))
         return
     head = [f"{doc.get('tool', 'proteus-rewrite')}, pid {doc.get('pid', '?')}, {doc.get('seconds', '?')} s"]
     if doc.get("python") is False:
@@ -343,9 +344,16 @@ def report(report_file, as_json):
         head.append(f"{doc['unknown_handle_launches']} launches of kernels the shim never saw registered")
     click.echo("; ".join(head))
     if waits:
-        click.echo(f"the app waited on the shim {waits.get('misses', 0)} ms over {waits.get('miss_count', 0):,} misses "
-                   f"(starting Python: {waits.get('python_start', 0)} ms; compiler warm-up: {waits.get('prepare_compiler', 0)} ms), "
-                   f"{waits.get('exit', 0)} ms at exit")
+        pre = doc.get("prestart") if isinstance(doc.get("prestart"), dict) else {}
+        n = waits.get("miss_count", 0)
+        line = (f"the app waited on the shim {waits.get('misses', 0)} ms over {n:,} miss{'es' if n != 1 else ''} "
+                f"and {waits.get('exit', 0)} ms at exit; Python started in {waits.get('python_start', 0)} ms "
+                + ("on the prestart thread, beside the app" if pre.get("python") else "on the first launch that missed (part of that wait)"))
+        if pre.get("compiler"):
+            line += "; the compiler was warmed up there too"
+        elif waits.get("prepare_compiler"):
+            line += f"; compiler warm-up on an app thread: {waits['prepare_compiler']} ms"
+        click.echo(line)
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col, right in (("kernel", False), ("launches", True), ("specialized", True), ("compiled", True),
                        ("mem/disk hits", True), ("compile ms", True), ("original ran: compiling / budget / other", True),

@@ -129,6 +129,7 @@ def test_cache_commands(samples, tmp_path):
 REPORT = {
     "tool": "proteus-rewrite 0.1.0", "pid": 42, "seconds": 1.5, "driver_version": 13000, "unknown_handle_launches": 3,
     "shim_wait_ms": {"python_start": 61.5, "misses": 310.25, "miss_count": 12, "prepare_compiler": 0.0, "exit": 4.5},
+    "prestart": {"python": True, "compiler": False},
     "kernels": [
         {"name": "_Z4stepPfi", "demangled": "step(float*, int)", "launches": 1000, "specialized_launches": 900,
          "specializations": 10, "memory_cache_hits": 1, "disk_cache_hits": 2, "compile_ms": 123.4,
@@ -149,7 +150,8 @@ def test_report_summarizes_a_run_per_kernel(tmp_path):
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("step(float*, int)"))
     assert "1,000" in line and "90.0%" in line and "1/2" in line and "123.4" in line and "40 / 50 / 10" in line
     assert "step(float*, int): 2 x ptx: injected fault" in r.stdout
-    assert "waited on the shim 310.25 ms over 12 misses (starting Python: 61.5 ms" in r.stdout and "4.5 ms at exit" in r.stdout
+    assert ("the app waited on the shim 310.25 ms over 12 misses and 4.5 ms at exit; Python started in 61.5 ms on the "
+            "prestart thread, beside the app") in r.stdout and "compiler" not in r.stdout.splitlines()[1]
     summary = json.loads(run_cli("report", "--json", str(path)).stdout)
     assert summary["shim_wait_ms"]["miss_count"] == 12
     rows = summary["kernels"]
