@@ -143,3 +143,12 @@ def test_llvm_aborting_on_bitcode_is_a_bitcode_error_not_a_crash(samples, monkey
     monkeypatch.setattr(bitcode, "analyze", lambda bc: os.abort())
     with pytest.raises(BitcodeError, match="LLVM crashed reading embedded bitcode module 0"):
         kernels.extract(samples / "loop_count")
+
+
+def test_an_unknown_elf_type_is_shown_without_stray_warnings(samples, tmp_path):
+    data = bytearray((samples / "loop_count").read_bytes())
+    data[16] = 31  # e_type: no such type
+    odd = tmp_path / "odd_type"
+    odd.write_bytes(bytes(data))
+    r = run_cli("inspect", str(odd))
+    assert r.returncode == 0 and "unknown(31)" in r.stdout and r.stderr == "", r.stderr

@@ -7,6 +7,7 @@ returns it as plain data, so nothing else in the package touches lief objects.
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass, field
 
 import lief
@@ -99,6 +100,14 @@ def _text(value) -> str:
 
 
 def _collect(binary, data: bytes) -> HostElf:
+    # LIEF warns (RuntimeWarning, printed to stderr) for enum values it does not know, such as
+    # a malformed e_type; those become "unknown(N)" here, and the user sees no stray warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _collect_fields(binary, data)
+
+
+def _collect_fields(binary, data: bytes) -> HostElf:
     sections: dict[str, Section] = {}
     for sec in binary.sections:
         if not isinstance(sec.name, str) or sec.name not in GPU_SECTIONS or sec.name in sections:
