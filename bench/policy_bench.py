@@ -59,6 +59,21 @@ def shim_costs(reports: list[dict]) -> dict:
     }
 
 
+def mode_env(mode: str, shim: dict, work: Path, tag: str, reused: dict[str, Path]) -> dict:
+    """One run's environment: none for native; a mode named in `reused` runs over that cache
+    directory with the default settings; the cold modes get an empty cache each and
+    asynchronous compilation pinned on or off, whatever the default. Every shim run reports."""
+    if mode == "native":
+        return {}
+    env = {**shim, "PROTEUS_REPORT": str(work / f"{tag}.json")}
+    if mode in reused:
+        env["PROTEUS_CACHE_DIR"] = str(reused[mode])
+    else:
+        env["PROTEUS_CACHE_DIR"] = str(work / "cache" / tag)
+        env["PROTEUS_ASYNC_COMPILATION"] = "1" if mode == "cold, async" else "0"
+    return env
+
+
 def run_sample(args: tuple[str, ...], env: dict, timeout: float) -> dict:
     t0 = time.perf_counter()
     proc = subprocess.run([str(SAMPLES / "changing_scalars"), *args], capture_output=True, text=True,
@@ -88,18 +103,10 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
         times = {m: [] for m in ("native", "cold", "warm", "cold, async")}
         reports = {m: [] for m in times}
         walls: dict[int, dict[str, float]] = {}
-        mismatches, report = [], None
+        mismatches = []
         for rep in range(reps):  # interleaved, so drift hits every mode alike
             for mode in times:
-                env = {} if mode == "native" else dict(shim)
-                tag = f"changing-{args[1]}-{mode}-{rep}".replace(", ", "-")
-                if mode == "warm":
-                    env["PROTEUS_CACHE_DIR"] = str(warm_dir)
-                elif mode != "native":
-                    env["PROTEUS_CACHE_DIR"] = str(work / "cache" / tag)
-                    env["PROTEUS_ASYNC_COMPILATION"] = "1" if mode == "cold, async" else "0"  # whatever the default
-                if mode != "native":
-                    env["PROTEUS_REPORT"] = str(work / f"{tag}.json")
+                env = mode_env(mode, shim, work, f"changing-{args[1]}-{mode}-{rep}".replace(", ", "-"), {"warm": warm_dir})
                 r = run_sample(args, env, 300)
                 if not r["ok"] or r["stdout"] != ref["stdout"]:
                     mismatches.append({"mode": mode, "rep": rep, "error": r["error"] or "output differs from native"})
@@ -108,11 +115,9 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
                 walls.setdefault(rep, {})[mode] = r["wall_s"]
                 if mode != "native":
                     reports[mode].append(json.loads(Path(env["PROTEUS_REPORT"]).read_text()))
-                    if mode == "cold" and report is None:
-                        report = reports[mode][-1]
         med = {m: suite.stats(t) for m, t in times.items()}
         native = med["native"].get("median")
-        k = (report or {}).get("kernels", [{}])[0]
+        k = (reports["cold"][:1] or [{}])[0].get("kernels", [{}])[0]  # the first cold run's kernel
         out[name] = {
             "args": list(args), "modes": med, "mismatches": mismatches,
             "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native},
@@ -149,15 +154,7 @@ def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
         mismatches, bit_differences = [], []
         for rep in range(reps):
             for mode in times:
-                env = {} if mode == "native" else dict(shim)
-                tag = f"{app}-{mode}-{rep}".replace(", ", "-")
-                if mode == "prewarmed":
-                    env["PROTEUS_CACHE_DIR"] = str(prewarmed)
-                elif mode != "native":
-                    env["PROTEUS_CACHE_DIR"] = str(work / "cache" / tag)
-                    env["PROTEUS_ASYNC_COMPILATION"] = "1" if mode == "cold, async" else "0"  # whatever the default
-                if mode != "native":
-                    env["PROTEUS_REPORT"] = str(work / f"{tag}.json")
+                env = mode_env(mode, shim, work, f"{app}-{mode}-{rep}".replace(", ", "-"), {"prewarmed": prewarmed})
                 r = suite.run_app(app, env, scale, timeout)
                 verified = r["ok"] and all(v.get("ok") for v in (r.get("verify") or {}).values())
                 if not r["ok"] or (r["checksums"] != ref["checksums"] and not verified):

@@ -122,5 +122,12 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert "| step counter (20000 20000 1) | 1.5 | 0.97× | 0.99× | — | 0.96× / 1.01× / — | 10 | 20000 of 20000 | 0 |" in md
     assert "| step counter | warm | 1.5 | 1 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
     assert "| adam | 1.8 | 0.95× | — | 1.08× | 2.5 | 1 |" in md and "| wsm5 | native run failed" in md
+    shim, w = {"LD_PRELOAD": "/x/libproteus.so"}, tmp_path
+    assert pb.mode_env("native", shim, w, "t", {}) == {}
+    assert pb.mode_env("warm", shim, w, "t", {"warm": w / "kept"}) == {**shim, "PROTEUS_REPORT": str(w / "t.json"),
+                                                                       "PROTEUS_CACHE_DIR": str(w / "kept")}
+    for mode, on in (("cold", "0"), ("cold, async", "1")):
+        env = pb.mode_env(mode, shim, w, "t", {"warm": w / "kept"})
+        assert env["PROTEUS_CACHE_DIR"] == str(w / "cache" / "t") and env["PROTEUS_ASYNC_COMPILATION"] == on
     monkeypatch.setattr(pb, "SAMPLES", tmp_path / "missing")
     assert pb.main(["--out", str(tmp_path)]) == 2 and "build the samples" in capsys.readouterr().err
