@@ -180,34 +180,12 @@ def specialize(
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent")
-    import llvmlite.binding as llvm
-
-    from . import ir, pipeline  # llvmlite: only when compiling
-
     isa = ptx_target[1]
     if cg.ptx_compiler != "driver":  # an offline compiler may be older than the driver
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
-    with _LLVM:
-        context = llvm.create_context()
-        module = None
-        try:
-            t = time.perf_counter()
-            module = ir.specialize_module(table, kernel, plan, context)
-            timings["ir"] = _ms(t)
-            t = time.perf_counter()
-            tm = codegen.target_machine(launch.arch, isa, cg.codegen_opt_level)
-            faults.check("optimize")
-            pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
-            timings["optimize"] = _ms(t)
-            t = time.perf_counter()
-            faults.check("ptx")
-            ptx = codegen.emit_ptx(module, tm, launch.arch)
-            timings["ptx"] = _ms(t)
-            ir_text = str(module) if keep_ir else None
-        finally:  # the target machine is cached (codegen.target_machine) and shared under this lock
-            if module is not None:
-                module.close()
-            context.close()
+    ptx, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
+                                      lambda: codegen.target_machine(launch.arch, isa, cg.codegen_opt_level),
+                                      lambda module, tm: codegen.emit_ptx(module, tm, launch.arch), "ptx", "ptx")
     t = time.perf_counter()
     faults.check("cubin")
     image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
@@ -219,6 +197,40 @@ def specialize(
         cache.put(Entry(key, kind, launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
                                                             "tool": __version__}))
     return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, ptx, ir_text)
+
+
+def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, timings: dict[str, float],
+                       target_machine, emit, fault: str, stage: str):
+    """The LLVM part of a compilation, for either target: the specialized module in an LLVM
+    context of its own, the optimization pipeline, then `emit(module, tm)` (timed as `stage`,
+    with the test-only fault `fault` before it). Returns what emit made and, with keep_ir, the
+    optimized IR. Module and context are closed here, on this thread, under the LLVM lock (the
+    target machines are cached and shared under it), not whenever the collector gets to them."""
+    import llvmlite.binding as llvm
+
+    from . import ir, pipeline  # llvmlite: only when compiling
+
+    with _LLVM:
+        context = llvm.create_context()
+        module = None
+        try:
+            t = time.perf_counter()
+            module = ir.specialize_module(table, kernel, plan, context)
+            timings["ir"] = _ms(t)
+            t = time.perf_counter()
+            tm = target_machine()
+            faults.check("optimize")
+            pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
+            timings["optimize"] = _ms(t)
+            t = time.perf_counter()
+            faults.check(fault)
+            out = emit(module, tm)
+            timings[stage] = _ms(t)
+            return out, (str(module) if keep_ir else None)
+        finally:
+            if module is not None:
+                module.close()
+            context.close()
 
 
 def _resolve_compiler(cg: CodegenConfig, driver_version: int | None) -> CodegenConfig:
@@ -320,31 +332,9 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent")
-    import llvmlite.binding as llvm
-
-    from . import ir, pipeline  # llvmlite: only when compiling
-
-    with _LLVM:
-        context = llvm.create_context()  # a context of its own, closed with all it holds (as for CUDA)
-        module = None
-        try:
-            t = time.perf_counter()
-            module = ir.specialize_module(table, kernel, plan, context)
-            timings["ir"] = _ms(t)
-            t = time.perf_counter()
-            tm = codegen.amdgpu_target_machine(launch.arch, cg.codegen_opt_level)
-            faults.check("optimize")
-            pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
-            timings["optimize"] = _ms(t)
-            t = time.perf_counter()
-            faults.check("codeobj")
-            obj = codegen.emit_amdgpu_object(module, tm)
-            timings["object"] = _ms(t)
-            ir_text = str(module) if keep_ir else None
-        finally:  # now, on this thread, not whenever the garbage collector gets to it
-            if module is not None:
-                module.close()
-            context.close()
+    obj, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
+                                      lambda: codegen.amdgpu_target_machine(launch.arch, cg.codegen_opt_level),
+                                      codegen.emit_amdgpu_object, "codeobj", "object")
     t = time.perf_counter()
     image = codegen.link_code_object(obj, launch.arch)
     timings["link"] = _ms(t)
