@@ -2,10 +2,12 @@
 made in the same invocation:
 
   1. changing_scalars (samples/): a step counter (a new scalar value on every launch) and the
-     same kernel with a few repeating values: native, cold cache (compiling on the launching
-     thread), warm cache (default settings; the tracker's saved decisions included), and cold
-     with asynchronous compilation. The value tracker is what keeps these near native.
-  2. The benchmark workloads (bench/apps/), cold cache: asynchronous compilation off vs on.
+     same kernel with a few repeating values: native; cold cache with the default settings;
+     cold with every variant compiled on the launching thread (upstream's synchronous mode:
+     PROTEUS_ASYNC_CHANGING_VALUES=0); warm cache (default settings, the tracker's saved
+     decisions included); cold with asynchronous compilation. The value tracker is what keeps
+     these near native.
+  2. The benchmark workloads (bench/apps/), cold cache: the default, synchronous, asynchronous.
   3. The benchmark workloads: cold cache vs a cache prewarmed with `proteus-rewrite prewarm`
      from an earlier run's report.
 
@@ -22,6 +24,7 @@ import argparse
 import datetime
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -34,9 +37,15 @@ import run as suite  # noqa: E402  (bench/run.py: app runs, statistics, recordin
 
 ROOT = suite.ROOT
 SAMPLES = ROOT / "samples" / "build"
-def changing_configs(launches: int) -> dict[str, tuple[str, str, str]]:
-    """changing_scalars' arguments (launches, distinct values, threads) for the two configurations."""
-    return {"step counter": (str(launches), str(launches), "1"), "16 repeating values": (str(launches), "16", "1")}
+def changing_configs(launches: int) -> dict[str, tuple[str, ...]]:
+    """changing_scalars' arguments (launches, distinct values, threads[, elements, check every])
+    per configuration. The first two update 4,096 elements per launch and check them all on the
+    host, whose work then dominates (and varies from run to run with the machine's CPU); the
+    third updates 16M elements (64 MB) and checks every 4,096th, so the GPU's work dominates, as
+    in a time-stepping code."""
+    n = str(launches)
+    return {"step counter": (n, n, "1"), "16 repeating values": (n, "16", "1"),
+            "step counter, GPU-bound": (n, n, "1", str(1 << 24), "4096")}
 
 
 def shim_costs(reports: list[dict]) -> dict:
@@ -59,10 +68,19 @@ def shim_costs(reports: list[dict]) -> dict:
     }
 
 
+SAMPLE_MODES = ("cold", "cold, sync", "warm", "cold, async")
+WORKLOAD_MODES = ("cold", "cold, sync", "cold, async", "prewarmed")
+COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the defaults
+    "cold": {},
+    "cold, sync": {"PROTEUS_ASYNC_COMPILATION": "0", "PROTEUS_ASYNC_CHANGING_VALUES": "0"},
+    "cold, async": {"PROTEUS_ASYNC_COMPILATION": "1"},
+}
+
+
 def mode_env(mode: str, shim: dict, work: Path, tag: str, reused: dict[str, Path]) -> dict:
     """One run's environment: none for native; a mode named in `reused` runs over that cache
-    directory with the default settings; the cold modes get an empty cache each and
-    asynchronous compilation pinned on or off, whatever the default. Every shim run reports."""
+    directory with the default settings; a cold mode gets an empty cache of its own and the
+    settings COLD_MODES names. Every shim run reports."""
     if mode == "native":
         return {}
     env = {**shim, "PROTEUS_REPORT": str(work / f"{tag}.json")}
@@ -70,8 +88,21 @@ def mode_env(mode: str, shim: dict, work: Path, tag: str, reused: dict[str, Path
         env["PROTEUS_CACHE_DIR"] = str(reused[mode])
     else:
         env["PROTEUS_CACHE_DIR"] = str(work / "cache" / tag)
-        env["PROTEUS_ASYNC_COMPILATION"] = "1" if mode == "cold, async" else "0"
+        env.update(COLD_MODES[mode])
     return env
+
+
+def paired(walls: dict[int, dict[str, float]], mode: str, resamples: int = 2000) -> dict | None:
+    """native / mode within each repetition (run side by side): the median, and a 95% bootstrap
+    interval of that median over the repetitions (seeded, so a rerun of the script agrees)."""
+    ratios = [w["native"] / w[mode] for w in walls.values() if "native" in w and mode in w]
+    if not ratios:
+        return None
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return {"median": round(statistics.median(ratios), 3), "ci95": [round(meds[int(0.025 * resamples)], 3),
+                                                                   round(meds[int(0.975 * resamples) - 1], 3)],
+            "n": len(ratios)}
 
 
 def run_sample(args: tuple[str, ...], env: dict, timeout: float) -> dict:
@@ -100,7 +131,7 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
             raise RuntimeError(f"changing_scalars {' '.join(args)} failed natively: {ref['error']}")
         warm_dir = work / "cache" / f"changing-{args[1]}-warm"
         run_sample(args, {**shim, "PROTEUS_CACHE_DIR": str(warm_dir)}, 300)  # fills the warm cache
-        times = {m: [] for m in ("native", "cold", "warm", "cold, async")}
+        times = {m: [] for m in ("native", *SAMPLE_MODES)}
         reports = {m: [] for m in times}
         walls: dict[int, dict[str, float]] = {}
         mismatches = []
@@ -123,9 +154,8 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
             "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native},
             "cold_report": {f: k.get(f) for f in ("launches", "specialized_launches", "specializations", "compile_ms", "tracker")},
             "shim": {m: shim_costs(rs) for m, rs in reports.items() if rs},
-            # each mode against the native run of the same repetition (run next to it), then the median
-            "paired_speedup": {m: round(statistics.median(w["native"] / w[m] for w in walls.values() if "native" in w and m in w), 3)
-                               for m in times if m != "native" and any("native" in w and m in w for w in walls.values())},
+            # each mode against the native run of the same repetition (run next to it)
+            "paired": {m: paired(walls, m) for m in SAMPLE_MODES if paired(walls, m)},
         }
         suite.log(f"changing_scalars {name}: " + ", ".join(f"{m} {v}x" for m, v in out[name]["speedup"].items()))
     return out
@@ -149,7 +179,8 @@ def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
         pre = subprocess.run([sys.executable, "-m", "proteus_rewrite.cli", "prewarm", str(store), "--from", str(report),
                               "--cache-dir", str(prewarmed)], capture_output=True, text=True, cwd=ROOT)
         prewarm_s = time.perf_counter() - t0
-        times = {m: [] for m in ("native", "cold", "cold, async", "prewarmed")}
+        times = {m: [] for m in ("native", *WORKLOAD_MODES)}
+        walls: dict[int, dict[str, float]] = {}
         reports = {m: [] for m in times}
         mismatches, bit_differences = [], []
         for rep in range(reps):
@@ -164,6 +195,7 @@ def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
                     bit_differences.append({"mode": mode, "rep": rep, "verify": r.get("verify")})
                 if r["ok"]:
                     times[mode].append(r["wall_s"])
+                    walls.setdefault(rep, {})[mode] = r["wall_s"]
                     if mode != "native" and Path(env["PROTEUS_REPORT"]).exists():
                         reports[mode].append(json.loads(Path(env["PROTEUS_REPORT"]).read_text()))
         med = {m: suite.stats(t) for m, t in times.items()}
@@ -171,7 +203,8 @@ def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
         out[app] = {"scale": scale, "modes": med, "mismatches": mismatches, "bit_differences": bit_differences,
                     "shim": {m: shim_costs(rs) for m, rs in reports.items() if rs}, "prewarm_s": round(prewarm_s, 3),
                     "prewarm_output": pre.stderr.strip().splitlines()[-1:] if pre.stderr else [],
-                    "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native}}
+                    "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native},
+                    "paired": {m: paired(walls, m) for m in WORKLOAD_MODES if paired(walls, m)}}
         suite.log(f"{app}: " + ", ".join(f"{m} {v}x" for m, v in out[app]["speedup"].items()))
     return out
 
@@ -180,28 +213,44 @@ def _x(v) -> str:
     return f"{v}×" if v is not None else "—"
 
 
+def _p(r: dict, mode: str) -> str:
+    """A paired ratio with its interval: 1.01× [0.99–1.03]."""
+    p = (r.get("paired") or {}).get(mode)
+    return f"{p['median']}× [{p['ci95'][0]}–{p['ci95'][1]}]" if p else "—"
+
+
 def markdown(doc: dict) -> str:
     lines = [f"# Specialization policy on {doc['environment'].get('gpu', 'the GPU')}, {doc['date']}", "",
              f"Command: `{doc['command']}`", "",
-             "## changing_scalars (speedup = native median wall time / mode median)", "",
-             "Paired: the median over repetitions of native / mode within one repetition (the runs are interleaved).", "",
-             "| configuration | native s | cold | warm | cold, async | paired: cold / warm / cold, async | variants (cold) | specialized launches (cold) | mismatches |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "Speedup: native median wall time / the mode's median. Paired: native / mode within each repetition "
+             "(the modes run interleaved, each next to a native run), the median over repetitions and its 95% "
+             "bootstrap interval; it is the figure to read, since these machines' runs vary by 10-40% "
+             "from one to the next.", "",
+             "Modes: cold = empty cache, default settings; cold, sync = every variant compiled on the launching "
+             "thread (PROTEUS_ASYNC_CHANGING_VALUES=0, upstream's synchronous mode); warm = a cache an earlier run "
+             "filled; cold, async = PROTEUS_ASYNC_COMPILATION=1; prewarmed = a cache `proteus-rewrite prewarm` "
+             "filled from an earlier run's report.", "",
+             "## changing_scalars", "",
+             "| configuration | mode | native s | speedup | paired | variants compiled | specialized launches | mismatches |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in doc["changing_scalars"].items():
-        sp, rep = r["speedup"], r["cold_report"]
-        lines.append(f"| {name} ({' '.join(r['args'])}) | {r['modes']['native'].get('median')} | {_x(sp.get('cold'))} | "
-                     f"{_x(sp.get('warm'))} | {_x(sp.get('cold, async'))} | "
-                     f"{' / '.join(_x(r.get('paired_speedup', {}).get(m)) for m in ('cold', 'warm', 'cold, async'))} | {rep.get('specializations')} | "
-                     f"{rep.get('specialized_launches')} of {rep.get('launches')} | {len(r['mismatches'])} |")
-    lines += ["", "## Workloads: cold vs cold with asynchronous compilation vs prewarmed", "",
-              "| workload | native s | cold | cold, async | prewarmed | prewarm s | mismatches |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for mode in SAMPLE_MODES:
+            c = (r.get("shim") or {}).get(mode) or {}
+            share = c.get("specialized_share")
+            bad = sum(1 for m in r["mismatches"] if m.get("mode") == mode)
+            lines.append(f"| {name} ({' '.join(r['args'])}) | {mode} | {r['modes']['native'].get('median')} | "
+                         f"{_x(r['speedup'].get(mode))} | {_p(r, mode)} | {c.get('variants_compiled', '—')} | "
+                         f"{'—' if share is None else f'{100 * share:.1f}%'} | {bad} |")
+    lines += ["", "## Workloads: cold (default, synchronous, asynchronous) vs prewarmed", "",
+              "Each cell: speedup of medians; paired median [95% interval].", "",
+              "| workload | native s | " + " | ".join(WORKLOAD_MODES) + " | prewarm s | mismatches |",
+              "|---|---:|" + "---:|" * len(WORKLOAD_MODES) + "---:|---:|"]
     for app, r in doc["workloads"].items():
         if "error" in r:
-            lines.append(f"| {app} | {r['error'][:80]} | | | | | |")
+            lines.append(f"| {app} | {r['error'][:80]} |" + " |" * (len(WORKLOAD_MODES) + 2))
             continue
-        sp = r["speedup"]
-        lines.append(f"| {app} | {r['modes']['native'].get('median')} | {_x(sp.get('cold'))} | {_x(sp.get('cold, async'))} | "
-                     f"{_x(sp.get('prewarmed'))} | {r['prewarm_s']} | {len(r['mismatches'])} |"
+        cells = " | ".join(f"{_x(r['speedup'].get(m))}; {_p(r, m)}" for m in WORKLOAD_MODES)
+        lines.append(f"| {app} | {r['modes']['native'].get('median')} | {cells} | {r['prewarm_s']} | {len(r['mismatches'])} |"
                      + (f" ({len(r['bit_differences'])} runs differ in the last bits, the app's own check passed)"
                         if r.get("bit_differences") else ""))
     lines += ["", "## Where the app waited on the shim (medians of the runs' PROTEUS_REPORTs, ms)", "",
@@ -227,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="results directory (default bench/results)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of every mode of the workloads (default 5)")
-    ap.add_argument("--sample-reps", type=int, default=15,
-                    help="repetitions of every mode of changing_scalars, whose 0.5 s runs vary by 10-50%% (default 15)")
+    ap.add_argument("--sample-reps", type=int, default=30,
+                    help="repetitions of every mode of changing_scalars, whose 0.5 s runs vary by 10-40%% (default 30)")
     ap.add_argument("--launches", type=int, default=20000, help="changing_scalars' launches per run (default 20000)")
     ap.add_argument("--only", choices=("changing_scalars", "workloads"), help="run one part only")
     ap.add_argument("--scales", default=None, metavar="RESULT.json",

@@ -254,6 +254,9 @@ def prewarm(store_or_app, reports, cache_dir):
                 chain.put(Entry(key, POLICY_KIND, record.arch, encode_learned(list(dict.fromkeys(slots))),
                                 {"kernel": record.demangled}))
                 counts["tracker decisions"] += 1
+    # The next run starts with those slots unfolded, so the variants it asks for are the recorded
+    # launches with them as run-time values; that run may have exited before compiling them.
+    todo = [(name, _without(spec, learned.get(name, ())), driver) for name, spec, driver in todo]
     seen = set()
     with click.progressbar(todo, label="prewarming", file=sys.stderr, show_pos=True) as bar:
         for name, spec, driver in bar:
@@ -284,6 +287,15 @@ def prewarm(store_or_app, reports, cache_dir):
                       markup=False)
     if counts["failed"]:
         sys.exit(1)
+
+
+def _without(spec, slots) -> dict:
+    """A recorded launch with the tracker's stopped slots (argument indices, "block", "grid") unfolded."""
+    if not slots or not isinstance(spec, dict):
+        return spec
+    args = spec.get("args")
+    return {**spec, "args": {i: v for i, v in args.items() if i not in slots} if isinstance(args, dict) else args,
+            "unknown_dims": sorted(set(spec.get("unknown_dims") or ()) | {s for s in slots if s in ("block", "grid")})}
 
 
 def _read_report(path: str) -> dict:

@@ -249,7 +249,9 @@ def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
 
 
 def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int | str,
-               gpu_ms: float = 0.0) -> bytes | None:
+               gpu_ms: float = 0.0, cached_only: int = 0) -> bytes | None:
+    """The variant's image, or None to run the original. With cached_only, only the caches are
+    asked, and b"" means the variant needs compiling (the shim then queues it)."""
     assert _state is not None
     if isinstance(arch, str):  # HIP's gcnArchName: gfx90a:sramecc+:xnack- -> gfx90a
         arch = arch.split(":", 1)[0]
@@ -277,8 +279,14 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         if isinstance(arch, str) and arch != record.arch:  # HIP: a module built for one processor runs on no other
             raise ProteusError(f"its bitcode was recorded for {record.arch}, this device is a {arch}")
         faults.check("specialize")
-        result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
-                                     driver_version=_state.driver_version or None, may_compile=may_compile)
+        try:
+            result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
+                                         driver_version=_state.driver_version or None,
+                                         may_compile=may_compile and not cached_only)
+        except spec_mod.CompileBudgetSpent:
+            if cached_only and may_compile:
+                return b""
+            raise
     except spec_mod.CompileBudgetSpent:
         stats.budget_refusals += 1  # policy, not a failure: no warning
         _trace("specialization", f"{record.demangled}: compile budget spent ({stats.compile_ms:.0f} ms compiling, "
@@ -395,6 +403,7 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         "driver_version": _state.driver_version,
         "unknown_handle_launches": unknown_launches,  # launches of kernels the shim never saw registered
         "async_compilation": os.environ.get("PROTEUS_ASYNC_COMPILATION", ""),
+        "async_changing_values": os.environ.get("PROTEUS_ASYNC_CHANGING_VALUES", ""),
         "seconds": round(time.time() - _state.started, 3),
         # what the app's threads spent waiting on the shim: never a hit, only misses and exit
         "shim_wait_ms": dict(zip(("python_start", "misses", "miss_count", "prepare_compiler", "exit"),

@@ -144,11 +144,11 @@ static void arch_from_props(const unsigned char *props, size_t size, char *out, 
   const char *p = (const char *)props;
   out[0] = 0;
   if (arch_at(p + HIP_GCN_ARCH_NAME_OFFSET, size - HIP_GCN_ARCH_NAME_OFFSET)) {
-    snprintf(out, nout, "%s", p + HIP_GCN_ARCH_NAME_OFFSET);
+    snprintf(out, nout, "%.*s", (int)strnlen(p + HIP_GCN_ARCH_NAME_OFFSET, size - HIP_GCN_ARCH_NAME_OFFSET), p + HIP_GCN_ARCH_NAME_OFFSET);
     return;
   }
   for (size_t i = 0; i + 5 < size; i++)
-    if ((i == 0 || p[i - 1] == 0) && arch_at(p + i, size - i)) { snprintf(out, nout, "%s", p + i); return; }
+    if ((i == 0 || p[i - 1] == 0) && arch_at(p + i, size - i)) { snprintf(out, nout, "%.*s", (int)strnlen(p + i, size - i), p + i); return; }
 }
 
 #define MAX_DEVICES 64

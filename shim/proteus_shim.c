@@ -716,15 +716,22 @@ static job *make_job(kinfo *ki, CUcontext ctx, void **params, dim3 grid, dim3 bl
 
 static void free_job(job *j) { free(j->args); free(j->addrs); free(j); }
 
-/* Specialize and load one variant. The caller holds the GIL; the context is current. */
-static CUfunction run_job(job *j) {
+/* Specialize and load one variant. The caller holds the GIL; the context is current. With
+ * cached_only, only the caches are asked: *uncached is set when the variant needs compiling. */
+static CUfunction run_job(job *j, int cached_only, int *uncached) {
   kinfo *ki = j->ki;
   ssize_t n = 0;
-  uint8_t *image = py_bytes(py.CallFunction(f_specialize, "iy#(III)(III)y#id", ki->kid, (const char *)j->args, (ssize_t)j->nargs,
+  uint8_t *image = py_bytes(py.CallFunction(f_specialize, "iy#(III)(III)y#idi", ki->kid, (const char *)j->args, (ssize_t)j->nargs,
                                             j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
-                                            (const char *)j->addrs, (ssize_t)(ki->nglobals * 8), j->arch, j->gpu_ms),
+                                            (const char *)j->addrs, (ssize_t)(ki->nglobals * 8), j->arch, j->gpu_ms,
+                                            cached_only),
                             &n);
   CUfunction fn = NULL;
+  if (image && n == 0) {   /* b"": not in any cache */
+    if (uncached) *uncached = 1;
+    free(image);
+    image = NULL;
+  }
   if (image) {
     CUmodule mod;
     const char *fault = getenv("PROTEUS_FAULT_INJECT");   /* tests only: see proteus_rewrite/faults.py */
@@ -742,7 +749,7 @@ static CUfunction run_job(job *j) {
 
 /* ---- asynchronous compilation (PROTEUS_ASYNC_COMPILATION): a miss queues a job and runs
  * the original kernel; workers compile and publish the function into the pending entry. */
-static int g_async = -1, g_async_threads = 1;
+static int g_async = -1, g_async_changing = 1, g_async_threads = 1;
 static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
 static job *q_head, *q_tail;
@@ -767,7 +774,7 @@ static void *worker(void *arg) {
     if (j->gen == atomic_load(&j->ki->gen) && real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
       compiled = 1;
       int g = py.GILStateEnsure();
-      fn = run_job(j);
+      fn = run_job(j, 0, NULL);
       py.GILStateRelease(g);
     }
     atomic_store_explicit(&j->e->fn, fn, memory_order_release);
@@ -805,7 +812,9 @@ static void stop_workers(void) {
 static void read_async_env(void) {   /* jit_lock held */
   if (g_async >= 0) return;
   const char *a = getenv("PROTEUS_ASYNC_COMPILATION"), *t = getenv("PROTEUS_ASYNC_THREADS");
+  const char *c = getenv("PROTEUS_ASYNC_CHANGING_VALUES");
   g_async = a ? (a[0] == '1' || a[0] == 't' || a[0] == 'T' || a[0] == 'y') : PROTEUS_ASYNC_DEFAULT;
+  g_async_changing = c && c[0] ? (c[0] == '1' || c[0] == 't' || c[0] == 'T' || c[0] == 'y') : 1;
   g_async_threads = t && atoi(t) > 0 ? atoi(t) : 1;
   if (g_async_threads > 64) g_async_threads = 64;
 }
@@ -911,6 +920,7 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   }
   /* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
   CUfunction fn = NULL;
+  job *j = NULL;
   int queued = 0;
   uint64_t t0 = now_ns();
   pthread_mutex_lock(&jit_lock);
@@ -923,17 +933,33 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
     if (e) {
       fn = atomic_load(&e->fn);
       queued = !fn && atomic_load(&e->pending);
-    } else {
-      job *j = make_job(ki, ctx, params, grid, block);
-      if (j && g_async) {
+    } else if ((j = make_job(ki, ctx, params, grid, block))) {
+      /* Where it compiles. Here, as upstream does by default: the launches queued meanwhile then
+       * all run specialized (rsbench's 51 launches all ran while its one variant compiled in the
+       * background). In the background, the original running meanwhile, with
+       * PROTEUS_ASYNC_COMPILATION=1, and (PROTEUS_ASYNC_CHANGING_VALUES) when the kernel's previous
+       * variant served no launch but its first: a value that changes from launch to launch,
+       * which would otherwise stop the app for every value until the tracker stops folding it.
+       * Either way a variant the caches hold is loaded here. */
+      uint64_t hits = atomic_load(&ki->hits);
+      int changing = ki->variants_asked > 0 && hits == ki->hits_at_new;
+      int background = g_async || (g_async_changing && changing), uncached = 0, sync = !background;
+      ki->variants_asked++;
+      ki->hits_at_new = hits;
+      int g = py.GILStateEnsure();
+      fn = run_job(j, background, &uncached);
+      py.GILStateRelease(g);
+      if (uncached) {
         sentry *ne = new_entry(ki, ctx, key, len, NULL, 1);
         if (ne && (j->e = ne) && enqueue(j)) { variant_insert(ne); queued = 1; j = NULL; }
-        else free(ne);
+        else { free(ne); sync = 1; }   /* no compile thread (exiting, or none could start) */
       }
-      if (j) {   /* synchronous */
-        int g = py.GILStateEnsure();
-        fn = run_job(j);
+      if (j && sync && uncached) {
+        g = py.GILStateEnsure();
+        fn = run_job(j, 0, NULL);
         py.GILStateRelease(g);
+      }
+      if (j) {
         free_job(j);
         sentry *ne = new_entry(ki, ctx, key, len, fn, 0);
         if (ne) variant_insert(ne);

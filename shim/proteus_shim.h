@@ -72,6 +72,8 @@ typedef struct kinfo {
   uint32_t nglobals;
   char **globals;
   _Atomic uint64_t launches, hits, fallbacks, launch_errors, pending_launches;
+  uint32_t variants_asked;   /* jit_lock: new keys asked for, and the hits counted at the latest one, */
+  uint64_t hits_at_new;      /* which decide where the next one compiles */
   /* GPU time, sampled with a pair of events on a few launches, for the compile budget */
   void *ev[2];
   CUcontext ev_ctx;

@@ -107,8 +107,9 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
         sys.path.remove(str(ROOT / "bench"))
     doc = {"environment": {"gpu": "H100"}, "date": "2026-11-23", "command": "python3 bench/policy_bench.py",
            "changing_scalars": {"step counter": {"args": ["20000", "20000", "1"], "modes": {"native": {"median": 1.5}},
-                                                 "speedup": {"cold": 0.97, "warm": 0.99}, "mismatches": [],
-                                                 "paired_speedup": {"cold": 0.96, "warm": 1.01},
+                                                 "speedup": {"cold": 0.97, "warm": 0.99},
+                                                 "mismatches": [{"mode": "cold, sync"}],
+                                                 "paired": {"cold": {"median": 0.96, "ci95": [0.94, 0.99], "n": 9}},
                                                  "shim": {"warm": {"wait_ms": {"python_start": 90.0, "misses": 1.5,
                                                                                "prepare_compiler": 0.0, "exit": 0.0},
                                                                    "misses": 1, "variants_compiled": 0, "disk_hits": 1,
@@ -116,18 +117,28 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
                                                  "cold_report": {"specializations": 10, "specialized_launches": 20000,
                                                                  "launches": 20000}}},
            "workloads": {"adam": {"modes": {"native": {"median": 1.8}}, "speedup": {"cold": 0.95, "prewarmed": 1.08},
+                                  "paired": {"prewarmed": {"median": 1.07, "ci95": [1.02, 1.1], "n": 5}},
                                   "prewarm_s": 2.5, "mismatches": [{"mode": "cold"}]},
                          "wsm5": {"error": "native run failed: exit 1"}}}
     md = pb.markdown(doc)
-    assert "| step counter (20000 20000 1) | 1.5 | 0.97× | 0.99× | — | 0.96× / 1.01× / — | 10 | 20000 of 20000 | 0 |" in md
+    assert "| step counter (20000 20000 1) | cold | 1.5 | 0.97× | 0.96× [0.94–0.99] | — | — | 0 |" in md
+    assert "| step counter (20000 20000 1) | cold, sync | 1.5 | — | — | — | — | 1 |" in md
+    assert "| step counter (20000 20000 1) | warm | 1.5 | 0.99× | — | 0 | 100.0% | 0 |" in md
     assert "| step counter | warm | 1.5 | 1 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
-    assert "| adam | 1.8 | 0.95× | — | 1.08× | 2.5 | 1 |" in md and "| wsm5 | native run failed" in md
+    assert "| adam | 1.8 | 0.95×; — | —; — | —; — | 1.08×; 1.07× [1.02–1.1] | 2.5 | 1 |" in md
+    assert "| wsm5 | native run failed" in md
+    walls = {i: {"native": 1.0, "cold": 1.0 / r} for i, r in enumerate((0.9, 1.0, 1.1, 1.0, 1.0))}
+    got = pb.paired(walls, "cold")
+    assert got["median"] == 1.0 and got["n"] == 5 and 0.9 <= got["ci95"][0] <= 1.0 <= got["ci95"][1] <= 1.1
+    assert pb.paired(walls, "warm") is None
     shim, w = {"LD_PRELOAD": "/x/libproteus.so"}, tmp_path
     assert pb.mode_env("native", shim, w, "t", {}) == {}
     assert pb.mode_env("warm", shim, w, "t", {"warm": w / "kept"}) == {**shim, "PROTEUS_REPORT": str(w / "t.json"),
                                                                        "PROTEUS_CACHE_DIR": str(w / "kept")}
-    for mode, on in (("cold", "0"), ("cold, async", "1")):
-        env = pb.mode_env(mode, shim, w, "t", {"warm": w / "kept"})
-        assert env["PROTEUS_CACHE_DIR"] == str(w / "cache" / "t") and env["PROTEUS_ASYNC_COMPILATION"] == on
+    cold = {**shim, "PROTEUS_REPORT": str(w / "t.json"), "PROTEUS_CACHE_DIR": str(w / "cache" / "t")}
+    assert pb.mode_env("cold", shim, w, "t", {"warm": w / "kept"}) == cold  # the defaults, whatever they are
+    assert pb.mode_env("cold, sync", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "0",
+                                                           "PROTEUS_ASYNC_CHANGING_VALUES": "0"}
+    assert pb.mode_env("cold, async", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "1"}
     monkeypatch.setattr(pb, "SAMPLES", tmp_path / "missing")
     assert pb.main(["--out", str(tmp_path)]) == 2 and "build the samples" in capsys.readouterr().err

@@ -29,7 +29,8 @@ def test_sixteen_processes_share_one_cache_directory(samples, recorded, tmp_path
     for i in range(16):
         env = dict(os.environ, LD_PRELOAD=str(recorded / "libproteus.so"), PROTEUS_CACHE_DIR=str(cache),
                    PROTEUS_CACHE_MAX_MB="0.25", PROTEUS_REPORT=str(tmp_path / f"r{i}.json"),
-                   PROTEUS_TRACKER="0", PROTEUS_COMPILE_BUDGET="0")  # every value a variant: a cache stress test
+                   PROTEUS_TRACKER="0", PROTEUS_COMPILE_BUDGET="0",  # every value a variant: a cache stress test
+                   PROTEUS_ASYNC_CHANGING_VALUES="0")  # each compiled before its launch
         # 1,000 launches, 200 distinct values of the changing scalar: 200 variants, more than the 0.25 MB cap
         procs.append(subprocess.Popen([str(samples / "changing_scalars"), "1000", "200", "1"], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -52,7 +53,7 @@ def test_eight_threads_on_eight_streams(samples, recorded, tmp_path):
     native = subprocess.run([str(samples / "changing_scalars"), "1000", "16", "8"], capture_output=True, text=True)
     assert native.returncode == 0
     env = dict(os.environ, LD_PRELOAD=str(recorded / "libproteus.so"), PROTEUS_CACHE_DIR=str(tmp_path / "c"),
-               PROTEUS_REPORT=str(tmp_path / "r.json"))
+               PROTEUS_REPORT=str(tmp_path / "r.json"), PROTEUS_ASYNC_CHANGING_VALUES="0")  # every launch specialized
     for _ in range(2):  # cold, then warm
         jit = subprocess.run([str(samples / "changing_scalars"), "1000", "16", "8"], capture_output=True, text=True,
                              env=env, timeout=600)

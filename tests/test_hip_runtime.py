@@ -6,6 +6,7 @@ code object is checked with LLVM's tools, never loaded (docs/hip.md)."""
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import re
@@ -129,6 +130,33 @@ def test_prewarm_compiles_a_hip_variant_from_a_report(tmp_path):
     assert ls.returncode == 0 and "codeobj" in ls.stdout and "gfx90a" in ls.stdout
 
 
+def test_prewarm_compiles_what_the_next_run_asks_for_once_the_tracker_stopped_folding(tmp_path):
+    """The report's variants folded argument 1 (8, then 9) before the tracker stopped folding it;
+    the next run starts with it unfolded, so prewarm compiles that one variant, not the two."""
+    from proteus_rewrite.cache import make_chain
+
+    _lld()
+    kstore = store.write(extract(hip_samples() / "loop_count"), tmp_path / "loop_count.kstore")
+    def variant(iters):
+        return {"launch": {"args": {"0": (1 << 20).to_bytes(4, "little").hex(), "1": iters.to_bytes(4, "little").hex(),
+                                    "2": struct.pack("<f", 0.5).hex()},
+                           "unknown_dims": ["grid"], "arch": "gfx90a", "block": [256, 1, 1], "grid": [4096, 1, 1], "globals": {}}}
+    report = {"driver_version": 0, "kernels": [{"name": AXPY, "variants": [variant(8), variant(9)],
+                                                "tracker": {"stopped_folding": ["1"]}}]}
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    proc = run_cli("prewarm", str(kstore), "--from", str(tmp_path / "run.json"), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    # one decision per record of the kernel (gfx90a and gfx940), one variant for the launch's processor
+    assert "1 compiled, 2 tracker decisions" in proc.stderr, proc.stderr
+    table = extract(hip_samples() / "loop_count")
+    kernel = next(k for k in table.kernels if k.name == AXPY and k.arch == "gfx90a")
+    args = (struct.pack("<i", 1 << 20), struct.pack("<i", 12345), struct.pack("<f", 0.5), bytes(8), bytes(8))
+    launch = Launch(args, (4096, 1, 1), (256, 1, 1), "gfx90a", {}, frozenset({1, 3, 4}))  # any iters: a run-time value
+    hit = specializer.specialize(table, kernel, launch, Config.from_env(), make_chain(True, str(tmp_path / "cache"), 64),
+                                 may_compile=False)
+    assert hit.source == "disk" and 1 not in hit.folded
+
+
 def test_the_samples_target_builds_the_hip_samples_too():
     recipe = (ROOT / "Makefile").read_text().split("\nsamples:", 1)[1].split("\n\n", 1)[0]
     assert "samples/build.py" in recipe and "samples/build_hip.py" in recipe
@@ -247,6 +275,24 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     assert (k["specializations"], k["memory_cache_hits"]) == (1, 1)
     assert k["variants"][0]["launch"]["arch"] == "gfx90a"
     assert list(k["failures"]) == ["hipModuleLoadData/hipModuleGetFunction failed with HIP error 200"]
+
+
+def test_a_cache_only_request_says_when_a_variant_needs_compiling(hip_runtime, tmp_path):
+    """What the shim asks on the launching thread before it queues a later variant for a compile
+    thread (PROTEUS_ASYNC_CHANGING_VALUES): b"" for a variant no cache holds, the image otherwise."""
+    kid = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))[0]
+    args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
+    assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) == b""
+    stats = runtime._state.stats[kid]
+    assert (stats.specializations, stats.budget_refusals, stats.variants, stats.failures) == (0, 0, [], {})
+    image = runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a")  # what the compile thread does
+    assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) == image
+    assert (stats.specializations, stats.memory_hits) == (1, 1)
+    # a spent compile budget is still a refusal (None: run the original), not a request to compile
+    runtime._state.config = dataclasses.replace(runtime._state.config, compile_budget=1e-9, compile_grace_ms=0.0)
+    other = struct.pack("<iif", 1 << 20, 9, 0.5) + bytes(16)
+    assert runtime.specialize(kid, other, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) is None
+    assert stats.budget_refusals == 1
 
 
 def test_stored_size_of_bundles_in_memory_agrees_with_the_parser():

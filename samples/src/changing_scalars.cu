@@ -1,8 +1,11 @@
 // A scalar that changes from launch to launch, from one thread or from several threads on
-// their own streams, with every result checked on the host.
-//   changing_scalars [LAUNCHES=1000] [DISTINCT=16] [THREADS=1]
+// their own streams, with the results checked on the host.
+//   changing_scalars [LAUNCHES=1000] [DISTINCT=16] [THREADS=1] [N=4096] [CHECK_EVERY=1]
 // Launch j passes k = j % DISTINCT (+ the thread's id): with every scalar folded, DISTINCT
-// variants per thread. Prints "verified" and a checksum; exits 1 on any wrong element.
+// variants per thread. Each launch updates N elements; the host recomputes every
+// CHECK_EVERY-th of them (the default, all: the host's work dominates; a large N with a sparse
+// check makes the GPU's work dominate, as in a time-stepping code). Prints "verified" and a
+// checksum of all N elements; exits 1 on any wrong element.
 #include "common.h"
 #include <thread>
 #include <vector>
@@ -21,29 +24,29 @@ static unsigned expected_step(int i, int k, unsigned salt) {
   return v;
 }
 
-static bool run_worker(int id, int launches, int distinct, int n, uint64_t *checksum) {
+static bool run_worker(int id, int launches, int distinct, int n, int every, uint64_t *checksum) {
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
   unsigned *d;
-  CHECK(cudaMalloc(&d, n * sizeof(unsigned)));
-  CHECK(cudaMemsetAsync(d, 0, n * sizeof(unsigned), s));
-  std::vector<unsigned> want(n, 0);
+  CHECK(cudaMalloc(&d, (size_t)n * sizeof(unsigned)));
+  CHECK(cudaMemsetAsync(d, 0, (size_t)n * sizeof(unsigned), s));
+  std::vector<unsigned> want((n + every - 1) / every, 0);
   for (int j = 0; j < launches; ++j) {
     int k = j % distinct + id;
     unsigned salt = 0x9e3779b9u * (unsigned)(id + 1);
     accumulate_step<<<(n + 255) / 256, 256, 0, s>>>(d, n, k, salt);
     CHECK(cudaGetLastError());
-    for (int i = 0; i < n; ++i) want[i] += expected_step(i, k, salt);
+    for (int i = 0; i < n; i += every) want[i / every] += expected_step(i, k, salt);
   }
   std::vector<unsigned> got(n);
-  CHECK(cudaMemcpyAsync(got.data(), d, n * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
+  CHECK(cudaMemcpyAsync(got.data(), d, (size_t)n * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
   CHECK(cudaStreamSynchronize(s));
   CHECK(cudaFree(d));
   CHECK(cudaStreamDestroy(s));
-  *checksum = fnv1a(got.data(), n * sizeof(unsigned));
-  for (int i = 0; i < n; ++i)
-    if (got[i] != want[i]) {
-      fprintf(stderr, "thread %d: element %d is %u, expected %u\n", id, i, got[i], want[i]);
+  *checksum = fnv1a(got.data(), (size_t)n * sizeof(unsigned));
+  for (int i = 0; i < n; i += every)
+    if (got[i] != want[i / every]) {
+      fprintf(stderr, "thread %d: element %d is %u, expected %u\n", id, i, got[i], want[i / every]);
       return false;
     }
   return true;
@@ -53,14 +56,19 @@ int main(int argc, char **argv) {
   int launches = argc > 1 ? atoi(argv[1]) : 1000;
   int distinct = argc > 2 ? atoi(argv[2]) : 16;
   int threads = argc > 3 ? atoi(argv[3]) : 1;
-  const int n = 4096;
+  int n = argc > 4 ? atoi(argv[4]) : 4096;
+  int every = argc > 5 ? atoi(argv[5]) : 1;
+  if (launches < 1 || distinct < 1 || threads < 1 || n < 1 || every < 1) {
+    fprintf(stderr, "usage: changing_scalars [LAUNCHES] [DISTINCT] [THREADS] [N] [CHECK_EVERY], all positive\n");
+    return 2;
+  }
   CHECK(cudaFree(0));  // create the context before the threads start
   std::vector<std::thread> pool;
   std::vector<uint64_t> sums(threads);
   std::vector<char> ok(threads, 0);
   int per = launches / threads;
   for (int t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] { ok[t] = run_worker(t, per, distinct, n, &sums[t]); });
+    pool.emplace_back([&, t] { ok[t] = run_worker(t, per, distinct, n, every, &sums[t]); });
   for (auto &th : pool) th.join();
   uint64_t total = 0;
   for (int t = 0; t < threads; ++t) {
