@@ -1,12 +1,14 @@
 """The specialization policy on a GPU (issue 10's benchmark), as ratios against native runs
 made in the same invocation:
 
-  1. changing_scalars (samples/): a step counter (a new scalar value on every launch) and the
-     same kernel with a few repeating values: native; cold cache with the default settings;
+  1. changing_scalars (samples/): a step counter (a new scalar value on every launch), the
+     same kernel with a few repeating values, and a step counter whose GPU work dominates:
+     native; cold cache with the default settings;
      cold with every variant compiled on the launching thread (upstream's synchronous mode:
      PROTEUS_ASYNC_CHANGING_VALUES=0); warm cache (default settings, the tracker's saved
      decisions included); cold with asynchronous compilation. The value tracker is what keeps
-     these near native.
+     these near native. A control, the shim loaded with PROTEUS_DISABLE=1, shows what noise alone
+     reads as.
   2. The benchmark workloads (bench/apps/), cold cache: the default, synchronous, asynchronous.
   3. The benchmark workloads: cold cache vs a cache prewarmed with `proteus-rewrite prewarm`
      from an earlier run's report.
@@ -68,7 +70,7 @@ def shim_costs(reports: list[dict]) -> dict:
     }
 
 
-SAMPLE_MODES = ("cold", "cold, sync", "warm", "cold, async")
+SAMPLE_MODES = ("disabled", "cold", "cold, sync", "warm", "cold, async")
 WORKLOAD_MODES = ("cold", "cold, sync", "cold, async", "prewarmed")
 COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the defaults
     "cold": {},
@@ -83,6 +85,8 @@ def mode_env(mode: str, shim: dict, work: Path, tag: str, reused: dict[str, Path
     settings COLD_MODES names. Every shim run reports."""
     if mode == "native":
         return {}
+    if mode == "disabled":  # the control: the shim loaded, doing nothing (its ratio shows the noise)
+        return {**shim, "PROTEUS_DISABLE": "1"}
     env = {**shim, "PROTEUS_REPORT": str(work / f"{tag}.json")}
     if mode in reused:
         env["PROTEUS_CACHE_DIR"] = str(reused[mode])
@@ -129,7 +133,8 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
         ref = run_sample(args, {}, 300)
         if not ref["ok"]:
             raise RuntimeError(f"changing_scalars {' '.join(args)} failed natively: {ref['error']}")
-        warm_dir = work / "cache" / f"changing-{args[1]}-warm"
+        slug = name.replace(", ", "-").replace(" ", "_")  # every configuration its own cache directories
+        warm_dir = work / "cache" / f"changing-{slug}-warm"
         run_sample(args, {**shim, "PROTEUS_CACHE_DIR": str(warm_dir)}, 300)  # fills the warm cache
         times = {m: [] for m in ("native", *SAMPLE_MODES)}
         reports = {m: [] for m in times}
@@ -137,14 +142,14 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
         mismatches = []
         for rep in range(reps):  # interleaved, so drift hits every mode alike
             for mode in times:
-                env = mode_env(mode, shim, work, f"changing-{args[1]}-{mode}-{rep}".replace(", ", "-"), {"warm": warm_dir})
+                env = mode_env(mode, shim, work, f"changing-{slug}-{mode}-{rep}".replace(", ", "-"), {"warm": warm_dir})
                 r = run_sample(args, env, 300)
                 if not r["ok"] or r["stdout"] != ref["stdout"]:
                     mismatches.append({"mode": mode, "rep": rep, "error": r["error"] or "output differs from native"})
                     continue
                 times[mode].append(r["wall_s"])
                 walls.setdefault(rep, {})[mode] = r["wall_s"]
-                if mode != "native":
+                if "PROTEUS_REPORT" in env:
                     reports[mode].append(json.loads(Path(env["PROTEUS_REPORT"]).read_text()))
         med = {m: suite.stats(t) for m, t in times.items()}
         native = med["native"].get("median")
@@ -226,7 +231,8 @@ def markdown(doc: dict) -> str:
              "(the modes run interleaved, each next to a native run), the median over repetitions and its 95% "
              "bootstrap interval; it is the figure to read, since these machines' runs vary by 10-40% "
              "from one to the next.", "",
-             "Modes: cold = empty cache, default settings; cold, sync = every variant compiled on the launching "
+             "Modes: disabled = the control, the shim loaded with PROTEUS_DISABLE=1, which does nothing: its "
+             "ratio is what noise alone gives; cold = empty cache, default settings; cold, sync = every variant compiled on the launching "
              "thread (PROTEUS_ASYNC_CHANGING_VALUES=0, upstream's synchronous mode); warm = a cache an earlier run "
              "filled; cold, async = PROTEUS_ASYNC_COMPILATION=1; prewarmed = a cache `proteus-rewrite prewarm` "
              "filled from an earlier run's report.", "",

@@ -133,6 +133,7 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert pb.paired(walls, "warm") is None
     shim, w = {"LD_PRELOAD": "/x/libproteus.so"}, tmp_path
     assert pb.mode_env("native", shim, w, "t", {}) == {}
+    assert pb.mode_env("disabled", shim, w, "t", {}) == {**shim, "PROTEUS_DISABLE": "1"}  # the control: no report
     assert pb.mode_env("warm", shim, w, "t", {"warm": w / "kept"}) == {**shim, "PROTEUS_REPORT": str(w / "t.json"),
                                                                        "PROTEUS_CACHE_DIR": str(w / "kept")}
     cold = {**shim, "PROTEUS_REPORT": str(w / "t.json"), "PROTEUS_CACHE_DIR": str(w / "cache" / "t")}

@@ -64,12 +64,13 @@ def test_by_default_only_the_first_variant_of_a_step_counter_keeps_the_app_waiti
     jit = run(samples / "changing_scalars", args, **under_shim(recorded, "changing_scalars", tmp_path))
     assert jit.returncode == 0 and jit.stdout == native.stdout and "warning" not in jit.stderr, jit.stderr
     k = kernel(tmp_path, "accumulate_step")
-    assert k["variants"][0]["folded"] == {"1": 4096, "2": 0, "3": 0x9E3779B9}  # launch 1, compiled before it ran
+    salt = 0x9E3779B9 - (1 << 32)  # an i32 to LLVM, as the report shows it
+    assert k["variants"][0]["folded"] == {"1": 4096, "2": 0, "3": salt}  # launch 1, compiled before it ran
     assert 1 <= k["specializations"] <= 8 + 2
     assert k["tracker"]["stopped_folding"] == ["2"] and k["tracker"]["folded_now"] == [1, 3]
     assert k["launches_while_compiling"] > 0  # the original kernel ran while later variants compiled
     assert k["specialized_launches"] > 1 and k["specialized_launches"] + k["fallback_launches"] == 5000
-    assert k["variants"][-1]["folded"] == {"1": 4096, "3": 0x9E3779B9}  # the one that serves every k
+    assert k["variants"][-1]["folded"] == {"1": 4096, "3": salt}  # the one that serves every k
     doc = json.loads((tmp_path / "report.json").read_text())
     assert doc["shim_wait_ms"]["miss_count"] >= 8 + 2
 
@@ -145,9 +146,10 @@ def test_a_spent_compile_budget_runs_the_original_kernel_quietly(samples, record
     args = ("500", "500", "1")
     native = run(samples / "changing_scalars", args)
     # no grace, and a budget of a billionth of the GPU time: the first variant (compiled while no
-    # GPU time was known yet is refused; at most one gets through before the budget is spent
+    # GPU time was known yet) is refused; at most one gets through before the budget is spent.
+    # (Variants queued while that one compiled are dropped once the tracker stops folding k.)
     env = under_shim(recorded, "changing_scalars", tmp_path, PROTEUS_COMPILE_GRACE_MS="0", PROTEUS_COMPILE_BUDGET="1e-9")
     jit = run(samples / "changing_scalars", args, **env)
     assert jit.returncode == 0 and jit.stdout == native.stdout and "warning" not in jit.stderr, jit.stderr
     k = kernel(tmp_path, "accumulate_step")
-    assert k["specializations"] <= 1 and k["budget_refusals"] >= 9 and k["specialized_launches"] < 100
+    assert k["specializations"] <= 1 and k["budget_refusals"] >= 2 and k["specialized_launches"] < 100
