@@ -379,7 +379,6 @@ static int exiting;                   /* pre_lock: before_exit() has run */
 static int compiler_prepared;         /* pre_lock */
 static int main_wrapped;              /* our __libc_start_main runs the app's main */
 static _Atomic int pre_did;           /* for the report: bit 0 Python, bit 1 the compiler, started ahead */
-static int prestart_compiler = 1;     /* PROTEUS_PRESTART=python: Python only */
 static int current_arch(void);
 
 /* The compiler warm-up, once, from whichever thread comes first (the prestart thread, or the
@@ -407,7 +406,7 @@ static void *prestart_main(void *arg) {
   pthread_mutex_unlock(&jit_lock);
   if (ok) atomic_fetch_or(&pre_did, 1);
   pthread_mutex_lock(&pre_lock);
-  int compile = ok && cuda && main_wrapped && !exiting && prestart_compiler;
+  int compile = ok && cuda && main_wrapped && !exiting;
   pre_state = compile ? PRE_COMPILER : PRE_DONE;
   pthread_mutex_unlock(&pre_lock);
   if (compile) {
@@ -446,7 +445,6 @@ void prestart(int cuda) {
   read_env();
   const char *p = getenv("PROTEUS_PRESTART");
   if (g_disable || (p && (p[0] == '0' || p[0] == 'f' || p[0] == 'F' || p[0] == 'n'))) return;
-  prestart_compiler = !(p && !strcmp(p, "python"));
   init_real_dlsym();
   void *self = dlopen(NULL, RTLD_NOW);
   if ((self && real_dlsym(self, "Py_IsInitialized")) || !has_store()) return;
