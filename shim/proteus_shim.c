@@ -943,21 +943,24 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
        * Either way a variant the caches hold is loaded here. */
       uint64_t hits = atomic_load(&ki->hits);
       int changing = ki->variants_asked > 0 && hits == ki->hits_at_new;
-      int background = g_async || (g_async_changing && changing), uncached = 0, sync = !background;
+      int background = g_async || (g_async_changing && changing), uncached = 0;
       ki->variants_asked++;
       ki->hits_at_new = hits;
       int g = py.GILStateEnsure();
       fn = run_job(j, background, &uncached);
       py.GILStateRelease(g);
-      if (uncached) {
+      if (uncached) {   /* queue it; with no compile thread (exiting, none could start), compile here */
         sentry *ne = new_entry(ki, ctx, key, len, NULL, 1);
-        if (ne && (j->e = ne) && enqueue(j)) { variant_insert(ne); queued = 1; j = NULL; }
-        else { free(ne); sync = 1; }   /* no compile thread (exiting, or none could start) */
-      }
-      if (j && sync && uncached) {
-        g = py.GILStateEnsure();
-        fn = run_job(j, 0, NULL);
-        py.GILStateRelease(g);
+        if (ne && (j->e = ne) && enqueue(j)) {
+          variant_insert(ne);
+          queued = 1;
+          j = NULL;
+        } else {
+          free(ne);
+          g = py.GILStateEnsure();
+          fn = run_job(j, 0, NULL);
+          py.GILStateRelease(g);
+        }
       }
       if (j) {
         free_job(j);
