@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import struct
+import warnings
 from dataclasses import dataclass, field
 
 from ..errors import FormatError
@@ -89,7 +90,11 @@ def parse(data: bytes) -> Cubin:
     if data[:4] != b"\x7fELF":
         raise FormatError("cubin entry is not an ELF image")
     try:
-        return _parse(data)
+        # LIEF warns (a RuntimeWarning on stderr) for enum values it does not know, such as a
+        # mangled section type; the checks below judge the image, the user sees no stray warning.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return _parse(data)
     except FormatError:
         raise
     except (TypeError, ValueError, IndexError, OverflowError, UnicodeDecodeError, AttributeError, struct.error) as exc:
