@@ -160,7 +160,7 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
             "cold_report": {f: k.get(f) for f in ("launches", "specialized_launches", "specializations", "compile_ms", "tracker")},
             "shim": {m: shim_costs(rs) for m, rs in reports.items() if rs},
             # each mode against the native run of the same repetition (run next to it)
-            "paired": {m: paired(walls, m) for m in SAMPLE_MODES if paired(walls, m)},
+            "paired": {m: p for m in SAMPLE_MODES if (p := paired(walls, m))},
         }
         suite.log(f"changing_scalars {name}: " + ", ".join(f"{m} {v}x" for m, v in out[name]["speedup"].items()))
     return out
@@ -209,7 +209,7 @@ def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
                     "shim": {m: shim_costs(rs) for m, rs in reports.items() if rs}, "prewarm_s": round(prewarm_s, 3),
                     "prewarm_output": pre.stderr.strip().splitlines()[-1:] if pre.stderr else [],
                     "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native},
-                    "paired": {m: paired(walls, m) for m in WORKLOAD_MODES if paired(walls, m)}}
+                    "paired": {m: p for m in WORKLOAD_MODES if (p := paired(walls, m))}}
         suite.log(f"{app}: " + ", ".join(f"{m} {v}x" for m, v in out[app]["speedup"].items()))
     return out
 

@@ -266,9 +266,14 @@ def prewarm(store_or_app, reports, cache_dir):
                 if record is None:
                     counts["not in this store"] += 1
                     continue
+                if not isinstance(spec["args"], dict):
+                    raise TypeError("its args are not an object")
+                grid, block = tuple(spec.get("grid") or ()), tuple(spec.get("block") or ())
+                if not all(len(d) == 3 and all(isinstance(v, int) and v > 0 for v in d) for d in (grid, block)):
+                    raise ValueError("grid and block need three positive integers each")
                 raw = tuple(bytes.fromhex(spec["args"][str(p.index)]) if str(p.index) in spec["args"] else bytes(p.size)
                             for p in record.params)
-                launch = jit.Launch(raw, tuple(spec.get("grid") or ()), tuple(spec.get("block") or ()), arch,
+                launch = jit.Launch(raw, grid, block, arch,
                                     {g: int(a) for g, a in spec.get("globals", {}).items()},
                                     frozenset(p.index for p in record.params if str(p.index) not in spec["args"]),
                                     frozenset(spec.get("unknown_dims", ())))
@@ -291,11 +296,11 @@ def prewarm(store_or_app, reports, cache_dir):
 
 def _without(spec, slots) -> dict:
     """A recorded launch with the tracker's stopped slots (argument indices, "block", "grid") unfolded."""
-    if not slots or not isinstance(spec, dict):
-        return spec
-    args = spec.get("args")
-    return {**spec, "args": {i: v for i, v in args.items() if i not in slots} if isinstance(args, dict) else args,
-            "unknown_dims": sorted(set(spec.get("unknown_dims") or ()) | {s for s in slots if s in ("block", "grid")})}
+    args, dims = (spec.get("args"), spec.get("unknown_dims") or []) if isinstance(spec, dict) else (None, None)
+    if not slots or not isinstance(args, dict) or not isinstance(dims, list):
+        return spec  # nothing to do, or malformed: reading it as a launch says so
+    return {**spec, "args": {i: v for i, v in args.items() if i not in slots},
+            "unknown_dims": sorted({*map(str, dims), *(s for s in slots if s in ("block", "grid"))})}
 
 
 def _read_report(path: str) -> dict:

@@ -279,15 +279,12 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         if isinstance(arch, str) and arch != record.arch:  # HIP: a module built for one processor runs on no other
             raise ProteusError(f"its bitcode was recorded for {record.arch}, this device is a {arch}")
         faults.check("specialize")
-        try:
-            result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
-                                         driver_version=_state.driver_version or None,
-                                         may_compile=may_compile and not cached_only)
-        except spec_mod.CompileBudgetSpent:
-            if cached_only and may_compile:
-                return b""
-            raise
+        result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
+                                     driver_version=_state.driver_version or None,
+                                     may_compile=may_compile and not cached_only)
     except spec_mod.CompileBudgetSpent:
+        if cached_only and may_compile:  # not in a cache: the shim queues it for a compile thread
+            return b""
         stats.budget_refusals += 1  # policy, not a failure: no warning
         _trace("specialization", f"{record.demangled}: compile budget spent ({stats.compile_ms:.0f} ms compiling, "
                f"{gpu_ms:.0f} ms on the GPU); running the original kernel")

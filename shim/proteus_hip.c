@@ -271,7 +271,7 @@ static hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3
   int len;
   if (state == K_ACTIVE) {   /* the hot path: hash, probe, launch */
     if ((len = stable_key(ki, params, grid, block, key)) == -1) goto original;
-    sentry *e = len < 0 ? NULL : variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);
+    sentry *e = len < 0 ? NULL : find_variant(ki, ctx, key, len);
     if (e) {
       hipFunction_t fn = (hipFunction_t)atomic_load_explicit(&e->fn, memory_order_acquire);
       if (fn) { atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed); return fn; }
@@ -286,7 +286,7 @@ static hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3
   if (atomic_load(&ki->state) == K_ACTIVE) track(ki, params, grid, block);
   uint32_t gen = atomic_load(&ki->gen);   /* stable: changed only under jit_lock */
   if (atomic_load(&ki->state) == K_ACTIVE && (len = build_key(ki, params, grid, block, key, gen)) >= 0) {
-    sentry *e = variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);   /* compiled meanwhile? */
+    sentry *e = find_variant(ki, ctx, key, len);   /* compiled meanwhile? */
     if (e) {
       fn = (hipFunction_t)atomic_load(&e->fn);
     } else {

@@ -640,6 +640,10 @@ uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t l
   return hash_bytes(key, len, (uint64_t)(uintptr_t)ki ^ mix64((uint64_t)(uintptr_t)ctx));
 }
 
+sentry *find_variant(kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
+  return variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);
+}
+
 static void apply_policy(kinfo *ki, const uint8_t *pol, ssize_t n) {   /* jit_lock held */
   if (!pol || n != 4 + (ssize_t)ki->nparams) return;
   uint32_t dims;
@@ -910,7 +914,7 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   int len;
   if (state == K_ACTIVE) {   /* the hot path: hash, probe, launch */
     if ((len = stable_key(ki, params, grid, block, key)) == -1) goto original;
-    sentry *e = len < 0 ? NULL : variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);
+    sentry *e = len < 0 ? NULL : find_variant(ki, ctx, key, len);
     if (e) {
       CUfunction fn = atomic_load_explicit(&e->fn, memory_order_acquire);
       if (fn) { atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed); return fn; }
@@ -929,7 +933,7 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   if (atomic_load(&ki->state) == K_ACTIVE) track(ki, params, grid, block);
   uint32_t gen = atomic_load(&ki->gen);   /* stable: changed only under jit_lock */
   if (atomic_load(&ki->state) == K_ACTIVE && (len = build_key(ki, params, grid, block, key, gen)) >= 0) {
-    sentry *e = variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);   /* compiled or queued meanwhile? */
+    sentry *e = find_variant(ki, ctx, key, len);   /* compiled or queued meanwhile? */
     if (e) {
       fn = atomic_load(&e->fn);
       queued = !fn && atomic_load(&e->pending);

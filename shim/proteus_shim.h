@@ -150,6 +150,7 @@ HIDDEN int build_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *k
 HIDDEN int stable_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key);
 HIDDEN uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);
 HIDDEN sentry *variant_lookup(uint64_t h, kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);
+HIDDEN sentry *find_variant(kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);   /* hash, then lookup */
 HIDDEN void variant_insert(sentry *ne);   /* jit_lock held */
 HIDDEN sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending);
 HIDDEN size_t pack_args(kinfo *ki, void **params, uint8_t *out);

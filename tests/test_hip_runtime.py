@@ -157,6 +157,17 @@ def test_prewarm_compiles_what_the_next_run_asks_for_once_the_tracker_stopped_fo
     assert hit.source == "disk" and 1 not in hit.folded
 
 
+@pytest.mark.parametrize("launch", [{"args": {"1": "08000000"}, "unknown_dims": 5, "arch": "gfx90a"},
+                                    {"args": ["08000000"], "arch": "gfx90a"}, "not a launch"])
+def test_prewarm_says_in_one_line_that_a_variant_is_malformed(tmp_path, launch):
+    kstore = store.write(extract(hip_samples() / "loop_count"), tmp_path / "loop_count.kstore")
+    report = {"kernels": [{"name": AXPY, "variants": [{"launch": launch}], "tracker": {"stopped_folding": ["1"]}}]}
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    proc = run_cli("prewarm", str(kstore), "--from", str(tmp_path / "run.json"), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"a variant of {AXPY} is malformed" in proc.stderr
+
+
 def test_the_samples_target_builds_the_hip_samples_too():
     recipe = (ROOT / "Makefile").read_text().split("\nsamples:", 1)[1].split("\n\n", 1)[0]
     assert "samples/build.py" in recipe and "samples/build_hip.py" in recipe
