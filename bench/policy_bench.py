@@ -3,17 +3,18 @@ made in the same invocation:
 
   1. changing_scalars (samples/): a step counter (a new scalar value on every launch), the
      same kernel with a few repeating values, and a step counter whose GPU work dominates:
-     native; cold cache with the default settings;
+     native; cold cache with the default settings (PROTEUS_ASYNC_COMPILATION=auto);
      cold with every variant compiled on the launching thread (upstream's synchronous mode:
-     PROTEUS_ASYNC_CHANGING_VALUES=0); warm cache (default settings, the tracker's saved
-     decisions included); cold with asynchronous compilation. The value tracker is what keeps
-     these near native. A control, the shim loaded with PROTEUS_DISABLE=1, shows what noise alone
-     reads as.
-  2. The benchmark workloads (bench/apps/), cold cache: the default, synchronous, asynchronous.
+     PROTEUS_ASYNC_COMPILATION=0); warm cache (default settings, the tracker's saved
+     decisions included); cold with upstream's asynchronous compilation (=1). The value tracker
+     is what keeps these near native. A control, the shim loaded with PROTEUS_DISABLE=1, shows
+     what noise alone reads as.
+  2. The benchmark workloads (bench/apps/), cold cache: the default (auto), synchronous, asynchronous.
   3. The benchmark workloads: cold cache vs a cache prewarmed with `proteus-rewrite prewarm`
      from an earlier run's report.
 
     python3 bench/policy_bench.py [--out DIR] [--reps 5] [--scales bench/results/<run>.json]
+                                  [--only changing_scalars --sample-modes 'disabled;cold;warm' --configs ...]
 
 Needs samples/build/ and bench/apps/build/ (samples/build.py, bench/apps/build.py) and a GPU.
 Writes policy-<date>-<gpu>.json and .md to --out (default bench/results). Every run's output
@@ -60,8 +61,9 @@ def shim_costs(reports: list[dict]) -> dict:
     waits = [r.get("shim_wait_ms") or {} for r in reports]
     ks = [r.get("kernels", []) for r in reports]
     return {
-        "wait_ms": {f: med([w.get(f) for w in waits]) for f in ("python_start", "misses", "prepare_compiler", "exit")},
+        "wait_ms": {f: med([w.get(f) for w in waits]) for f in ("python_start", "misses", "prepare_compiler", "exit", "compiling")},
         "misses": med([w.get("miss_count") for w in waits]),
+        "compiling_waits": med([w.get("compiling_count") for w in waits]),
         "variants_compiled": med([sum(k.get("specializations", 0) for k in kk) for kk in ks]),
         "disk_hits": med([sum(k.get("disk_cache_hits", 0) for k in kk) for kk in ks]),
         "specialized_share": med([sum(k.get("specialized_launches", 0) for k in kk) / max(1, sum(k.get("launches", 0) for k in kk))
@@ -74,7 +76,7 @@ SAMPLE_MODES = ("disabled", "cold", "cold, sync", "warm", "cold, async")
 WORKLOAD_MODES = ("cold", "cold, sync", "cold, async", "prewarmed")
 COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the defaults
     "cold": {},
-    "cold, sync": {"PROTEUS_ASYNC_COMPILATION": "0", "PROTEUS_ASYNC_CHANGING_VALUES": "0"},
+    "cold, sync": {"PROTEUS_ASYNC_COMPILATION": "0"},
     "cold, async": {"PROTEUS_ASYNC_COMPILATION": "1"},
 }
 
@@ -126,17 +128,20 @@ def record_sample(work: Path) -> Path:
     return out
 
 
-def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
+def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[str, ...] = SAMPLE_MODES,
+                     configs: tuple[str, ...] | None = None) -> dict:
     shim = {"LD_PRELOAD": str(record_sample(work) / "libproteus.so")}
     out = {}
     for name, args in changing_configs(launches).items():
+        if configs is not None and name not in configs:
+            continue
         ref = run_sample(args, {}, 300)
         if not ref["ok"]:
             raise RuntimeError(f"changing_scalars {' '.join(args)} failed natively: {ref['error']}")
         slug = name.replace(", ", "-").replace(" ", "_")  # every configuration its own cache directories
         warm_dir = work / "cache" / f"changing-{slug}-warm"
         run_sample(args, {**shim, "PROTEUS_CACHE_DIR": str(warm_dir)}, 300)  # fills the warm cache
-        times = {m: [] for m in ("native", *SAMPLE_MODES)}
+        times = {m: [] for m in ("native", *modes)}
         reports = {m: [] for m in times}
         walls: dict[int, dict[str, float]] = {}
         mismatches = []
@@ -160,7 +165,7 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000) -> dict:
             "cold_report": {f: k.get(f) for f in ("launches", "specialized_launches", "specializations", "compile_ms", "tracker")},
             "shim": {m: shim_costs(rs) for m, rs in reports.items() if rs},
             # each mode against the native run of the same repetition (run next to it)
-            "paired": {m: p for m in SAMPLE_MODES if (p := paired(walls, m))},
+            "paired": {m: p for m in modes if (p := paired(walls, m))},
         }
         suite.log(f"changing_scalars {name}: " + ", ".join(f"{m} {v}x" for m, v in out[name]["speedup"].items()))
     return out
@@ -233,14 +238,16 @@ def markdown(doc: dict) -> str:
              "from one to the next.", "",
              "Modes: disabled = the control, the shim loaded with PROTEUS_DISABLE=1, which does nothing: its "
              "ratio is what noise alone gives; cold = empty cache, default settings; cold, sync = every variant compiled on the launching "
-             "thread (PROTEUS_ASYNC_CHANGING_VALUES=0, upstream's synchronous mode); warm = a cache an earlier run "
-             "filled; cold, async = PROTEUS_ASYNC_COMPILATION=1; prewarmed = a cache `proteus-rewrite prewarm` "
+             "thread (PROTEUS_ASYNC_COMPILATION=0, upstream's synchronous mode); warm = a cache an earlier run "
+             "filled; cold, async = PROTEUS_ASYNC_COMPILATION=1 (upstream's: never waits for a variant); the default, "
+             "auto, compiles in the background too but waits for a variant asked for again while the GPU is busy; "
+             "prewarmed = a cache `proteus-rewrite prewarm` "
              "filled from an earlier run's report.", "",
              "## changing_scalars", "",
              "| configuration | mode | native s | speedup | paired | variants compiled | specialized launches | mismatches |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in doc["changing_scalars"].items():
-        for mode in SAMPLE_MODES:
+        for mode in (m for m in r["modes"] if m != "native"):
             c = (r.get("shim") or {}).get(mode) or {}
             share = c.get("specialized_share")
             bad = sum(1 for m in r["mismatches"] if m.get("mode") == mode)
@@ -262,9 +269,10 @@ def markdown(doc: dict) -> str:
     lines += ["", "## Where the app waited on the shim (medians of the runs' PROTEUS_REPORTs, ms)", "",
               "Starting Python happens on the shim's prestart thread while the app creates its CUDA context; "
               "\"misses\" is what launches that missed the shim's table waited, that start included where a launch "
-              "came before it finished.", "",
-              "| run | mode | misses (ms) | miss count | Python start | compiler warm-up | exit | variants compiled | disk hits | specialized |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "came before it finished; \"waited for a variant\" is what launches that asked again for a variant "
+              "still compiling waited while the GPU was busy (auto), and how many did.", "",
+              "| run | mode | misses (ms) | miss count | waited for a variant (ms; launches) | Python start | compiler warm-up | exit | variants compiled | disk hits | specialized |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for section in ("changing_scalars", "workloads"):
         for name, r in doc[section].items():
             for mode, c in (r.get("shim") or {}).items():
@@ -272,7 +280,8 @@ def markdown(doc: dict) -> str:
                     continue
                 w = c["wait_ms"]
                 share = c.get("specialized_share")
-                lines.append(f"| {name} | {mode} | {w.get('misses')} | {c.get('misses')} | {w.get('python_start')} | "
+                lines.append(f"| {name} | {mode} | {w.get('misses')} | {c.get('misses')} | "
+                             f"{w.get('compiling') or 0}; {c.get('compiling_waits') or 0} | {w.get('python_start')} | "
                              f"{w.get('prepare_compiler')} | {w.get('exit')} | {c.get('variants_compiled')} | {c.get('disk_hits')} | "
                              f"{'' if share is None else f'{100 * share:.1f}%'} |")
     return "\n".join(lines) + "\n"
@@ -286,10 +295,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="repetitions of every mode of changing_scalars, whose 0.5 s runs vary by 10-40%% (default 30)")
     ap.add_argument("--launches", type=int, default=20000, help="changing_scalars' launches per run (default 20000)")
     ap.add_argument("--only", choices=("changing_scalars", "workloads"), help="run one part only")
+    ap.add_argument("--sample-modes", default=";".join(SAMPLE_MODES),
+                    help=f"changing_scalars' modes besides native, ';'-separated (default {';'.join(SAMPLE_MODES)})")
+    ap.add_argument("--configs", default=None,
+                    help="changing_scalars' configurations, ';'-separated (default all: " + "; ".join(changing_configs(1)) + ")")
+    ap.add_argument("--tag", default="", help="appended to the results' file name")
     ap.add_argument("--scales", default=None, metavar="RESULT.json",
                     help="a bench/run.py result whose calibrated scales the workloads use (default: the newest in bench/results)")
     ap.add_argument("--run-timeout", type=float, default=120.0)
     args = ap.parse_args(argv)
+    modes = tuple(m.strip() for m in args.sample_modes.split(";") if m.strip())
+    configs = tuple(c.strip() for c in args.configs.split(";") if c.strip()) if args.configs else None
+    bad = [m for m in modes if m not in SAMPLE_MODES] + [c for c in configs or () if c not in changing_configs(1)]
+    if bad or not modes:
+        print(f"policy_bench: unknown mode or configuration: {', '.join(bad) or '(none given)'}", file=sys.stderr)
+        return 2
     if not (SAMPLES / "changing_scalars").exists() or not suite.APPS_DIR.is_dir():
         print("policy_bench: build the samples and the workloads first (samples/build.py, bench/apps/build.py)", file=sys.stderr)
         return 2
@@ -302,10 +322,12 @@ def main(argv: list[str] | None = None) -> int:
            "environment": env, "scales_from": str(scales_from), "reps": args.reps, "sample_reps": args.sample_reps}
     with tempfile.TemporaryDirectory(prefix="proteus-policy-") as tmp:
         work = Path(tmp)
-        doc["changing_scalars"] = changing_scalars(work, args.sample_reps, args.launches) if args.only != "workloads" else {}
+        doc["changing_scalars"] = (changing_scalars(work, args.sample_reps, args.launches, modes, configs)
+                                   if args.only != "workloads" else {})
         doc["workloads"] = workloads(work, scales, args.reps, args.run_timeout) if args.only != "changing_scalars" else {}
     base = (f"policy-{doc['date']}-{suite.gpu_tag(env)}" + (f"-{args.only}" if args.only else "")
-            + (f"-{args.launches}" if args.launches != 20000 and args.only != "workloads" else ""))
+            + (f"-{args.launches}" if args.launches != 20000 and args.only != "workloads" else "")
+            + (f"-{args.tag}" if args.tag else ""))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for path, text in ((out / f"{base}.json", json.dumps(doc, indent=1) + "\n"), (out / f"{base}.md", markdown(doc))):

@@ -217,6 +217,9 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
 def prewarm(store_or_app, reports, cache_dir):
     """Compile the variants an earlier run used into the disk cache, so the next run starts warm.
 
+    That includes the variants the run asked for but had not compiled in the background when it
+    ended (a kernel launched just before exit).
+
     STORE is the directory proteus-rewrite wrote (or its .kstore, or the app). Run this with the
     same PROTEUS_* settings, Python packages and GPU driver as the runs it prepares: they are
     part of every variant's cache key. Kernels that use device variables are keyed by their
@@ -234,6 +237,9 @@ def prewarm(store_or_app, reports, cache_dir):
         try:
             todo += [(k["name"], v["launch"], doc.get("driver_version") or None) for k in doc["kernels"]
                      for v in k.get("variants", []) if "launch" in v]
+            # queued for a compile thread when that run ended (PROTEUS_ASYNC_COMPILATION 1 or auto)
+            todo += [(k["name"], spec, doc.get("driver_version") or None) for k in doc["kernels"]
+                     for spec in k.get("not_compiled", [])]
             for k in doc["kernels"]:
                 for slot in (k.get("tracker") or {}).get("stopped_folding", []):
                     learned.setdefault(k["name"], []).append(str(slot))

@@ -61,6 +61,9 @@ class KernelStats:
     budget_refusals: int = 0
     gpu_ms: float = 0.0  # the shim's latest estimate
     policy_key: str = ""  # where the tracker's decisions are saved (policy.policy_key)
+    # variants queued for a compile thread and not compiled yet, by their launch record: the
+    # report lists what is left at exit, so that prewarm compiles those too
+    queued: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass
@@ -97,7 +100,7 @@ def _trace(token: str, message: str) -> None:
 _profile = None  # PROTEUS_PROFILE: cProfile of every call into this module, written at exit
 
 
-def init(shim_dir: str, driver_version: int) -> None:
+def init(shim_dir: str, driver_version: int) -> bool:
     global _state, _profile
     if os.environ.get("PROTEUS_PROFILE"):
         import cProfile
@@ -109,7 +112,11 @@ def init(shim_dir: str, driver_version: int) -> None:
     log.addHandler(handler)
     log.setLevel(logging.WARNING)
     log.propagate = False
-    config = Config.from_env()
+    try:
+        config = Config.from_env()
+    except ProteusError as exc:  # a bad PROTEUS_* value: one line, and the app runs as built
+        print(f"proteus: error: {exc}; kernels run unspecialized", file=sys.stderr)
+        return False
     store_dir = Path(os.environ.get("PROTEUS_STORE_DIR") or shim_dir)
     tables, by_fatbin, by_entry = [], {}, {}
     for path in sorted(store_dir.glob(f"*{store.SUFFIX}")):
@@ -128,6 +135,7 @@ def init(shim_dir: str, driver_version: int) -> None:
         print(f"proteus: warning: no kernel store (*.kstore) in {store_dir}; kernels run unspecialized", file=sys.stderr)
     _state = State(shim_dir, driver_version, config, make_chain(config.use_stored_cache, config.cache_dir, config.cache_max_mb),
                    tables, by_fatbin, by_entry)
+    return True
 
 
 def _image(ptr: int) -> tuple[KernelTable, int] | None:
@@ -248,6 +256,15 @@ def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
     return struct.pack("<I", tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
 
 
+MAX_QUEUED_RECORDS = 256  # per kernel; a value that changes on every launch stops being folded long before
+
+
+def _launch_record(raw, folded, unknown_dims, arch, block, grid, globals_, addrs) -> dict:
+    """A launch as the report records it: enough to compile its variant again offline (prewarm)."""
+    return {"args": {str(i): raw[i].hex() for i in folded}, "unknown_dims": sorted(unknown_dims), "arch": arch,
+            "block": list(block), "grid": list(grid), "globals": {g: a for g, a in zip(globals_, addrs)}}
+
+
 def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int | str,
                gpu_ms: float = 0.0, cached_only: int = 0) -> bytes | None:
     """The variant's image, or None to run the original. With cached_only, only the caches are
@@ -282,8 +299,11 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
                                      driver_version=_state.driver_version or None,
                                      may_compile=may_compile and not cached_only)
-    except spec_mod.CompileBudgetSpent:
+    except spec_mod.CompileBudgetSpent as exc:
         if cached_only and may_compile:  # not in a cache: the shim queues it for a compile thread
+            if len(stats.queued) < MAX_QUEUED_RECORDS:
+                spec = _launch_record(raw, exc.folded, unknown_dims, arch, block, grid, record.globals, addrs)
+                stats.queued[json.dumps(spec, sort_keys=True)] = spec
             return b""
         stats.budget_refusals += 1  # policy, not a failure: no warning
         _trace("specialization", f"{record.demangled}: compile budget spent ({stats.compile_ms:.0f} ms compiling, "
@@ -294,6 +314,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         stats.failures[reason] = stats.failures.get(reason, 0) + 1
         _warn_once(f"spec:{record.name}", f"{record.demangled}: not specialized ({reason}); running the original kernel")
         return None
+    spec = _launch_record(raw, tuple(result.folded), unknown_dims, arch, block, grid, record.globals, addrs)
+    stats.queued.pop(json.dumps(spec, sort_keys=True), None)
     if result.source == "compiled":
         stats.specializations += 1
         stats.compile_ms += result.timings_ms.get("total", 0.0)
@@ -306,10 +328,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                            "block": list(block), "grid": list(grid), "ms": round(result.timings_ms.get("total", 0.0), 2),
                            "timings_ms": {k: round(v, 2) for k, v in result.timings_ms.items()},
                            # enough to compile this variant again offline (proteus-rewrite prewarm)
-                           "launch": {"args": {str(i): raw[i].hex() for i in result.folded},
-                                      "unknown_dims": sorted(unknown_dims), "arch": arch,
-                                      "block": list(block), "grid": list(grid),
-                                      "globals": {g: a for g, a in zip(record.globals, addrs)}}})
+                           "launch": spec})
     _trace("specialization", f"{record.demangled}: variant {result.key[:12]} ({result.source}) folded "
            f"{ {i: v for i, v in result.folded.items()} } block {tuple(block)} grid {tuple(grid)} "
            f"{result.timings_ms.get('total', 0.0):.1f} ms")
@@ -352,7 +371,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
     """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks.
     `waits`, from the shim, in ns: starting Python, all misses (that start included where a
     launch started it), the number of misses, the compiler warm-up, the wait for compile threads
-    at exit; then what the prestart thread did (bit 0 Python, bit 1 the compiler)."""
+    at exit; then what the prestart thread did (bit 0 Python, bit 1 the compiler); then the
+    launches that waited for a variant compiling in the background: their time and number."""
     assert _state is not None
     if _profile is not None:
         _profile.disable()
@@ -383,6 +403,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
                 compile_ms=round(s.compile_ms, 2),
                 failures=s.failures,
                 variants=s.variants,
+                # queued for a compile thread but not compiled when the run ended (prewarm compiles them)
+                not_compiled=list(s.queued.values()),
                 budget_refusals=s.budget_refusals,
             )
             if s.tracker is not None:
@@ -399,12 +421,13 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         "pid": os.getpid(),
         "driver_version": _state.driver_version,
         "unknown_handle_launches": unknown_launches,  # launches of kernels the shim never saw registered
-        "async_compilation": os.environ.get("PROTEUS_ASYNC_COMPILATION", ""),
-        "async_changing_values": os.environ.get("PROTEUS_ASYNC_CHANGING_VALUES", ""),
+        "async_compilation": _state.config.async_compilation,
         "seconds": round(time.time() - _state.started, 3),
         # what the app's threads spent waiting on the shim: never a hit, only misses and exit
-        "shim_wait_ms": dict(zip(("python_start", "misses", "miss_count", "prepare_compiler", "exit"),
-                                 (round(w / 1e6, 2) if i != 2 else w for i, w in enumerate(waits[:5])))),
+        "shim_wait_ms": {**dict(zip(("python_start", "misses", "miss_count", "prepare_compiler", "exit"),
+                                    (round(w / 1e6, 2) if i != 2 else w for i, w in enumerate(waits[:5])))),
+                         # launches that waited for their variant to finish compiling (auto mode)
+                         **({"compiling": round(waits[6] / 1e6, 2), "compiling_count": waits[7]} if len(waits) > 7 else {})},
         # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
         "prestart": {"python": bool(waits[5] & 1), "compiler": bool(waits[5] & 2)} if len(waits) > 5 else {},
         "stores": [t.app.name for t in _state.tables],

@@ -102,6 +102,7 @@ REAL(CUresult, cuEventRecord, (void *, CUstream));
 REAL(CUresult, cuEventQuery, (void *));
 REAL(CUresult, cuEventElapsedTime, (float *, void *, void *));
 REAL(CUresult, cuStreamIsCapturing, (CUstream, int *));
+REAL(CUresult, cuStreamQuery, (CUstream));
 REAL(void **, __cudaRegisterFatBinary, (void *));
 REAL(void, __cudaRegisterFatBinaryEnd, (void **));
 REAL(void, __cudaRegisterFunction, (void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *));
@@ -120,7 +121,7 @@ static void init_driver_calls(void) {
   if (!real_cuModuleGetGlobal) real_cuModuleGetGlobal = cuda_sym("cuModuleGetGlobal_v2");   /* size_t version */
   LOAD(cuLibraryGetGlobal); LOAD(cuCtxGetCurrent); LOAD(cuCtxGetDevice); LOAD(cuDeviceGetAttribute);
   LOAD(cuDriverGetVersion); LOAD(cuCtxSetCurrent); LOAD(cuEventCreate); LOAD(cuEventRecord); LOAD(cuEventQuery);
-  LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing);
+  LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery);
 #undef LOAD
 }
 
@@ -129,9 +130,11 @@ static void init_driver_calls(void) {
 
 /* ------------------------------------------------------------------ kernels and handles */
 
-#ifndef PROTEUS_ASYNC_DEFAULT
-#define PROTEUS_ASYNC_DEFAULT 0   /* upstream's default; see README "Specialization policy" */
-#endif
+/* PROTEUS_ASYNC_COMPILATION: 0 compiles on the launching thread, 1 in the background, the
+ * original kernel running until the variant is ready (both upstream's); auto (ours, the
+ * default) in the background too, but a launch that asks again for a variant still compiling
+ * waits for it. See README "Specialization policy". */
+enum { ASYNC_OFF, ASYNC_ON, ASYNC_AUTO };
 
 #define HSLOTS (1u << 16)
 #define SSLOTS (1u << 16)
@@ -143,7 +146,7 @@ static kinfo *all_kernels;
 static var_reg *all_vars;
 static _Atomic uint64_t n_variants;
 _Atomic uint64_t unknown_launches;
-_Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns;
+_Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns, n_awaits;
 
 uint64_t now_ns(void) {
   struct timespec t;
@@ -275,6 +278,7 @@ static int load_python_symbols(void *h) {
   PYSYM(IsInitialized, "Py_IsInitialized"); PYSYM(InitializeEx, "Py_InitializeEx");
   PYSYM(EvalSaveThread, "PyEval_SaveThread"); PYSYM(GILStateEnsure, "PyGILState_Ensure");
   PYSYM(GILStateRelease, "PyGILState_Release"); PYSYM(RunSimpleString, "PyRun_SimpleString");
+  PYSYM(GILStateCheck, "PyGILState_Check");
   PYSYM(ImportModule, "PyImport_ImportModule"); PYSYM(GetAttrString, "PyObject_GetAttrString");
   /* '#' formats take Py_ssize_t lengths only in the _SizeT variant before Python 3.13 */
   if (!(*(void **)&py.CallFunction = real_dlsym(h, "_PyObject_CallFunction_SizeT"))) PYSYM(CallFunction, "PyObject_CallFunction");
@@ -352,7 +356,10 @@ static int start_python(void) {
     f_load_failed = py.GetAttrString(rt, "load_failed");
     f_write_report = py.GetAttrString(rt, "write_report");
     f_prepare_compiler = py.GetAttrString(rt, "prepare_compiler");
-    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler) { py.DecRef(r); ok = 1; } else py.ErrPrint();
+    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler) {
+      ok = py.LongAsLongLong(r) == 1;   /* False: a bad setting, which init has reported in one line */
+      py.DecRef(r);
+    } else py.ErrPrint();
   }
   py.GILStateRelease(g);
   return ok;
@@ -753,7 +760,7 @@ static CUfunction run_job(job *j, int cached_only, int *uncached) {
 
 /* ---- asynchronous compilation (PROTEUS_ASYNC_COMPILATION): a miss queues a job and runs
  * the original kernel; workers compile and publish the function into the pending entry. */
-static int g_async = -1, g_async_changing = 1, g_async_threads = 1;
+static int g_async = -1, g_async_threads = 1;
 static pthread_mutex_t q_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
 static job *q_head, *q_tail;
@@ -793,32 +800,44 @@ static void *worker(void *arg) {
   }
 }
 
-/* At exit: drop queued jobs and wait for the ones compiling. It must run before the CUDA
- * runtime tears its context down and before the destructors of LLVM's static objects, which
- * exit also runs and which LLVM registers on first use: a worker still inside LLVM when they
- * ran crashed the app (H100, 2026-11-23). Exit handlers run last-registered first, so this is
- * registered after a warm-up compilation (start_workers) and again after every compilation. */
+/* At exit: let the compile threads finish what is queued, then stop them. The variants go to
+ * the disk cache, so the next run starts warm, as after compiling each on the launching
+ * thread; the app pays at exit what that mode pays during the run, and no more (stale jobs are
+ * dropped unread; the compile budget bounds the rest). It must run before the CUDA runtime
+ * tears its context down and before the destructors of LLVM's static objects, which exit also
+ * runs and which LLVM registers on first use: a worker still inside LLVM when they ran crashed
+ * the app (H100, 2026-11-23). Exit handlers run last-registered first, so this is registered
+ * after a warm-up compilation (start_workers) and again after every compilation. */
+#define EXIT_LIMIT_S 60   /* past this, queued jobs are dropped and their launches were originals */
 static void stop_workers(void) {
   pthread_mutex_lock(&q_lock);
-  q_stop = 1;
-  while (q_head) { job *j = q_head; q_head = j->next; free_job(j); }
-  q_tail = NULL;
-  pthread_cond_broadcast(&q_cond);
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += 60;   /* a compilation takes well under a second; past this, give up waiting */
+  until.tv_sec += EXIT_LIMIT_S;
   uint64_t t0 = now_ns();
+  while (!q_stop && q_workers && (q_head || q_busy) && pthread_cond_timedwait(&q_cond, &q_lock, &until) == 0) {}
+  q_stop = 1;
+  while (q_head) {   /* only past the limit, or with no compile thread */
+    job *j = q_head;
+    q_head = j->next;
+    atomic_store_explicit(&j->e->pending, 0, memory_order_release);
+    free_job(j);
+  }
+  q_tail = NULL;
+  pthread_cond_broadcast(&q_cond);
   while (q_busy && pthread_cond_timedwait(&q_cond, &q_lock, &until) == 0) {}
   atomic_fetch_add(&t_exit_wait_ns, now_ns() - t0);
   pthread_mutex_unlock(&q_lock);
 }
 
+static int env_true(const char *v) {   /* PROTEUS_*'s booleans: 1, true, yes, on (config.py checks the rest) */
+  return v && (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
+}
+
 static void read_async_env(void) {   /* jit_lock held */
   if (g_async >= 0) return;
   const char *a = getenv("PROTEUS_ASYNC_COMPILATION"), *t = getenv("PROTEUS_ASYNC_THREADS");
-  const char *c = getenv("PROTEUS_ASYNC_CHANGING_VALUES");
-  g_async = a ? (a[0] == '1' || a[0] == 't' || a[0] == 'T' || a[0] == 'y') : PROTEUS_ASYNC_DEFAULT;
-  g_async_changing = c && c[0] ? (c[0] == '1' || c[0] == 't' || c[0] == 'T' || c[0] == 'y') : 1;
+  g_async = !a || !a[0] || !strcasecmp(a, "auto") ? ASYNC_AUTO : env_true(a) ? ASYNC_ON : ASYNC_OFF;
   g_async_threads = t && atoi(t) > 0 ? atoi(t) : 1;
   if (g_async_threads > 64) g_async_threads = 64;
 }
@@ -843,13 +862,20 @@ static void start_workers(void) {   /* jit_lock held */
 }
 
 /* fork: the child has none of the shim's threads, and a lock one of them held stays held.
- * Compile threads: none in the child (a later miss compiles on its own thread). The prestart
- * thread: an interpreter half started, so the child runs original kernels. */
+ * Compile threads: none in the child (a later miss compiles on its own thread), so the
+ * variants the parent was compiling never arrive: the child runs the original for them rather
+ * than wait. The prestart thread: an interpreter half started, so the child runs original kernels. */
 static void atfork_child(void) {
   pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
   q_lock = fresh;
+  q_cond = fresh_cond;
   q_head = q_tail = NULL;
   q_busy = q_workers = 0;
+  for (uint32_t i = 0; i < SSLOTS; i++) {
+    sentry *e = atomic_load_explicit(&variants[i], memory_order_relaxed);
+    if (e) atomic_store_explicit(&e->pending, 0, memory_order_relaxed);
+  }
   if (pre_state == PRE_PYTHON || pre_state == PRE_COMPILER) {
     pthread_mutex_t fresh_jit = PTHREAD_MUTEX_INITIALIZER, fresh_pre = PTHREAD_MUTEX_INITIALIZER;
     jit_lock = fresh_jit;
@@ -899,8 +925,54 @@ kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block) {
   return ki;
 }
 
+/* Whether the GPU still has work queued on the stream (a capturing stream says no: a query
+ * would end the capture). */
+static int stream_busy(CUstream s) {
+  int capturing = 1;
+  return real_cuStreamQuery && real_cuStreamIsCapturing && real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS &&
+         !capturing && real_cuStreamQuery(s) == 600 /* CUDA_ERROR_NOT_READY */;
+}
+
+/* A launch whose variant is compiling in the background (PROTEUS_ASYNC_COMPILATION=auto). It
+ * waits for it only where waiting costs the GPU nothing: the kernel's previous launch that
+ * found no compiled variant asked for this same one, and the stream still has work queued.
+ * Once the stream runs dry the original runs, which keeps the GPU busy. So an app that queues
+ * many long launches at once gets them specialized (rsbench ran its 51 launches while its one
+ * variant compiled, 0.99x of native, against 1.15x compiling on the launching thread), a value
+ * that changes on every launch never waits (it never asks twice in a row), and a host-bound
+ * loop, whose stream is idle at each launch, never waits either. Not where this thread holds
+ * the GIL (a Python app): the compile thread needs it. NULL: run the original. */
+#define AWAIT_LIMIT_NS (60ull * 1000000000ull)   /* a compilation takes well under a second */
+#define AWAIT_POLL_NS (200ull * 1000ull)         /* how long the GPU may sit idle before we notice */
+static CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
+  if (g_async != ASYNC_AUTO) return NULL;
+  if (atomic_exchange_explicit(&ki->unserved, e->hash, memory_order_relaxed) != e->hash) return NULL;
+  if (py.GILStateCheck && py.GILStateCheck()) return NULL;
+  uint64_t t0 = now_ns(), waited = 0;
+  int rounds = 0;
+  while (atomic_load_explicit(&e->pending, memory_order_acquire) && waited < AWAIT_LIMIT_NS && stream_busy(stream)) {
+    rounds++;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + AWAIT_POLL_NS;
+    until.tv_sec += (time_t)(ns / 1000000000ull);
+    until.tv_nsec = (long)(ns % 1000000000ull);
+    pthread_mutex_lock(&q_lock);   /* a worker broadcasts q_cond under it after clearing `pending` */
+    int stop = q_stop;
+    if (!stop && atomic_load_explicit(&e->pending, memory_order_acquire)) pthread_cond_timedwait(&q_cond, &q_lock, &until);
+    pthread_mutex_unlock(&q_lock);
+    if (stop) break;
+    waited = now_ns() - t0;
+  }
+  if (rounds) {
+    atomic_fetch_add(&t_await_ns, now_ns() - t0);
+    atomic_fetch_add(&n_awaits, 1);
+  }
+  return atomic_load_explicit(&e->fn, memory_order_acquire);
+}
+
 /* The specialized function for this launch, or NULL to run the original. */
-static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block, kinfo **kio) {
+static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo **kio) {
   read_env();
   if (g_disable) return NULL;
   kinfo *ki = launched_kernel(handle, grid, block);
@@ -912,20 +984,20 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
 
   uint8_t key[MAX_KEY];
   int len;
+  CUfunction fn = NULL;
+  sentry *compiling = NULL;
   if (state == K_ACTIVE) {   /* the hot path: hash, probe, launch */
     if ((len = stable_key(ki, params, grid, block, key)) == -1) goto original;
     sentry *e = len < 0 ? NULL : find_variant(ki, ctx, key, len);
     if (e) {
-      CUfunction fn = atomic_load_explicit(&e->fn, memory_order_acquire);
-      if (fn) { atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed); return fn; }
-      if (atomic_load_explicit(&e->pending, memory_order_acquire)) goto compiling;
+      if ((fn = atomic_load_explicit(&e->fn, memory_order_acquire))) goto hit;
+      if (atomic_load_explicit(&e->pending, memory_order_acquire)) { compiling = e; goto wait; }
       goto original;
     }
   }
   /* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
-  CUfunction fn = NULL;
   job *j = NULL;
-  int queued = 0;
+  int asked_first = 0;
   uint64_t t0 = now_ns();
   pthread_mutex_lock(&jit_lock);
   read_async_env();
@@ -936,20 +1008,12 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
     sentry *e = find_variant(ki, ctx, key, len);   /* compiled or queued meanwhile? */
     if (e) {
       fn = atomic_load(&e->fn);
-      queued = !fn && atomic_load(&e->pending);
+      if (!fn && atomic_load(&e->pending)) compiling = e;
     } else if ((j = make_job(ki, ctx, params, grid, block))) {
-      /* Where it compiles. Here, as upstream does by default: the launches queued meanwhile then
-       * all run specialized (rsbench's 51 launches all ran while its one variant compiled in the
-       * background). In the background, the original running meanwhile, with
-       * PROTEUS_ASYNC_COMPILATION=1, and (PROTEUS_ASYNC_CHANGING_VALUES) when the kernel's previous
-       * variant served no launch but its first: a value that changes from launch to launch,
-       * which would otherwise stop the app for every value until the tracker stops folding it.
-       * Either way a variant the caches hold is loaded here. */
-      uint64_t hits = atomic_load(&ki->hits);
-      int changing = ki->variants_asked > 0 && hits == ki->hits_at_new;
-      int background = g_async || (g_async_changing && changing), uncached = 0;
-      ki->variants_asked++;
-      ki->hits_at_new = hits;
+      /* Where it compiles: here with PROTEUS_ASYNC_COMPILATION=0, as upstream's default does;
+       * otherwise on a compile thread while the original runs (auto: later launches that ask
+       * for it again wait for it, await_variant). A variant the caches hold loads here at once. */
+      int background = g_async != ASYNC_OFF, uncached = 0;
       int g = py.GILStateEnsure();
       fn = run_job(j, background, &uncached);
       py.GILStateRelease(g);
@@ -957,7 +1021,9 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
         sentry *ne = new_entry(ki, ctx, key, len, NULL, 1);
         if (ne && (j->e = ne) && enqueue(j)) {
           variant_insert(ne);
-          queued = 1;
+          atomic_store_explicit(&ki->unserved, ne->hash, memory_order_relaxed);
+          compiling = ne;
+          asked_first = 1;
           j = NULL;
         } else {
           free(ne);
@@ -977,12 +1043,19 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   atomic_fetch_add(&t_miss_ns, now_ns() - t0);
   atomic_fetch_add(&n_misses, 1);
   if (fn) return fn;
-  if (queued) goto compiling;
+  if (!compiling) goto original;
+  if (asked_first) goto queued;   /* the launch that asked for it runs the original */
+wait:
+  if ((fn = await_variant(ki, compiling, stream))) goto hit;
+  if (!atomic_load_explicit(&compiling->pending, memory_order_acquire)) goto original;
+queued:
+  atomic_fetch_add_explicit(&ki->pending_launches, 1, memory_order_relaxed);
+  return NULL;
+hit:
+  atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
+  return fn;
 original:
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
-  return NULL;
-compiling:
-  atomic_fetch_add_explicit(&ki->pending_launches, 1, memory_order_relaxed);
   return NULL;
 }
 
@@ -1038,10 +1111,10 @@ static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, uns
                             unsigned shmem, CUstream s, void **params, void **extra) {
   if (in_runtime_launch) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
   kinfo *ki = NULL;
-  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, &ki);
-  sample_poll(ki);
-  /* the per-thread default stream has a handle of its own for event records */
+  /* the per-thread default stream has a handle of its own for event records and queries */
   CUstream es = !s && real == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : s;
+  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
+  sample_poll(ki);
   int sampled = sample_begin(ki, es);
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
@@ -1062,7 +1135,8 @@ static CUresult w_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, un
 static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **),
                                const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
   kinfo *ki = NULL;
-  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, &ki) : NULL;
+  CUstream es = c && !c->hStream && real == real_cuLaunchKernelEx_ptsz ? (CUstream)0x2 : c ? c->hStream : NULL;
+  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki) : NULL;
   if (sf) {
     if (real(c, sf, params, extra) == CUDA_SUCCESS) return CUDA_SUCCESS;
     launch_error(f);
@@ -1076,7 +1150,8 @@ static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsig
                           CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shmem, CUstream s, void **params) {
   kinfo *ki = NULL;
-  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, &ki);
+  CUstream es = !s && real == real_cuLaunchCooperativeKernel_ptsz ? (CUstream)0x2 : s;
+  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
   if (sf) {
     if (real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) == CUDA_SUCCESS) return CUDA_SUCCESS;
     launch_error(f);
@@ -1263,9 +1338,9 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
                                   const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
   init_driver_calls();
   kinfo *ki = NULL;
-  CUfunction sf = drv ? pick(func, args, grid, block, &ki) : NULL;
-  sample_poll(ki);
   CUstream es = !stream && drv == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : stream;
+  CUfunction sf = drv ? pick(func, args, grid, block, es, &ki) : NULL;
+  sample_poll(ki);
   int sampled = sample_begin(ki, es);
   if (sf) {
     if (drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) {
@@ -1290,7 +1365,7 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   init_driver_calls();
   if (c && c->numAttrs == 0 && real_cuLaunchKernel) {   /* with attributes: leave it to the runtime */
     kinfo *ki = NULL;
-    CUfunction sf = pick(func, args, c->gridDim, c->blockDim, &ki);
+    CUfunction sf = pick(func, args, c->gridDim, c->blockDim, c->stream, &ki);
     if (sf) {
       if (real_cuLaunchKernel(sf, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
                               (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS)
@@ -1333,11 +1408,12 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKK)", path, (const char *)buf, (ssize_t)len,
+    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKK)", path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches),
                                   (unsigned long long)atomic_load(&t_python_ns), (unsigned long long)atomic_load(&t_miss_ns),
                                   (unsigned long long)atomic_load(&n_misses), (unsigned long long)atomic_load(&t_prepare_ns),
-                                  (unsigned long long)atomic_load(&t_exit_wait_ns), (unsigned long long)atomic_load(&pre_did));
+                                  (unsigned long long)atomic_load(&t_exit_wait_ns), (unsigned long long)atomic_load(&pre_did),
+                                  (unsigned long long)atomic_load(&t_await_ns), (unsigned long long)atomic_load(&n_awaits));
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }

@@ -72,8 +72,9 @@ typedef struct kinfo {
   uint32_t nglobals;
   char **globals;
   _Atomic uint64_t launches, hits, fallbacks, launch_errors, pending_launches;
-  uint32_t variants_asked;   /* jit_lock: new keys asked for, and the hits counted at the latest one, */
-  uint64_t hits_at_new;      /* which decide where the next one compiles */
+  /* The hash of the latest launch that found its variant not compiled yet: a launch that asks
+   * for the same one again waits for it (PROTEUS_ASYNC_COMPILATION=auto). */
+  _Atomic uint64_t unserved;
   /* GPU time, sampled with a pair of events on a few launches, for the compile budget */
   void *ev[2];
   CUcontext ev_ctx;
@@ -102,6 +103,7 @@ typedef struct {
   void *(*EvalSaveThread)(void);
   int (*GILStateEnsure)(void);
   void (*GILStateRelease)(int);
+  int (*GILStateCheck)(void);
   int (*RunSimpleString)(const char *);
   PyObject *(*ImportModule)(const char *);
   PyObject *(*GetAttrString)(PyObject *, const char *);
@@ -127,7 +129,7 @@ HIDDEN extern pthread_mutex_t reg_lock;   /* registration and inserts */
 HIDDEN extern pthread_mutex_t jit_lock;   /* one compilation at a time */
 HIDDEN extern _Atomic uint64_t unknown_launches;
 /* Where the app's threads waited on us, for the report (nanoseconds; misses only, never a hit) */
-HIDDEN extern _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns;
+HIDDEN extern _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns, n_awaits;
 HIDDEN uint64_t now_ns(void);
 HIDDEN kinfo *handle_lookup(const void *h);   /* lock-free */
 HIDDEN kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block);   /* lock-free; counts the launch */

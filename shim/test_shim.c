@@ -116,11 +116,107 @@ static void test_policy_race(void) {
   EXPECT(atomic_load(&race.gen) == 400000);
 }
 
+/* The wait for a variant compiling in the background (auto mode): only a launch that asks
+ * again for the variant the kernel's previous unserved launch asked for waits, only while its
+ * stream has work queued, and it gets the function the compile thread publishes; a stream that
+ * runs dry or a dropped job (exit) releases it without one. */
+static _Atomic int gpu_busy = 1, queries;
+static CUresult fake_query(CUstream s) { (void)s; atomic_fetch_add(&queries, 1); return atomic_load(&gpu_busy) ? 600 : CUDA_SUCCESS; }
+static CUresult fake_capturing(CUstream s, int *c) { *c = s == (CUstream)0xca9; return CUDA_SUCCESS; }
+static sentry *finishing;
+static void *finish_compile(void *arg) {
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  atomic_store(&finishing->fn, (CUfunction)arg);
+  atomic_store(&finishing->pending, 0);
+  pthread_mutex_lock(&q_lock);
+  pthread_cond_broadcast(&q_cond);
+  pthread_mutex_unlock(&q_lock);
+  return NULL;
+}
+static void *gpu_runs_dry(void *arg) {
+  (void)arg;
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  atomic_store(&gpu_busy, 0);
+  return NULL;
+}
+static void test_await_variant(void) {
+  static kinfo ki;
+  uint8_t k1[8] = {1}, k2[8] = {2};
+  CUcontext ctx = (CUcontext)0x1234;
+  CUstream s = (CUstream)0x5;
+  sentry *a = new_entry(&ki, ctx, k1, 8, NULL, 1), *b = new_entry(&ki, ctx, k2, 8, NULL, 1);
+  real_cuStreamQuery = fake_query;
+  real_cuStreamIsCapturing = fake_capturing;
+  g_async = ASYNC_AUTO;
+  atomic_store(&ki.unserved, a->hash);   /* the launch that queued a */
+  EXPECT(await_variant(&ki, b, s) == NULL && atomic_load(&queries) == 0);   /* another value: run the original at once */
+  EXPECT(atomic_load(&ki.unserved) == b->hash);
+  finishing = b;   /* b again, the GPU busy: wait for it */
+  pthread_t t;
+  pthread_create(&t, NULL, finish_compile, (void *)0x42);
+  uint64_t t0 = now_ns();
+  EXPECT(await_variant(&ki, b, s) == (CUfunction)0x42);
+  EXPECT(now_ns() - t0 >= 15 * 1000 * 1000);
+  pthread_join(t, NULL);
+  EXPECT(atomic_load(&n_awaits) == 1);
+  EXPECT(await_variant(&ki, a, (CUstream)0xca9) == NULL);   /* (a: a new value again) */
+  EXPECT(await_variant(&ki, a, (CUstream)0xca9) == NULL && atomic_load(&n_awaits) == 1);   /* a capturing stream: no wait */
+  pthread_create(&t, NULL, gpu_runs_dry, NULL);   /* a, the GPU busy, then idle: the original runs */
+  t0 = now_ns();
+  EXPECT(await_variant(&ki, a, s) == NULL);
+  EXPECT(now_ns() - t0 >= 15 * 1000 * 1000 && atomic_load(&a->pending) == 1 && atomic_load(&n_awaits) == 2);
+  pthread_join(t, NULL);
+  EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 2);   /* idle from the start: no wait */
+  atomic_store(&gpu_busy, 1);
+  g_async = ASYNC_ON;   /* upstream's asynchronous mode never waits */
+  EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 2);
+  g_async = ASYNC_AUTO;   /* exiting: a dropped job's entry stops pending, and waiters stop */
+  job *j = calloc(1, sizeof *j);
+  j->e = a; j->args = malloc(1); j->addrs = malloc(8);
+  q_head = q_tail = j;
+  stop_workers();
+  EXPECT(atomic_load(&a->pending) == 0 && q_head == NULL);
+  atomic_store(&a->pending, 1);   /* as if still compiling: q_stop ends the wait at once */
+  t0 = now_ns();
+  EXPECT(await_variant(&ki, a, s) == NULL && now_ns() - t0 < 5 * 1000 * 1000);
+  free(a); free(b);
+}
+
+/* At exit the compile threads finish their queue (a stale job is dropped unread by the
+ * worker, which clears its function) before they stop. */
+static void test_exit_drains_the_queue(void) {
+  static kinfo k;
+  atomic_store(&k.gen, 2);
+  sentry *e[3];
+  for (int i = 0; i < 3; i++) {
+    uint8_t key[4] = {(uint8_t)i};
+    e[i] = new_entry(&k, (CUcontext)0x1, key, 4, (CUfunction)0x99 /* the worker overwrites it */, 1);
+    job *j = calloc(1, sizeof *j);
+    j->ki = &k; j->gen = 0; j->e = e[i]; j->args = malloc(1); j->addrs = malloc(8);
+    if (q_tail) q_tail->next = j; else q_head = j;
+    q_tail = j;
+  }
+  pthread_t w;
+  q_workers = 1;
+  pthread_create(&w, NULL, worker, NULL);
+  stop_workers();
+  pthread_join(w, NULL);
+  for (int i = 0; i < 3; i++) EXPECT(atomic_load(&e[i]->pending) == 0 && atomic_load(&e[i]->fn) == NULL);
+  EXPECT(q_head == NULL && q_busy == 0 && q_stop == 1);
+  q_stop = 0;
+  q_workers = 0;
+  for (int i = 0; i < 3; i++) free(e[i]);
+}
+
 int main(void) {
   test_hash();
   test_handles();
   test_keys_and_variants();
   test_policy_race();
+  test_exit_drains_the_queue();
+  test_await_variant();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
   printf("shim unit tests: all passed\n");
   return 0;

@@ -106,7 +106,9 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     finally:
         sys.path.remove(str(ROOT / "bench"))
     doc = {"environment": {"gpu": "H100"}, "date": "2026-11-23", "command": "python3 bench/policy_bench.py",
-           "changing_scalars": {"step counter": {"args": ["20000", "20000", "1"], "modes": {"native": {"median": 1.5}},
+           "changing_scalars": {"step counter": {"args": ["20000", "20000", "1"],
+                                                 "modes": {"native": {"median": 1.5}, "cold": {"median": 1.55},
+                                                           "cold, sync": {}, "warm": {"median": 1.52}},
                                                  "speedup": {"cold": 0.97, "warm": 0.99},
                                                  "mismatches": [{"mode": "cold, sync"}],
                                                  "paired": {"cold": {"median": 0.96, "ci95": [0.94, 0.99], "n": 9}},
@@ -124,7 +126,8 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert "| step counter (20000 20000 1) | cold | 1.5 | 0.97× | 0.96× [0.94–0.99] | — | — | 0 |" in md
     assert "| step counter (20000 20000 1) | cold, sync | 1.5 | — | — | — | — | 1 |" in md
     assert "| step counter (20000 20000 1) | warm | 1.5 | 0.99× | — | 0 | 100.0% | 0 |" in md
-    assert "| step counter | warm | 1.5 | 1 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
+    assert "| step counter | warm | 1.5 | 1 | 0; 0 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
+    assert "| step counter (20000 20000 1) | cold, async |" not in md  # a mode not run has no row
     assert "| adam | 1.8 | 0.95×; — | —; — | —; — | 1.08×; 1.07× [1.02–1.1] | 2.5 | 1 |" in md
     assert "| wsm5 | native run failed" in md
     walls = {i: {"native": 1.0, "cold": 1.0 / r} for i, r in enumerate((0.9, 1.0, 1.1, 1.0, 1.0))}
@@ -138,8 +141,9 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
                                                                        "PROTEUS_CACHE_DIR": str(w / "kept")}
     cold = {**shim, "PROTEUS_REPORT": str(w / "t.json"), "PROTEUS_CACHE_DIR": str(w / "cache" / "t")}
     assert pb.mode_env("cold", shim, w, "t", {"warm": w / "kept"}) == cold  # the defaults, whatever they are
-    assert pb.mode_env("cold, sync", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "0",
-                                                           "PROTEUS_ASYNC_CHANGING_VALUES": "0"}
+    assert pb.mode_env("cold, sync", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "0"}
     assert pb.mode_env("cold, async", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "1"}
     monkeypatch.setattr(pb, "SAMPLES", tmp_path / "missing")
     assert pb.main(["--out", str(tmp_path)]) == 2 and "build the samples" in capsys.readouterr().err
+    assert pb.main(["--out", str(tmp_path), "--sample-modes", "cold;lukewarm"]) == 2
+    assert "unknown mode or configuration: lukewarm" in capsys.readouterr().err

@@ -30,7 +30,7 @@ def test_sixteen_processes_share_one_cache_directory(samples, recorded, tmp_path
         env = dict(os.environ, LD_PRELOAD=str(recorded / "libproteus.so"), PROTEUS_CACHE_DIR=str(cache),
                    PROTEUS_CACHE_MAX_MB="0.25", PROTEUS_REPORT=str(tmp_path / f"r{i}.json"),
                    PROTEUS_TRACKER="0", PROTEUS_COMPILE_BUDGET="0",  # every value a variant: a cache stress test
-                   PROTEUS_ASYNC_CHANGING_VALUES="0")  # each compiled before its launch
+                   PROTEUS_ASYNC_COMPILATION="0")  # each compiled before its launch
         # 1,000 launches, 200 distinct values of the changing scalar: 200 variants, more than the 0.25 MB cap
         procs.append(subprocess.Popen([str(samples / "changing_scalars"), "1000", "200", "1"], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -49,15 +49,24 @@ def test_sixteen_processes_share_one_cache_directory(samples, recorded, tmp_path
     assert sum(r["cache"]["disk"]["evicted"] for r in reports) > 0  # the cap was exercised
 
 
-def test_eight_threads_on_eight_streams(samples, recorded, tmp_path):
+@pytest.mark.parametrize("mode", ["0", "auto"])
+def test_eight_threads_on_eight_streams(samples, recorded, tmp_path, mode):
+    """16 values over 1,000 launches on 8 threads. Compiled on the launching thread (0), every
+    launch is specialized; in the background (auto, the default), launches that ask for a
+    variant still compiling wait for it or run the original, from 8 threads at once."""
     native = subprocess.run([str(samples / "changing_scalars"), "1000", "16", "8"], capture_output=True, text=True)
     assert native.returncode == 0
     env = dict(os.environ, LD_PRELOAD=str(recorded / "libproteus.so"), PROTEUS_CACHE_DIR=str(tmp_path / "c"),
-               PROTEUS_REPORT=str(tmp_path / "r.json"), PROTEUS_ASYNC_CHANGING_VALUES="0")  # every launch specialized
-    for _ in range(2):  # cold, then warm
+               PROTEUS_REPORT=str(tmp_path / "r.json"), PROTEUS_ASYNC_COMPILATION=mode)
+    for run in ("cold", "warm"):
         jit = subprocess.run([str(samples / "changing_scalars"), "1000", "16", "8"], capture_output=True, text=True,
                              env=env, timeout=600)
         assert jit.returncode == 0, jit.stderr
         assert jit.stdout == native.stdout and "verified 1000 launches on 8 thread(s)" in jit.stdout
-        (k,) = json.loads((tmp_path / "r.json").read_text())["kernels"]
-        assert k["specialized_launches"] == k["launches"] == 1000 and k["fallback_launches"] == 0
+        doc = json.loads((tmp_path / "r.json").read_text())
+        (k,) = doc["kernels"]
+        assert doc["async_compilation"] == mode and not k["failures"] and k["launch_errors"] == 0
+        if mode == "0" or run == "warm":
+            assert k["specialized_launches"] == k["launches"] == 1000 and k["fallback_launches"] == 0
+        else:
+            assert k["specialized_launches"] > 0 and k["specialized_launches"] + k["fallback_launches"] == 1000

@@ -157,6 +157,19 @@ def test_prewarm_compiles_what_the_next_run_asks_for_once_the_tracker_stopped_fo
     assert hit.source == "disk" and 1 not in hit.folded
 
 
+def test_prewarm_compiles_the_variants_a_run_had_not_compiled_when_it_ended(tmp_path):
+    _lld()
+    kstore = store.write(extract(hip_samples() / "loop_count"), tmp_path / "loop_count.kstore")
+    launch = {"args": {"1": (8).to_bytes(4, "little").hex(), "2": struct.pack("<f", 0.5).hex()},
+              "unknown_dims": ["grid"], "arch": "gfx90a", "block": [256, 1, 1], "grid": [4096, 1, 1], "globals": {}}
+    report = {"driver_version": 0, "kernels": [{"name": AXPY, "variants": [], "not_compiled": [launch]}]}
+    (tmp_path / "run.json").write_text(json.dumps(report))
+    proc = run_cli("prewarm", str(kstore), "--from", str(tmp_path / "run.json"), "--cache-dir", str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr
+    assert "1 compiled" in proc.stderr
+    assert len(list((tmp_path / "cache").rglob("*.pjc"))) == 1
+
+
 @pytest.mark.parametrize("launch", [{"args": {"1": "08000000"}, "unknown_dims": 5, "arch": "gfx90a"},
                                     {"args": ["08000000"], "arch": "gfx90a"}, "not a launch"])
 def test_prewarm_says_in_one_line_that_a_variant_is_malformed(tmp_path, launch):
@@ -278,9 +291,11 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     runtime.load_failed(kid, 200)
     assert "hipModuleLoadData/hipModuleGetFunction failed with HIP error 200" in capsys.readouterr().err
     counters = struct.pack("<iQQQQQQ", kid, 3, 1, 0, 1, 0, 0) + AXPY.encode() + b"\0"
-    runtime.write_report(str(tmp_path / "report.json"), counters, 0, (60_000_000, 90_500_000, 2, 0, 1_250_000, 1))
+    runtime.write_report(str(tmp_path / "report.json"), counters, 0, (60_000_000, 90_500_000, 2, 0, 1_250_000, 1, 7_500_000, 3))
     doc = json.loads((tmp_path / "report.json").read_text())
-    assert doc["shim_wait_ms"] == {"python_start": 60.0, "misses": 90.5, "miss_count": 2, "prepare_compiler": 0.0, "exit": 1.25}
+    assert doc["shim_wait_ms"] == {"python_start": 60.0, "misses": 90.5, "miss_count": 2, "prepare_compiler": 0.0, "exit": 1.25,
+                                   "compiling": 7.5, "compiling_count": 3}
+    assert doc["async_compilation"] == "auto"
     assert doc["prestart"] == {"python": True, "compiler": False}
     (k,) = doc["kernels"]
     assert (k["specializations"], k["memory_cache_hits"]) == (1, 1)
@@ -289,14 +304,23 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
 
 
 def test_a_cache_only_request_says_when_a_variant_needs_compiling(hip_runtime, tmp_path):
-    """What the shim asks on the launching thread before it queues a later variant for a compile
-    thread (PROTEUS_ASYNC_CHANGING_VALUES): b"" for a variant no cache holds, the image otherwise."""
+    """What the shim asks on the launching thread before it queues a variant for a compile
+    thread (PROTEUS_ASYNC_COMPILATION auto or 1): b"" for a variant no cache holds, the image
+    otherwise. Until it compiles, the report lists the launch as not compiled, for prewarm."""
     kid = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))[0]
     args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
     assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) == b""
     stats = runtime._state.stats[kid]
     assert (stats.specializations, stats.budget_refusals, stats.variants, stats.failures) == (0, 0, [], {})
+    (queued,) = stats.queued.values()
+    assert queued["args"] == {"0": struct.pack("<i", 1 << 20).hex(), "1": struct.pack("<i", 8).hex(),
+                              "2": struct.pack("<f", 0.5).hex()} and queued["block"] == [256, 1, 1]
+    counters = struct.pack("<iQQQQQQ", kid, 1, 0, 0, 0, 1, 0) + AXPY.encode() + b"\0"
+    runtime.write_report(str(tmp_path / "early.json"), counters)
+    (k,) = json.loads((tmp_path / "early.json").read_text())["kernels"]
+    assert k["not_compiled"] == [queued] and k["launches_while_compiling"] == 1
     image = runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a")  # what the compile thread does
+    assert stats.queued == {} and stats.variants[0]["launch"] == queued
     assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) == image
     assert (stats.specializations, stats.memory_hits) == (1, 1)
     # a spent compile budget is still a refusal (None: run the original), not a request to compile

@@ -357,6 +357,16 @@ def test_disabled_means_pass_through(fake, recorded, native, tmp_path):
     assert r.report["python"] is False and r.report["disabled"] is True
 
 
+@pytest.mark.parametrize("setting", [{"PROTEUS_ASYNC_COMPILATION": "maybe"}, {"PROTEUS_OPT_LEVEL": "9"}])
+def test_a_bad_setting_is_one_line_and_the_app_runs_as_built(fake, recorded, native, tmp_path, setting):
+    r = run_app(hip_samples() / "loop_count", fake, tmp_path, recorded("loop_count"), **setting)
+    assert r.proc.returncode == 0 and r.stdout == native("loop_count").stdout
+    (name, value), = setting.items()
+    assert r.stderr.splitlines() == [f"proteus: error: {name}={value!r}: expected "
+                                     f"{'0, 1 or auto' if 'ASYNC' in name else 'one of 0, 1, 2, 3, s, z'}; kernels run unspecialized"]
+    assert r.lines("module_load") == [] and len(r.lines("launch")) == 6
+
+
 def test_a_device_the_app_was_not_built_for_runs_the_original_kernels(fake, recorded, native, tmp_path):
     r = run_app(hip_samples() / "loop_count", fake, tmp_path, recorded("loop_count"), FAKE_HIP_ARCH="gfx942:sramecc+:xnack-")
     assert r.proc.returncode == 0 and r.stdout == native("loop_count").stdout

@@ -48,7 +48,12 @@ ALIGNMENTS = (128, 64, 32, 16, 8)
 
 
 class CompileBudgetSpent(SpecializeError):
-    """A new variant would need compiling, and the kernel's compile budget is spent."""
+    """A new variant would need compiling, and the kernel's compile budget is spent (or the
+    caller asked the caches only). `folded`: the parameters the variant folds."""
+
+    def __init__(self, message: str, folded: tuple[int, ...] = ()):
+        super().__init__(message)
+        self.folded = folded
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,7 @@ def specialize(
             return Result(key, kernel.name, image, level, folded_values, plan, timings)
 
     if not may_compile:
-        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent")
+        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded))
     isa = ptx_target[1]
     if cg.ptx_compiler != "driver":  # an offline compiler may be older than the driver
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
@@ -331,7 +336,7 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
             return Result(key, kernel.name, codegen.CodeObject(entry.data, entry.arch), level, folded_values, plan, timings)
 
     if not may_compile:
-        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent")
+        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded))
     obj, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
                                       lambda: codegen.amdgpu_target_machine(launch.arch, cg.codegen_opt_level),
                                       codegen.emit_amdgpu_object, "codeobj", "object")
