@@ -372,7 +372,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
     `waits`, from the shim, in ns: starting Python, all misses (that start included where a
     launch started it), the number of misses, the compiler warm-up, the wait for compile threads
     at exit; then what the prestart thread did (bit 0 Python, bit 1 the compiler); then the
-    launches that waited for a variant compiling in the background: their time and number."""
+    launches that waited for a variant compiling in the background: their time and number; then
+    the misses' time by stage (the lock, resolving, tracking, specializing, queueing)."""
     assert _state is not None
     if _profile is not None:
         _profile.disable()
@@ -427,7 +428,11 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         "shim_wait_ms": {**dict(zip(("python_start", "misses", "miss_count", "prepare_compiler", "exit"),
                                     (round(w / 1e6, 2) if i != 2 else w for i, w in enumerate(waits[:5])))),
                          # launches that waited for their variant to finish compiling (auto mode)
-                         **({"compiling": round(waits[6] / 1e6, 2), "compiling_count": waits[7]} if len(waits) > 7 else {})},
+                         **({"compiling": round(waits[6] / 1e6, 2), "compiling_count": waits[7]} if len(waits) > 7 else {}),
+                         # where the misses' time went: the compile lock, a kernel's first launch,
+                         # the value tracker, the caches (or, compiling there, the compilation), queueing
+                         **({"miss_stages": dict(zip(("lock", "resolve", "track", "specialize", "queue"),
+                                                     (round(w / 1e6, 2) for w in waits[8:13])))} if len(waits) > 12 else {})},
         # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
         "prestart": {"python": bool(waits[5] & 1), "compiler": bool(waits[5] & 2)} if len(waits) > 5 else {},
         "stores": [t.app.name for t in _state.tables],

@@ -19,6 +19,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -147,6 +148,15 @@ static var_reg *all_vars;
 static _Atomic uint64_t n_variants;
 _Atomic uint64_t unknown_launches;
 _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns, n_awaits;
+/* Where the misses' time went (the report's miss_stages): waiting for the compile lock,
+ * resolving a kernel (its first launch), the tracker, the caches or a compilation, queueing. */
+enum { MISS_LOCK, MISS_RESOLVE, MISS_TRACK, MISS_SPECIALIZE, MISS_QUEUE, MISS_STAGES };
+static _Atomic uint64_t t_stage_ns[MISS_STAGES];
+static void stage(int which, uint64_t *t) {
+  uint64_t now = now_ns();
+  atomic_fetch_add_explicit(&t_stage_ns[which], now - *t, memory_order_relaxed);
+  *t = now;
+}
 
 uint64_t now_ns(void) {
   struct timespec t;
@@ -331,8 +341,12 @@ static int start_python(void) {
       size_t cap = strlen(paths) * 2 + 256;
       char *code = malloc(cap);
       if (!code) return 0;
+      /* The switch interval: a launching thread that needs the GIL (a miss asks the tracker and
+       * the caches) while a compile thread runs Python waited up to the default 5 ms for it,
+       * at every miss. Our own interpreter only: a host Python keeps its setting. */
       int n = snprintf(code, cap, "import sys\nrecorded = r'''%s'''.splitlines()\n"
-                                  "sys.path[:] = recorded + [p for p in sys.path if p not in recorded]\n", paths);
+                                  "sys.path[:] = recorded + [p for p in sys.path if p not in recorded]\n"
+                                  "sys.setswitchinterval(0.0002)\n", paths);
       int rc = (n > 0 && (size_t)n < cap) ? py.RunSimpleString(code) : -1;
       free(code);
       py.EvalSaveThread();                    /* release the GIL: every call takes it */
@@ -388,9 +402,10 @@ static int main_wrapped;              /* our __libc_start_main runs the app's ma
 static _Atomic int pre_did;           /* for the report: bit 0 Python, bit 1 the compiler, started ahead */
 static int current_arch(void);
 
-/* The compiler warm-up, once, from whichever thread comes first (the prestart thread, or the
- * first asynchronous compile request); a caller that finds it running waits for it. */
-static void prepare_compiler(int arch) {
+/* The compiler warm-up, once, from whichever thread comes first (the prestart thread, a compile
+ * thread, or the first compile request); a caller that finds it running waits for it. Counted
+ * as the app's wait when an app thread runs it. */
+static void prepare_compiler(int arch, int app_thread) {
   pthread_mutex_lock(&pre_lock);
   while (pre_state == PRE_COMPILER) pthread_cond_wait(&pre_cond, &pre_lock);
   int todo = !compiler_prepared;
@@ -402,7 +417,7 @@ static void prepare_compiler(int arch) {
   PyObject *r = py.CallFunction(f_prepare_compiler, "i", arch);
   if (r) py.DecRef(r); else py.ErrPrint();
   py.GILStateRelease(g);
-  atomic_fetch_add(&t_prepare_ns, now_ns() - t0);
+  if (app_thread) atomic_fetch_add(&t_prepare_ns, now_ns() - t0);
 }
 
 static void *prestart_main(void *arg) {
@@ -784,6 +799,7 @@ static void *worker(void *arg) {
      * any more: skip it, so the variant the launches now ask for is not stuck behind it. */
     if (j->gen == atomic_load(&j->ki->gen) && real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
       compiled = 1;
+      prepare_compiler(j->arch, 0);   /* at once once done; see start_workers */
       int g = py.GILStateEnsure();
       fn = run_job(j, 0, NULL);
       py.GILStateRelease(g);
@@ -815,8 +831,9 @@ static void stop_workers(void) {
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += EXIT_LIMIT_S;
   uint64_t t0 = now_ns();
+  int waited = q_head || q_busy;
   while (!q_stop && q_workers && (q_head || q_busy) && pthread_cond_timedwait(&q_cond, &q_lock, &until) == 0) {}
-  q_stop = 1;
+  __atomic_store_n(&q_stop, 1, __ATOMIC_RELEASE);   /* also read, unlocked, by await_variant */
   while (q_head) {   /* only past the limit, or with no compile thread */
     job *j = q_head;
     q_head = j->next;
@@ -826,7 +843,7 @@ static void stop_workers(void) {
   q_tail = NULL;
   pthread_cond_broadcast(&q_cond);
   while (q_busy && pthread_cond_timedwait(&q_cond, &q_lock, &until) == 0) {}
-  atomic_fetch_add(&t_exit_wait_ns, now_ns() - t0);
+  if (waited) atomic_fetch_add(&t_exit_wait_ns, now_ns() - t0);
   pthread_mutex_unlock(&q_lock);
 }
 
@@ -842,14 +859,16 @@ static void read_async_env(void) {   /* jit_lock held */
   if (g_async_threads > 64) g_async_threads = 64;
 }
 
-/* The first queued job: a warm-up compilation here (once, on the app's thread, about 0.2 s)
- * so that the compiler's exit-time destructors are registered before stop_workers; then the
- * workers start. */
+/* The first queued job starts the compile threads. The compiler's first use (about 0.2 s, or
+ * what is left of the prestart thread's) must come before stop_workers is registered, so that
+ * its exit-time destructors run after it: where the shim guards exit (before_exit runs
+ * stop_workers ahead of every exit handler), a compile thread does it, and the app's thread
+ * goes on at once; elsewhere it is done here, on the app's thread. */
 static void start_workers(void) {   /* jit_lock held */
   static int tried;
   if (tried) return;
   tried = 1;
-  prepare_compiler(current_arch());   /* at once if the prestart thread did it */
+  if (!main_wrapped) prepare_compiler(current_arch(), 1);
   register_atfork();
   pthread_mutex_lock(&q_lock);
   if (!q_stop && atexit(stop_workers) == 0) {
@@ -940,29 +959,21 @@ static int stream_busy(CUstream s) {
  * many long launches at once gets them specialized (rsbench ran its 51 launches while its one
  * variant compiled, 0.99x of native, against 1.15x compiling on the launching thread), a value
  * that changes on every launch never waits (it never asks twice in a row), and a host-bound
- * loop, whose stream is idle at each launch, never waits either. Not where this thread holds
- * the GIL (a Python app): the compile thread needs it. NULL: run the original. */
+ * loop, whose stream is idle at each launch, never waits either. The wait polls the stream
+ * (yielding the CPU between queries): a sleep of the kernel's scale left the GPU idle for
+ * most of each wait (H100: 74 waits of 0.27 ms on 85 us kernels with 0.2 ms sleeps). Not where
+ * this thread holds the GIL (a Python app): the compile thread needs it. NULL: run the original. */
 #define AWAIT_LIMIT_NS (60ull * 1000000000ull)   /* a compilation takes well under a second */
-#define AWAIT_POLL_NS (200ull * 1000ull)         /* how long the GPU may sit idle before we notice */
 static CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
   if (g_async != ASYNC_AUTO) return NULL;
   if (atomic_exchange_explicit(&ki->unserved, e->hash, memory_order_relaxed) != e->hash) return NULL;
   if (py.GILStateCheck && py.GILStateCheck()) return NULL;
-  uint64_t t0 = now_ns(), waited = 0;
-  int rounds = 0;
-  while (atomic_load_explicit(&e->pending, memory_order_acquire) && waited < AWAIT_LIMIT_NS && stream_busy(stream)) {
-    rounds++;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    uint64_t ns = (uint64_t)until.tv_nsec + AWAIT_POLL_NS;
-    until.tv_sec += (time_t)(ns / 1000000000ull);
-    until.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_mutex_lock(&q_lock);   /* a worker broadcasts q_cond under it after clearing `pending` */
-    int stop = q_stop;
-    if (!stop && atomic_load_explicit(&e->pending, memory_order_acquire)) pthread_cond_timedwait(&q_cond, &q_lock, &until);
-    pthread_mutex_unlock(&q_lock);
-    if (stop) break;
-    waited = now_ns() - t0;
+  uint64_t t0 = now_ns();
+  unsigned rounds = 0;
+  while (atomic_load_explicit(&e->pending, memory_order_acquire) && !__atomic_load_n(&q_stop, __ATOMIC_ACQUIRE) &&
+         stream_busy(stream)) {
+    if (++rounds % 256 == 0 && now_ns() - t0 > AWAIT_LIMIT_NS) break;
+    sched_yield();
   }
   if (rounds) {
     atomic_fetch_add(&t_await_ns, now_ns() - t0);
@@ -998,11 +1009,14 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   /* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
   job *j = NULL;
   int asked_first = 0;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = now_ns(), t = t0;
   pthread_mutex_lock(&jit_lock);
+  stage(MISS_LOCK, &t);
   read_async_env();
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
+  stage(MISS_RESOLVE, &t);
   if (atomic_load(&ki->state) == K_ACTIVE) track(ki, params, grid, block);
+  stage(MISS_TRACK, &t);
   uint32_t gen = atomic_load(&ki->gen);   /* stable: changed only under jit_lock */
   if (atomic_load(&ki->state) == K_ACTIVE && (len = build_key(ki, params, grid, block, key, gen)) >= 0) {
     sentry *e = find_variant(ki, ctx, key, len);   /* compiled or queued meanwhile? */
@@ -1017,9 +1031,12 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
       int g = py.GILStateEnsure();
       fn = run_job(j, background, &uncached);
       py.GILStateRelease(g);
+      stage(MISS_SPECIALIZE, &t);
       if (uncached) {   /* queue it; with no compile thread (exiting, none could start), compile here */
         sentry *ne = new_entry(ki, ctx, key, len, NULL, 1);
-        if (ne && (j->e = ne) && enqueue(j)) {
+        int ok = ne && (j->e = ne) && enqueue(j);
+        stage(MISS_QUEUE, &t);
+        if (ok) {
           variant_insert(ne);
           atomic_store_explicit(&ki->unserved, ne->hash, memory_order_relaxed);
           compiling = ne;
@@ -1408,12 +1425,15 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKK)", path, (const char *)buf, (ssize_t)len,
+    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches),
                                   (unsigned long long)atomic_load(&t_python_ns), (unsigned long long)atomic_load(&t_miss_ns),
                                   (unsigned long long)atomic_load(&n_misses), (unsigned long long)atomic_load(&t_prepare_ns),
                                   (unsigned long long)atomic_load(&t_exit_wait_ns), (unsigned long long)atomic_load(&pre_did),
-                                  (unsigned long long)atomic_load(&t_await_ns), (unsigned long long)atomic_load(&n_awaits));
+                                  (unsigned long long)atomic_load(&t_await_ns), (unsigned long long)atomic_load(&n_awaits),
+                                  (unsigned long long)atomic_load(&t_stage_ns[MISS_LOCK]), (unsigned long long)atomic_load(&t_stage_ns[MISS_RESOLVE]),
+                                  (unsigned long long)atomic_load(&t_stage_ns[MISS_TRACK]), (unsigned long long)atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
+                                  (unsigned long long)atomic_load(&t_stage_ns[MISS_QUEUE]));
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }

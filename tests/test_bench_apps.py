@@ -126,7 +126,7 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert "| step counter (20000 20000 1) | cold | 1.5 | 0.97× | 0.96× [0.94–0.99] | — | — | 0 |" in md
     assert "| step counter (20000 20000 1) | cold, sync | 1.5 | — | — | — | — | 1 |" in md
     assert "| step counter (20000 20000 1) | warm | 1.5 | 0.99× | — | 0 | 100.0% | 0 |" in md
-    assert "| step counter | warm | 1.5 | 1 | 0; 0 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
+    assert "| step counter | warm | 1.5 | 1 | — | 0; 0 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
     assert "| step counter (20000 20000 1) | cold, async |" not in md  # a mode not run has no row
     assert "| adam | 1.8 | 0.95×; — | —; — | —; — | 1.08×; 1.07× [1.02–1.1] | 2.5 | 1 |" in md
     assert "| wsm5 | native run failed" in md

@@ -66,7 +66,7 @@ def test_eight_threads_on_eight_streams(samples, recorded, tmp_path, mode):
         doc = json.loads((tmp_path / "r.json").read_text())
         (k,) = doc["kernels"]
         assert doc["async_compilation"] == mode and not k["failures"] and k["launch_errors"] == 0
-        if mode == "0" or run == "warm":
+        if mode == "0" or run == "warm":  # auto: the cold run's compile threads finished their queue at exit
             assert k["specialized_launches"] == k["launches"] == 1000 and k["fallback_launches"] == 0
-        else:
-            assert k["specialized_launches"] > 0 and k["specialized_launches"] + k["fallback_launches"] == 1000
+        else:  # a 10 ms run: it may end before the first variant has compiled
+            assert k["specialized_launches"] + k["fallback_launches"] == 1000
