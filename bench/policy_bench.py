@@ -147,8 +147,9 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
         reports = {m: [] for m in times}
         walls: dict[int, dict[str, float]] = {}
         mismatches = []
+        order = random.Random(f"changing-{slug}")
         for rep in range(reps):  # interleaved, so drift hits every mode alike
-            for mode in times:
+            for mode in order.sample(list(times), len(times)):  # in a new order each time: no mode always follows another
                 env = mode_env(mode, shim, work, f"changing-{slug}-{mode}-{rep}".replace(", ", "-"), {"warm": warm_dir})
                 r = run_sample(args, env, 300)
                 if not r["ok"] or r["stdout"] != ref["stdout"]:
@@ -195,8 +196,9 @@ def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
         walls: dict[int, dict[str, float]] = {}
         reports = {m: [] for m in times}
         mismatches, bit_differences = [], []
+        order = random.Random(f"workload-{app}")
         for rep in range(reps):
-            for mode in times:
+            for mode in order.sample(list(times), len(times)):  # in a new order each time: no mode always follows another
                 env = mode_env(mode, shim, work, f"{app}-{mode}-{rep}".replace(", ", "-"), {"prewarmed": prewarmed})
                 r = suite.run_app(app, env, scale, timeout)
                 verified = r["ok"] and all(v.get("ok") for v in (r.get("verify") or {}).values())
