@@ -61,9 +61,11 @@ def shim_costs(reports: list[dict]) -> dict:
     waits = [r.get("shim_wait_ms") or {} for r in reports]
     ks = [r.get("kernels", []) for r in reports]
     return {
-        "wait_ms": {f: med([w.get(f) for w in waits]) for f in ("python_start", "misses", "prepare_compiler", "exit", "compiling")},
+        "wait_ms": {f: med([w.get(f) for w in waits])
+                    for f in ("python_start", "misses", "prepare_compiler", "exit", "compiling", "compiling_checks")},
         "misses": med([w.get("miss_count") for w in waits]),
         "compiling_waits": med([w.get("compiling_count") for w in waits]),
+        "compiling_checks": med([w.get("compiling_check_count") for w in waits]),
         "miss_stages": {f: med([(w.get("miss_stages") or {}).get(f) for w in waits])
                         for f in ("lock", "resolve", "track", "specialize", "queue")},
         "variants_compiled": med([sum(k.get("specializations", 0) for k in kk) for kk in ks]),
@@ -274,7 +276,8 @@ def markdown(doc: dict) -> str:
               "Starting Python happens on the shim's prestart thread while the app creates its CUDA context; "
               "\"misses\" is what launches that missed the shim's table waited, that start included where a launch "
               "came before it finished; \"waited for a variant\" is what launches that asked again for a variant "
-              "still compiling waited while the GPU was busy (auto), and how many did; the misses by stage: "
+              "still compiling waited while the GPU was busy (auto), and how many did (and, in parentheses, those "
+              "that checked their stream, found it idle and did not wait); the misses by stage: "
               "the compile lock / resolving a kernel / the value tracker / the caches or a compilation / queueing.", "",
               "| run | mode | misses (ms) | miss count | by stage (ms) | waited for a variant (ms; launches) | Python start | compiler warm-up | exit | variants compiled | disk hits | specialized |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -288,7 +291,9 @@ def markdown(doc: dict) -> str:
                 st = c.get("miss_stages") or {}
                 stages = " / ".join(str(st.get(f)) for f in ("lock", "resolve", "track", "specialize", "queue")) if st else "—"
                 lines.append(f"| {name} | {mode} | {w.get('misses')} | {c.get('misses')} | {stages} | "
-                             f"{w.get('compiling') or 0}; {c.get('compiling_waits') or 0} | {w.get('python_start')} | "
+                             f"{w.get('compiling') or 0}; {c.get('compiling_waits') or 0}"
+                             + (f" ({w['compiling_checks']}; {c.get('compiling_checks')})" if w.get("compiling_checks") else "")
+                             + f" | {w.get('python_start')} | "
                              f"{w.get('prepare_compiler')} | {w.get('exit')} | {c.get('variants_compiled')} | {c.get('disk_hits')} | "
                              f"{'' if share is None else f'{100 * share:.1f}%'} |")
     return "\n".join(lines) + "\n"

@@ -330,7 +330,7 @@ def report(report_file, as_json):
     The report is written at exit by a run under the shim with PROTEUS_REPORT=FILE. Columns:
     launches; specialized, the share that ran a specialized variant; variants compiled in the
     run and served from the memory and disk caches; compile ms; launches that ran the
-    original kernel while a variant compiled (asynchronous compilation), because the compile
+    original kernel while a variant compiled in the background, because the compile
     budget was spent, or after a failure; and the arguments the value tracker stopped folding.
     """
     doc = _read_report(report_file)
@@ -352,6 +352,7 @@ def report(report_file, as_json):
                 "fallbacks": int(k.get("fallback_launches", 0)),
                 "failures": dict(k.get("failures") or {}),
                 "unfolded_by_tracker": list(tracker.get("stopped_folding", [])),
+                "not_compiled": len(k.get("not_compiled") or []),
             })
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", report_file) from None
@@ -376,6 +377,10 @@ def report(report_file, as_json):
             line += "; the compiler was warmed up there too"
         elif waits.get("prepare_compiler"):
             line += f"; compiler warm-up on an app thread: {waits['prepare_compiler']} ms"
+        if waits.get("compiling_count"):
+            n = waits["compiling_count"]
+            line += (f"; {n:,} launch{'es' if n != 1 else ''} waited {waits.get('compiling', 0)} ms in all for a variant "
+                     "compiling in the background, the GPU busy meanwhile")
         click.echo(line)
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col, right in (("kernel", False), ("launches", True), ("specialized", True), ("compiled", True),
@@ -392,6 +397,9 @@ def report(report_file, as_json):
     for r in rows:
         for reason, n in r["failures"].items():
             click.echo(f"{r['kernel']}: {n} x {reason}")
+        if r["not_compiled"]:
+            click.echo(f"{r['kernel']}: {r['not_compiled']} variant(s) queued but not compiled when the run ended "
+                       "(`proteus-rewrite prewarm` compiles them)")
 
 
 def _store_path(path: str) -> str:

@@ -373,7 +373,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
     launch started it), the number of misses, the compiler warm-up, the wait for compile threads
     at exit; then what the prestart thread did (bit 0 Python, bit 1 the compiler); then the
     launches that waited for a variant compiling in the background: their time and number; then
-    the misses' time by stage (the lock, resolving, tracking, specializing, queueing)."""
+    the misses' time by stage (the lock, resolving, tracking, specializing, queueing); then the
+    launches that checked their stream for such a variant and did not wait: time and number."""
     assert _state is not None
     if _profile is not None:
         _profile.disable()
@@ -432,7 +433,11 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
                          # where the misses' time went: the compile lock, a kernel's first launch,
                          # the value tracker, the caches (or, compiling there, the compilation), queueing
                          **({"miss_stages": dict(zip(("lock", "resolve", "track", "specialize", "queue"),
-                                                     (round(w / 1e6, 2) for w in waits[8:13])))} if len(waits) > 12 else {})},
+                                                     (round(w / 1e6, 2) for w in waits[8:13])))} if len(waits) > 12 else {}),
+                         # launches that asked again for a variant still compiling, found their
+                         # stream idle and ran the original: the time that check took
+                         **({"compiling_checks": round(waits[13] / 1e6, 2), "compiling_check_count": waits[14]}
+                            if len(waits) > 14 else {})},
         # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
         "prestart": {"python": bool(waits[5] & 1), "compiler": bool(waits[5] & 2)} if len(waits) > 5 else {},
         "stores": [t.app.name for t in _state.tables],

@@ -148,6 +148,7 @@ static var_reg *all_vars;
 static _Atomic uint64_t n_variants;
 _Atomic uint64_t unknown_launches;
 _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns, n_awaits;
+static _Atomic uint64_t t_check_ns, n_checks;   /* await_variant's checks that did not wait */
 /* Where the misses' time went (the report's miss_stages): waiting for the compile lock,
  * resolving a kernel (its first launch), the tracker, the caches or a compilation, queueing. */
 enum { MISS_LOCK, MISS_RESOLVE, MISS_TRACK, MISS_SPECIALIZE, MISS_QUEUE, MISS_STAGES };
@@ -967,8 +968,8 @@ static int stream_busy(CUstream s) {
 static CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
   if (g_async != ASYNC_AUTO) return NULL;
   if (atomic_exchange_explicit(&ki->unserved, e->hash, memory_order_relaxed) != e->hash) return NULL;
-  if (py.GILStateCheck && py.GILStateCheck()) return NULL;
   uint64_t t0 = now_ns();
+  if (py.GILStateCheck && py.GILStateCheck()) return NULL;
   unsigned rounds = 0;
   while (atomic_load_explicit(&e->pending, memory_order_acquire) && !__atomic_load_n(&q_stop, __ATOMIC_ACQUIRE) &&
          stream_busy(stream)) {
@@ -978,6 +979,9 @@ static CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
   if (rounds) {
     atomic_fetch_add(&t_await_ns, now_ns() - t0);
     atomic_fetch_add(&n_awaits, 1);
+  } else {   /* asked the stream and found it idle: what that costs a host-bound loop */
+    atomic_fetch_add(&t_check_ns, now_ns() - t0);
+    atomic_fetch_add(&n_checks, 1);
   }
   return atomic_load_explicit(&e->fn, memory_order_acquire);
 }
@@ -1425,7 +1429,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
+    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches),
                                   (unsigned long long)atomic_load(&t_python_ns), (unsigned long long)atomic_load(&t_miss_ns),
                                   (unsigned long long)atomic_load(&n_misses), (unsigned long long)atomic_load(&t_prepare_ns),
@@ -1433,7 +1437,8 @@ __attribute__((destructor)) static void proteus_fini(void) {
                                   (unsigned long long)atomic_load(&t_await_ns), (unsigned long long)atomic_load(&n_awaits),
                                   (unsigned long long)atomic_load(&t_stage_ns[MISS_LOCK]), (unsigned long long)atomic_load(&t_stage_ns[MISS_RESOLVE]),
                                   (unsigned long long)atomic_load(&t_stage_ns[MISS_TRACK]), (unsigned long long)atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
-                                  (unsigned long long)atomic_load(&t_stage_ns[MISS_QUEUE]));
+                                  (unsigned long long)atomic_load(&t_stage_ns[MISS_QUEUE]),
+                                  (unsigned long long)atomic_load(&t_check_ns), (unsigned long long)atomic_load(&n_checks));
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }

@@ -169,6 +169,7 @@ static void test_await_variant(void) {
   EXPECT(now_ns() - t0 >= 15 * 1000 * 1000 && atomic_load(&a->pending) == 1 && atomic_load(&n_awaits) == 2);
   pthread_join(t, NULL);
   EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 2);   /* idle from the start: no wait */
+  EXPECT(atomic_load(&n_checks) == 2);   /* that, and the capturing stream: checked, not waited */
   atomic_store(&gpu_busy, 1);
   g_async = ASYNC_ON;   /* upstream's asynchronous mode never waits */
   EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 2);

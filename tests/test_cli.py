@@ -128,13 +128,15 @@ def test_cache_commands(samples, tmp_path):
 
 REPORT = {
     "tool": "proteus-rewrite 0.1.0", "pid": 42, "seconds": 1.5, "driver_version": 13000, "unknown_handle_launches": 3,
-    "shim_wait_ms": {"python_start": 61.5, "misses": 310.25, "miss_count": 12, "prepare_compiler": 0.0, "exit": 4.5},
+    "shim_wait_ms": {"python_start": 61.5, "misses": 310.25, "miss_count": 12, "prepare_compiler": 0.0, "exit": 4.5,
+                     "compiling": 93.5, "compiling_count": 5},
     "prestart": {"python": True, "compiler": False},
     "kernels": [
         {"name": "_Z4stepPfi", "demangled": "step(float*, int)", "launches": 1000, "specialized_launches": 900,
          "specializations": 10, "memory_cache_hits": 1, "disk_cache_hits": 2, "compile_ms": 123.4,
          "launches_while_compiling": 40, "budget_refusals": 50, "fallback_launches": 100,
-         "failures": {"ptx: injected fault": 2}, "tracker": {"stopped_folding": ["1"]}},
+         "failures": {"ptx: injected fault": 2}, "tracker": {"stopped_folding": ["1"]},
+         "not_compiled": [{"args": {}, "grid": [1, 1, 1], "block": [1, 1, 1], "arch": 90}]},
         {"name": "_Z4idlev", "demangled": "idle()", "launches": 0, "specialized_launches": 0, "specializations": 0,
          "fallback_launches": 0},
     ],
@@ -152,6 +154,8 @@ def test_report_summarizes_a_run_per_kernel(tmp_path):
     assert "step(float*, int): 2 x ptx: injected fault" in r.stdout
     assert ("the app waited on the shim 310.25 ms over 12 misses and 4.5 ms at exit; Python started in 61.5 ms on the "
             "prestart thread, beside the app") in r.stdout and "compiler" not in r.stdout.splitlines()[1]
+    assert "; 5 launches waited 93.5 ms in all for a variant compiling in the background" in r.stdout
+    assert "step(float*, int): 1 variant(s) queued but not compiled when the run ended" in r.stdout
     summary = json.loads(run_cli("report", "--json", str(path)).stdout)
     assert summary["shim_wait_ms"]["miss_count"] == 12
     rows = summary["kernels"]
