@@ -249,8 +249,9 @@ def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
         tracker.before({**{i: args[offsets[i] : offsets[i] + record.params[i].size] for i in tracker.folded},
                         BLOCK: struct.pack("<3I", *block), GRID: struct.pack("<3I", *grid)})
         if len(tracker.dropped) != before and stats.policy_key:  # the next run starts from here
+            # on the launching thread: a policy is a few bytes, the cap is the compile thread's to keep
             _state.cache.put(Entry(stats.policy_key, POLICY_KIND, record.arch, encode_learned(tracker.dropped),
-                                   {"kernel": record.demangled}))
+                                   {"kernel": record.demangled}), enforce_cap=False)
     except Exception as exc:  # never into C; the policy simply stays as it was
         _warn_once(f"track:{record.name}", f"{record.demangled}: value tracker: {type(exc).__name__}: {exc}")
     return struct.pack("<I", tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
