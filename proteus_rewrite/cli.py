@@ -398,8 +398,8 @@ def report(report_file, as_json):
         for reason, n in r["failures"].items():
             click.echo(f"{r['kernel']}: {n} x {reason}")
         if r["not_compiled"]:
-            click.echo(f"{r['kernel']}: {r['not_compiled']} variant(s) queued but not compiled when the run ended "
-                       "(`proteus-rewrite prewarm` compiles them)")
+            click.echo(f"{r['kernel']}: {r['not_compiled']} variant(s) queued but never compiled (the tracker moved "
+                       "past them, or the run ended first); `proteus-rewrite prewarm` compiles what the next run needs")
 
 
 def _store_path(path: str) -> str:
