@@ -260,10 +260,12 @@ def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
 MAX_QUEUED_RECORDS = 256  # per kernel; a value that changes on every launch stops being folded long before
 
 
-def _launch_record(raw, folded, unknown_dims, arch, block, grid, globals_, addrs) -> dict:
-    """A launch as the report records it: enough to compile its variant again offline (prewarm)."""
-    return {"args": {str(i): raw[i].hex() for i in folded}, "unknown_dims": sorted(unknown_dims), "arch": arch,
+def _launch_record(raw, folded, unknown_dims, arch, block, grid, globals_, addrs) -> tuple[str, dict]:
+    """A launch as the report records it, enough to compile its variant again offline
+    (prewarm), and the text that identifies it among a kernel's queued variants."""
+    spec = {"args": {str(i): raw[i].hex() for i in folded}, "unknown_dims": sorted(unknown_dims), "arch": arch,
             "block": list(block), "grid": list(grid), "globals": {g: a for g, a in zip(globals_, addrs)}}
+    return json.dumps(spec, sort_keys=True), spec
 
 
 def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int | str,
@@ -303,8 +305,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
     except spec_mod.CompileBudgetSpent as exc:
         if cached_only and may_compile:  # not in a cache: the shim queues it for a compile thread
             if len(stats.queued) < MAX_QUEUED_RECORDS:
-                spec = _launch_record(raw, exc.folded, unknown_dims, arch, block, grid, record.globals, addrs)
-                stats.queued[json.dumps(spec, sort_keys=True)] = spec
+                ident, spec = _launch_record(raw, exc.folded, unknown_dims, arch, block, grid, record.globals, addrs)
+                stats.queued[ident] = spec
             return b""
         stats.budget_refusals += 1  # policy, not a failure: no warning
         _trace("specialization", f"{record.demangled}: compile budget spent ({stats.compile_ms:.0f} ms compiling, "
@@ -315,8 +317,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         stats.failures[reason] = stats.failures.get(reason, 0) + 1
         _warn_once(f"spec:{record.name}", f"{record.demangled}: not specialized ({reason}); running the original kernel")
         return None
-    spec = _launch_record(raw, tuple(result.folded), unknown_dims, arch, block, grid, record.globals, addrs)
-    stats.queued.pop(json.dumps(spec, sort_keys=True), None)
+    ident, spec = _launch_record(raw, tuple(result.folded), unknown_dims, arch, block, grid, record.globals, addrs)
+    stats.queued.pop(ident, None)
     if result.source == "compiled":
         stats.specializations += 1
         stats.compile_ms += result.timings_ms.get("total", 0.0)

@@ -848,14 +848,18 @@ static void stop_workers(void) {
   pthread_mutex_unlock(&q_lock);
 }
 
-static int env_true(const char *v) {   /* PROTEUS_*'s booleans: 1, true, yes, on (config.py checks the rest) */
-  return v && (!strcasecmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
-}
-
 static void read_async_env(void) {   /* jit_lock held */
   if (g_async >= 0) return;
-  const char *a = getenv("PROTEUS_ASYNC_COMPILATION"), *t = getenv("PROTEUS_ASYNC_THREADS");
-  g_async = !a || !a[0] || !strcasecmp(a, "auto") ? ASYNC_AUTO : env_true(a) ? ASYNC_ON : ASYNC_OFF;
+  const char *raw = getenv("PROTEUS_ASYNC_COMPILATION"), *t = getenv("PROTEUS_ASYNC_THREADS");
+  char a[16] = "";   /* as config.py reads it (which refuses anything else): blanks around ignored */
+  if (raw) {
+    while (*raw == ' ' || *raw == '\t') raw++;
+    size_t n = strcspn(raw, " \t");
+    if (n < sizeof a) { memcpy(a, raw, n); a[n] = 0; }
+  }
+  g_async = !a[0] || !strcasecmp(a, "auto") ? ASYNC_AUTO
+            : !strcasecmp(a, "1") || !strcasecmp(a, "true") || !strcasecmp(a, "yes") || !strcasecmp(a, "on") ? ASYNC_ON
+            : ASYNC_OFF;
   g_async_threads = t && atoi(t) > 0 ? atoi(t) : 1;
   if (g_async_threads > 64) g_async_threads = 64;
 }

@@ -211,11 +211,25 @@ static void test_exit_drains_the_queue(void) {
   for (int i = 0; i < 3; i++) free(e[i]);
 }
 
+/* PROTEUS_ASYNC_COMPILATION as config.py reads it: unset, blank or auto; 1/true/yes/on; 0/off. */
+static void test_async_env(void) {
+  const char *values[] = {NULL, "", " Auto ", "1", "on", "0", "off"};
+  int want[] = {ASYNC_AUTO, ASYNC_AUTO, ASYNC_AUTO, ASYNC_ON, ASYNC_ON, ASYNC_OFF, ASYNC_OFF};
+  for (int i = 0; i < 7; i++) {
+    if (values[i]) setenv("PROTEUS_ASYNC_COMPILATION", values[i], 1); else unsetenv("PROTEUS_ASYNC_COMPILATION");
+    g_async = -1;
+    read_async_env();
+    EXPECT(g_async == want[i]);
+  }
+  unsetenv("PROTEUS_ASYNC_COMPILATION");
+}
+
 int main(void) {
   test_hash();
   test_handles();
   test_keys_and_variants();
   test_policy_race();
+  test_async_env();
   test_exit_drains_the_queue();
   test_await_variant();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }

@@ -230,11 +230,20 @@ def test_textual_pipeline_is_applied(table):
         ({"PROTEUS_SPECIALIZE_ARGS": "maybe"}, "expected 0 or 1"),
         ({"PROTEUS_PTX_COMPILER": "nvcc"}, "PROTEUS_PTX_COMPILER"),
         ({"PROTEUS_TUNED_KERNELS": "/nonexistent.json"}, "cannot read"),
+        ({"PROTEUS_ASYNC_COMPILATION": "2"}, "expected 0, 1 or auto"),
+        ({"PROTEUS_ASYNC_THREADS": "0"}, "expected 1 to 64"),
+        ({"PROTEUS_ASYNC_THREADS": "many"}, "PROTEUS_ASYNC_THREADS='many'"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(env, message):
     with pytest.raises(SpecializeError, match=message):
         Config.from_env(env)
+
+
+@pytest.mark.parametrize("value, mode", [(None, "auto"), ("", "auto"), (" Auto ", "auto"), ("0", "0"), ("off", "0"),
+                                         ("1", "1"), ("yes", "1")])
+def test_async_compilation_modes(value, mode):
+    assert Config.from_env({} if value is None else {"PROTEUS_ASYNC_COMPILATION": value}).async_compilation == mode
 
 
 def test_unknown_pipeline_pass_lists_the_supported_ones(table):

@@ -78,11 +78,11 @@ class Config:
     tracker_ratio: float = 0.5  # PROTEUS_TRACKER_RATIO: R
     compile_budget: float = 0.1  # PROTEUS_COMPILE_BUDGET: fraction of the kernel's GPU time; 0 = no budget
     compile_grace_ms: float = 2000.0  # PROTEUS_COMPILE_GRACE_MS: what any kernel may spend regardless
-    # Read by the shim, checked here. 0: compile on the launching thread; 1: in the background,
-    # the original kernel running meanwhile (upstream's two); auto (ours, the default): in the
-    # background, and a launch that asks again for a variant still compiling waits for it.
+    # Read by the shim, checked here (as is PROTEUS_ASYNC_THREADS, 1 to 64); kept for the report.
+    # 0: compile on the launching thread; 1: in the background, the original kernel running
+    # meanwhile (upstream's two); auto (ours, the default): in the background, and a launch that
+    # asks again for a variant still compiling waits for it.
     async_compilation: str = "auto"  # PROTEUS_ASYNC_COMPILATION
-    async_threads: int = 1  # PROTEUS_ASYNC_THREADS
 
     def for_kernel(self, *names: str) -> CodegenConfig:
         for n in names:
@@ -125,8 +125,7 @@ class Config:
         mode = {"true": "1", "yes": "1", "on": "1", "false": "0", "no": "0", "off": "0"}.get(mode, mode)
         if mode not in ASYNC_MODES:
             raise SpecializeError(f"PROTEUS_ASYNC_COMPILATION={env['PROTEUS_ASYNC_COMPILATION']!r}: expected 0, 1 or auto")
-        threads = int(_number(env, "PROTEUS_ASYNC_THREADS", 1, integer=True))
-        if not 1 <= threads <= 64:
+        if not 1 <= _number(env, "PROTEUS_ASYNC_THREADS", 1, integer=True) <= 64:
             raise SpecializeError(f"PROTEUS_ASYNC_THREADS={env['PROTEUS_ASYNC_THREADS']!r}: expected 1 to 64")
         return cls(
             tracker=_bool(env, "PROTEUS_TRACKER", True),
@@ -135,7 +134,6 @@ class Config:
             compile_budget=_number(env, "PROTEUS_COMPILE_BUDGET", 0.1),
             compile_grace_ms=_number(env, "PROTEUS_COMPILE_GRACE_MS", 2000.0),
             async_compilation=mode,
-            async_threads=threads,
             codegen=codegen,
             tuned=_tuned(env.get("PROTEUS_TUNED_KERNELS"), codegen),
             disable=_bool(env, "PROTEUS_DISABLE", False),
