@@ -343,7 +343,7 @@ static int start_python(void) {
       char *code = malloc(cap);
       if (!code) return 0;
       /* The switch interval: a launching thread that needs the GIL (a miss asks the tracker and
-       * the caches) while a compile thread runs Python waited up to the default 5 ms for it,
+       * the caches) while a compile thread runs Python can wait up to the default 5 ms for it,
        * at every miss. Our own interpreter only: a host Python keeps its setting. */
       int n = snprintf(code, cap, "import sys\nrecorded = r'''%s'''.splitlines()\n"
                                   "sys.path[:] = recorded + [p for p in sys.path if p not in recorded]\n"
