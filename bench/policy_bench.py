@@ -28,6 +28,7 @@ import datetime
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -73,6 +74,8 @@ def shim_costs(reports: list[dict]) -> dict:
         "specialized_share": med([sum(k.get("specialized_launches", 0) for k in kk) / max(1, sum(k.get("launches", 0) for k in kk))
                                   for kk in ks]),
         "prestart": reports[0].get("prestart"),
+        "threads_ms": {f: med([(r.get("threads_ms") or {}).get(f) for r in reports])
+                       for f in ("app_main_wall", "app_main_cpu", "compile_threads_cpu", "prestart_cpu", "after_main", "report")},
     }
 
 
@@ -116,10 +119,17 @@ def paired(walls: dict[int, dict[str, float]], mode: str, resamples: int = 2000)
 
 
 def run_sample(args: tuple[str, ...], env: dict, timeout: float) -> dict:
+    """One run: its wall time, and what the kernel counted for it (CPU time of all its threads,
+    context switches: the run is the only child waited for meanwhile)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([str(SAMPLES / "changing_scalars"), *args], capture_output=True, text=True,
                           env={**os.environ, **env}, timeout=timeout)
-    return {"ok": proc.returncode == 0, "wall_s": time.perf_counter() - t0, "stdout": proc.stdout,
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    usage = {"user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime,
+             "voluntary_switches": after.ru_nvcsw - before.ru_nvcsw, "involuntary_switches": after.ru_nivcsw - before.ru_nivcsw}
+    return {"ok": proc.returncode == 0, "wall_s": wall, "stdout": proc.stdout, "usage": usage,
             "error": None if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr[-800:]}"}
 
 
@@ -147,6 +157,7 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
         run_sample(args, {**shim, "PROTEUS_CACHE_DIR": str(warm_dir)}, 300)  # fills the warm cache
         times = {m: [] for m in ("native", *modes)}
         reports = {m: [] for m in times}
+        usage = {m: [] for m in times}
         walls: dict[int, dict[str, float]] = {}
         mismatches = []
         order = random.Random(f"changing-{slug}")
@@ -158,6 +169,7 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
                     mismatches.append({"mode": mode, "rep": rep, "error": r["error"] or "output differs from native"})
                     continue
                 times[mode].append(r["wall_s"])
+                usage[mode].append(r["usage"])
                 walls.setdefault(rep, {})[mode] = r["wall_s"]
                 if "PROTEUS_REPORT" in env:
                     reports[mode].append(json.loads(Path(env["PROTEUS_REPORT"]).read_text()))
@@ -169,6 +181,8 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
             "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native},
             "cold_report": {f: k.get(f) for f in ("launches", "specialized_launches", "specializations", "compile_ms", "tracker")},
             "shim": {m: shim_costs(rs) for m, rs in reports.items() if rs},
+            # the process's CPU (all threads) and context switches, medians per mode
+            "usage": {m: {f: round(statistics.median(u[f] for u in us), 3) for f in us[0]} for m, us in usage.items() if us},
             # each mode against the native run of the same repetition (run next to it)
             "paired": {m: p for m in modes if (p := paired(walls, m))},
         }
@@ -260,6 +274,18 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {name} ({' '.join(r['args'])}) | {mode} | {r['modes']['native'].get('median')} | "
                          f"{_x(r['speedup'].get(mode))} | {_p(r, mode)} | {c.get('variants_compiled', '—')} | "
                          f"{'—' if share is None else f'{100 * share:.1f}%'} | {bad} |")
+    lines += ["", "### Where the CPU went (medians)", "",
+              "The process: user and system CPU of all its threads, and its context switches (from the kernel). "
+              "The app's main(): its wall time and its thread's CPU (the shim wraps main; shim runs only). "
+              "The shim's compile threads and prestart thread: their CPU. After main: from main's return to the report.", "",
+              "| configuration | mode | user s | sys s | switches vol. / invol. | main() wall ms | main() CPU ms | compile threads CPU ms | prestart CPU ms | after main ms |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in doc["changing_scalars"].items():
+        for mode, u in (r.get("usage") or {}).items():
+            t = ((r.get("shim") or {}).get(mode) or {}).get("threads_ms") or {}
+            lines.append(f"| {name} | {mode} | {u['user_s']} | {u['sys_s']} | {u['voluntary_switches']} / {u['involuntary_switches']} | "
+                         + " | ".join(str(t.get(f, '—')) for f in ("app_main_wall", "app_main_cpu", "compile_threads_cpu",
+                                                                    "prestart_cpu", "after_main")) + " |")
     lines += ["", "## Workloads: cold (default, synchronous, asynchronous) vs prewarmed", "",
               "Each cell: speedup of medians; paired median [95% interval].", "",
               "| workload | native s | " + " | ".join(WORKLOAD_MODES) + " | prewarm s | mismatches |",

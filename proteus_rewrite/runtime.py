@@ -377,7 +377,10 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
     at exit; then what the prestart thread did (bit 0 Python, bit 1 the compiler); then the
     launches that waited for a variant compiling in the background: their time and number; then
     the misses' time by stage (the lock, resolving, tracking, specializing, queueing); then the
-    launches that checked their stream for such a variant and did not wait: time and number."""
+    launches that checked their stream for such a variant and did not wait: time and number;
+    then the app's main() (wall, its thread's CPU), the compile threads' and the prestart
+    thread's CPU, and the time from main's return to the report (exit handlers, destructors)."""
+    t_report = time.perf_counter()
     assert _state is not None
     if _profile is not None:
         _profile.disable()
@@ -441,12 +444,19 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
                          # stream idle and ran the original: the time that check took
                          **({"compiling_checks": round(waits[13] / 1e6, 2), "compiling_check_count": waits[14]}
                             if len(waits) > 14 else {})},
+        # where the CPU went: the app's main() (where the shim wraps it; 0 elsewhere) against
+        # the shim's own threads, and what came between main's return and this report
+        **({"threads_ms": {"app_main_wall": round(waits[15] / 1e6, 2), "app_main_cpu": round(waits[16] / 1e6, 2),
+                           "compile_threads_cpu": round(waits[17] / 1e6, 2), "prestart_cpu": round(waits[18] / 1e6, 2),
+                           "after_main": round(waits[19] / 1e6, 2)}} if len(waits) > 19 else {}),
         # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
         "prestart": {"python": bool(waits[5] & 1), "compiler": bool(waits[5] & 2)} if len(waits) > 5 else {},
         "stores": [t.app.name for t in _state.tables],
         "cache": {name: vars(s) for name, s in _state.cache.stats().items()},
         "kernels": kernels,
     }
+    if "threads_ms" in doc:   # this report's own cost, up to writing it (a cold run's is larger)
+        doc["threads_ms"]["report"] = round((time.perf_counter() - t_report) * 1e3, 2)
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".report-", dir=directory)

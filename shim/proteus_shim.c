@@ -149,6 +149,16 @@ static _Atomic uint64_t n_variants;
 _Atomic uint64_t unknown_launches;
 _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns, n_awaits;
 static _Atomic uint64_t t_check_ns, n_checks;   /* await_variant's checks that did not wait */
+/* Where the CPU went (the report's threads_ms): the app's main() (wall and its thread's CPU,
+ * where the shim wraps main), and the CPU of the shim's own threads. A cold run that is slower
+ * than a warm one with no more counted waits shows here whether the app's thread did more work
+ * (contention for its core) or waited outside the shim. */
+static _Atomic uint64_t t_main_end_ns, t_main_wall_ns, t_main_cpu_ns, t_worker_cpu_ns, t_prestart_cpu_ns;
+static uint64_t thread_cpu_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 /* Where the misses' time went (the report's miss_stages): waiting for the compile lock,
  * resolving a kernel (its first launch), the tracker, the caches or a compilation, queueing. */
 enum { MISS_LOCK, MISS_RESOLVE, MISS_TRACK, MISS_SPECIALIZE, MISS_QUEUE, MISS_STAGES };
@@ -423,6 +433,7 @@ static void prepare_compiler(int arch, int app_thread) {
 
 static void *prestart_main(void *arg) {
   int cuda = arg != NULL;
+  uint64_t c0 = thread_cpu_ns();
   if (cuda && !real_cuDriverGetVersion) *(void **)&real_cuDriverGetVersion = cuda_sym("cuDriverGetVersion");   /* needs no cuInit */
   pthread_mutex_lock(&jit_lock);
   int ok = python_ready();
@@ -444,6 +455,7 @@ static void *prestart_main(void *arg) {
     pthread_cond_broadcast(&pre_cond);
     pthread_mutex_unlock(&pre_lock);
   }
+  atomic_fetch_add(&t_prestart_cpu_ns, thread_cpu_ns() - c0);
   return NULL;
 }
 
@@ -500,7 +512,11 @@ typedef int (*main_fn)(int, char **, char **);
 static main_fn app_main;
 
 static int wrapped_main(int argc, char **argv, char **envp) {
+  uint64_t w0 = now_ns(), c0 = thread_cpu_ns();
   int r = app_main(argc, argv, envp);
+  atomic_store(&t_main_cpu_ns, thread_cpu_ns() - c0);
+  atomic_store(&t_main_end_ns, now_ns());
+  atomic_store(&t_main_wall_ns, atomic_load(&t_main_end_ns) - w0);
   before_exit();
   return r;
 }
@@ -796,6 +812,7 @@ static void *worker(void *arg) {
 
     CUfunction fn = NULL;
     int compiled = 0;
+    uint64_t c0 = thread_cpu_ns();
     /* A job queued before the tracker changed the kernel's policy has a key no launch makes
      * any more: skip it, so the variant the launches now ask for is not stuck behind it. */
     if (j->gen == atomic_load(&j->ki->gen) && real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
@@ -808,6 +825,7 @@ static void *worker(void *arg) {
     atomic_store_explicit(&j->e->fn, fn, memory_order_release);
     atomic_store_explicit(&j->e->pending, 0, memory_order_release);
     free_job(j);
+    atomic_fetch_add(&t_worker_cpu_ns, thread_cpu_ns() - c0);
 
     pthread_mutex_lock(&q_lock);
     if (compiled && !q_stop) atexit(stop_workers);   /* after whatever that compilation made first */
@@ -1414,6 +1432,7 @@ __attribute__((constructor)) static void proteus_init(void) {
 __attribute__((destructor)) static void proteus_fini(void) {
   const char *path = getenv("PROTEUS_REPORT");
   if (!path || !all_kernels) return;
+  uint64_t end = atomic_load(&t_main_end_ns), after_main = end ? now_ns() - end : 0;   /* exit handlers, other destructors */
   /* per kernel: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch errors,
    * launches while compiling, sampled GPU ms x 1000, name\0 */
   size_t n = 0;
@@ -1433,7 +1452,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
+    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches),
                                   (unsigned long long)atomic_load(&t_python_ns), (unsigned long long)atomic_load(&t_miss_ns),
                                   (unsigned long long)atomic_load(&n_misses), (unsigned long long)atomic_load(&t_prepare_ns),
@@ -1442,7 +1461,10 @@ __attribute__((destructor)) static void proteus_fini(void) {
                                   (unsigned long long)atomic_load(&t_stage_ns[MISS_LOCK]), (unsigned long long)atomic_load(&t_stage_ns[MISS_RESOLVE]),
                                   (unsigned long long)atomic_load(&t_stage_ns[MISS_TRACK]), (unsigned long long)atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
                                   (unsigned long long)atomic_load(&t_stage_ns[MISS_QUEUE]),
-                                  (unsigned long long)atomic_load(&t_check_ns), (unsigned long long)atomic_load(&n_checks));
+                                  (unsigned long long)atomic_load(&t_check_ns), (unsigned long long)atomic_load(&n_checks),
+                                  (unsigned long long)atomic_load(&t_main_wall_ns), (unsigned long long)atomic_load(&t_main_cpu_ns),
+                                  (unsigned long long)atomic_load(&t_worker_cpu_ns), (unsigned long long)atomic_load(&t_prestart_cpu_ns),
+                                  (unsigned long long)after_main);
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }

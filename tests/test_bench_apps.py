@@ -115,7 +115,14 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
                                                  "shim": {"warm": {"wait_ms": {"python_start": 90.0, "misses": 1.5,
                                                                                "prepare_compiler": 0.0, "exit": 0.0},
                                                                    "misses": 1, "variants_compiled": 0, "disk_hits": 1,
-                                                                   "specialized_share": 1.0}},
+                                                                   "specialized_share": 1.0,
+                                                                   "threads_ms": {"app_main_wall": 700.0, "app_main_cpu": 650.5,
+                                                                                  "compile_threads_cpu": 0.0, "prestart_cpu": 310.0,
+                                                                                  "after_main": 2.5}}},
+                                                 "usage": {"native": {"user_s": 0.7, "sys_s": 0.2, "voluntary_switches": 40,
+                                                                      "involuntary_switches": 3},
+                                                           "warm": {"user_s": 1.1, "sys_s": 0.3, "voluntary_switches": 90,
+                                                                    "involuntary_switches": 5}},
                                                  "cold_report": {"specializations": 10, "specialized_launches": 20000,
                                                                  "launches": 20000}}},
            "workloads": {"adam": {"modes": {"native": {"median": 1.8}}, "speedup": {"cold": 0.95, "prewarmed": 1.08},
@@ -128,6 +135,8 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert "| step counter (20000 20000 1) | warm | 1.5 | 0.99× | — | 0 | 100.0% | 0 |" in md
     assert "| step counter | warm | 1.5 | 1 | — | 0; 0 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
     assert "| step counter (20000 20000 1) | cold, async |" not in md  # a mode not run has no row
+    assert "| step counter | native | 0.7 | 0.2 | 40 / 3 | — | — | — | — | — |" in md  # no shim, no threads
+    assert "| step counter | warm | 1.1 | 0.3 | 90 / 5 | 700.0 | 650.5 | 0.0 | 310.0 | 2.5 |" in md
     assert "| adam | 1.8 | 0.95×; — | —; — | —; — | 1.08×; 1.07× [1.02–1.1] | 2.5 | 1 |" in md
     assert "| wsm5 | native run failed" in md
     walls = {i: {"native": 1.0, "cold": 1.0 / r} for i, r in enumerate((0.9, 1.0, 1.1, 1.0, 1.0))}
