@@ -28,6 +28,7 @@ import datetime
 import json
 import os
 import random
+import re
 import resource
 import statistics
 import subprocess
@@ -124,12 +125,14 @@ def run_sample(args: tuple[str, ...], env: dict, timeout: float) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([str(SAMPLES / "changing_scalars"), *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=timeout)
+                          env={**os.environ, **env, "SAMPLE_TIMES": "1"}, timeout=timeout)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     usage = {"user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime,
              "voluntary_switches": after.ru_nvcsw - before.ru_nvcsw, "involuntary_switches": after.ru_nivcsw - before.ru_nivcsw}
-    return {"ok": proc.returncode == 0, "wall_s": wall, "stdout": proc.stdout, "usage": usage,
+    times = re.search(r"^times: context ([\d.]+) ms, work ([\d.]+) ms$", proc.stderr, re.M)
+    phases = {"context_s": float(times[1]) / 1e3, "work_s": float(times[2]) / 1e3} if times else {}
+    return {"ok": proc.returncode == 0, "wall_s": wall, "stdout": proc.stdout, "usage": usage, "phases": phases,
             "error": None if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr[-800:]}"}
 
 
@@ -159,6 +162,7 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
         reports = {m: [] for m in times}
         usage = {m: [] for m in times}
         walls: dict[int, dict[str, float]] = {}
+        phase_walls: dict[str, dict[int, dict[str, float]]] = {"context_s": {}, "work_s": {}}
         mismatches = []
         order = random.Random(f"changing-{slug}")
         for rep in range(reps):  # interleaved, so drift hits every mode alike
@@ -171,6 +175,8 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
                 times[mode].append(r["wall_s"])
                 usage[mode].append(r["usage"])
                 walls.setdefault(rep, {})[mode] = r["wall_s"]
+                for phase, t in r["phases"].items():
+                    phase_walls[phase].setdefault(rep, {})[mode] = t
                 if "PROTEUS_REPORT" in env:
                     reports[mode].append(json.loads(Path(env["PROTEUS_REPORT"]).read_text()))
         med = {m: suite.stats(t) for m, t in times.items()}
@@ -185,6 +191,10 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
             "usage": {m: {f: round(statistics.median(u[f] for u in us), 3) for f in us[0]} for m, us in usage.items() if us},
             # each mode against the native run of the same repetition (run next to it)
             "paired": {m: p for m in modes if (p := paired(walls, m))},
+            # the same for the sample's own phases (SAMPLE_TIMES): creating the CUDA context, then
+            # the work, where every launch, miss and wait of the shim falls; Python's start and
+            # the exit drain fall outside both, in the whole run's figure above
+            "paired_phases": {ph: {m: p for m in modes if (p := paired(pw, m))} for ph, pw in phase_walls.items() if pw},
         }
         suite.log(f"changing_scalars {name}: " + ", ".join(f"{m} {v}x" for m, v in out[name]["speedup"].items()))
     return out
@@ -243,9 +253,9 @@ def _x(v) -> str:
     return f"{v}×" if v is not None else "—"
 
 
-def _p(r: dict, mode: str) -> str:
-    """A paired ratio with its interval: 1.01× [0.99–1.03]."""
-    p = (r.get("paired") or {}).get(mode)
+def _p(r: dict, mode: str, phase: str | None = None) -> str:
+    """A paired ratio with its interval: 1.01× [0.99–1.03]; of the whole run, or of a phase."""
+    p = ((r.get("paired_phases") or {}).get(phase) or {} if phase else r.get("paired") or {}).get(mode)
     return f"{p['median']}× [{p['ci95'][0]}–{p['ci95'][1]}]" if p else "—"
 
 
@@ -255,7 +265,10 @@ def markdown(doc: dict) -> str:
              "Speedup: native median wall time / the mode's median. Paired: native / mode within each repetition "
              "(the modes run interleaved, each next to a native run), the median over repetitions and its 95% "
              "bootstrap interval; it is the figure to read, since these machines' runs vary by 10-40% "
-             "from one to the next.", "",
+             "from one to the next. Paired, context / work: the same for the two phases changing_scalars times "
+             "itself (SAMPLE_TIMES=1): creating the CUDA context, then the launches, copy back and check, where every "
+             "miss and wait of the shim falls (Python's start runs beside the first; the exit drain follows the "
+             "second).", "",
              "Modes: disabled = the control, the shim loaded with PROTEUS_DISABLE=1, which does nothing: its "
              "ratio is what noise alone gives; cold = empty cache, default settings; cold, sync = every variant compiled on the launching "
              "thread (PROTEUS_ASYNC_COMPILATION=0, upstream's synchronous mode); warm = a cache an earlier run "
@@ -264,15 +277,16 @@ def markdown(doc: dict) -> str:
              "prewarmed = a cache `proteus-rewrite prewarm` "
              "filled from an earlier run's report.", "",
              "## changing_scalars", "",
-             "| configuration | mode | native s | speedup | paired | variants compiled | specialized launches | mismatches |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| configuration | mode | native s | speedup | paired | paired: context / work | variants compiled | specialized launches | mismatches |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in doc["changing_scalars"].items():
         for mode in (m for m in r["modes"] if m != "native"):
             c = (r.get("shim") or {}).get(mode) or {}
             share = c.get("specialized_share")
             bad = sum(1 for m in r["mismatches"] if m.get("mode") == mode)
             lines.append(f"| {name} ({' '.join(r['args'])}) | {mode} | {r['modes']['native'].get('median')} | "
-                         f"{_x(r['speedup'].get(mode))} | {_p(r, mode)} | {c.get('variants_compiled', '—')} | "
+                         f"{_x(r['speedup'].get(mode))} | {_p(r, mode)} | {_p(r, mode, 'context_s')} / {_p(r, mode, 'work_s')} | "
+                         f"{c.get('variants_compiled', '—')} | "
                          f"{'—' if share is None else f'{100 * share:.1f}%'} | {bad} |")
     lines += ["", "### Where the CPU went (medians)", "",
               "The process: user and system CPU of all its threads, and its context switches (from the kernel). "

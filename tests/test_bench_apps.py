@@ -112,6 +112,7 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
                                                  "speedup": {"cold": 0.97, "warm": 0.99},
                                                  "mismatches": [{"mode": "cold, sync"}],
                                                  "paired": {"cold": {"median": 0.96, "ci95": [0.94, 0.99], "n": 9}},
+                                                 "paired_phases": {"work_s": {"cold": {"median": 0.99, "ci95": [0.98, 1.0], "n": 9}}},
                                                  "shim": {"warm": {"wait_ms": {"python_start": 90.0, "misses": 1.5,
                                                                                "prepare_compiler": 0.0, "exit": 0.0},
                                                                    "misses": 1, "variants_compiled": 0, "disk_hits": 1,
@@ -130,9 +131,9 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
                                   "prewarm_s": 2.5, "mismatches": [{"mode": "cold"}]},
                          "wsm5": {"error": "native run failed: exit 1"}}}
     md = pb.markdown(doc)
-    assert "| step counter (20000 20000 1) | cold | 1.5 | 0.97× | 0.96× [0.94–0.99] | — | — | 0 |" in md
-    assert "| step counter (20000 20000 1) | cold, sync | 1.5 | — | — | — | — | 1 |" in md
-    assert "| step counter (20000 20000 1) | warm | 1.5 | 0.99× | — | 0 | 100.0% | 0 |" in md
+    assert "| step counter (20000 20000 1) | cold | 1.5 | 0.97× | 0.96× [0.94–0.99] | — / 0.99× [0.98–1.0] | — | — | 0 |" in md
+    assert "| step counter (20000 20000 1) | cold, sync | 1.5 | — | — | — / — | — | — | 1 |" in md
+    assert "| step counter (20000 20000 1) | warm | 1.5 | 0.99× | — | — / — | 0 | 100.0% | 0 |" in md
     assert "| step counter | warm | 1.5 | 1 | — | 0; 0 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
     assert "| step counter (20000 20000 1) | cold, async |" not in md  # a mode not run has no row
     assert "| step counter | native | 0.7 | 0.2 | 40 / 3 | — | — | — | — | — |" in md  # no shim, no threads
@@ -152,6 +153,14 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert pb.mode_env("cold", shim, w, "t", {"warm": w / "kept"}) == cold  # the defaults, whatever they are
     assert pb.mode_env("cold, sync", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "0"}
     assert pb.mode_env("cold, async", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "1"}
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "changing_scalars").write_text('#!/bin/sh\necho verified\n[ "$SAMPLE_TIMES" = 1 ] && echo "times: context 250.5 ms, work 400.25 ms" >&2\nexit 0\n')
+    (fake / "changing_scalars").chmod(0o755)
+    monkeypatch.setattr(pb, "SAMPLES", fake)
+    r = pb.run_sample(("1",), {}, 30)
+    assert r["ok"] and r["stdout"] == "verified\n" and r["phases"] == {"context_s": 0.2505, "work_s": 0.40025}
+    assert set(r["usage"]) == {"user_s", "sys_s", "voluntary_switches", "involuntary_switches"}
     monkeypatch.setattr(pb, "SAMPLES", tmp_path / "missing")
     assert pb.main(["--out", str(tmp_path)]) == 2 and "build the samples" in capsys.readouterr().err
     assert pb.main(["--out", str(tmp_path), "--sample-modes", "cold;lukewarm"]) == 2

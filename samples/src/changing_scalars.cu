@@ -5,8 +5,12 @@
 // variants per thread. Each launch updates N elements; the host recomputes every
 // CHECK_EVERY-th of them (the default, all: the host's work dominates; a large N with a sparse
 // check makes the GPU's work dominate, as in a time-stepping code). Prints "verified" and a
-// checksum of all N elements; exits 1 on any wrong element.
+// checksum of all N elements; exits 1 on any wrong element. With SAMPLE_TIMES=1 in the
+// environment it also writes, to stderr, how long creating the CUDA context and the work (the
+// launches, the copy back and the check) took: a benchmark reads the phase the JIT acts in
+// apart from the context's creation, which varies by tens of milliseconds from run to run.
 #include "common.h"
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -62,7 +66,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: changing_scalars [LAUNCHES] [DISTINCT] [THREADS] [N] [CHECK_EVERY], all positive\n");
     return 2;
   }
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
   CHECK(cudaFree(0));  // create the context before the threads start
+  auto t1 = clock::now();
   std::vector<std::thread> pool;
   std::vector<uint64_t> sums(threads);
   std::vector<char> ok(threads, 0);
@@ -70,6 +77,11 @@ int main(int argc, char **argv) {
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] { ok[t] = run_worker(t, per, distinct, n, every, &sums[t]); });
   for (auto &th : pool) th.join();
+  auto t2 = clock::now();
+  const char *times = getenv("SAMPLE_TIMES");
+  if (times && times[0] == '1')
+    fprintf(stderr, "times: context %.3f ms, work %.3f ms\n",
+            std::chrono::duration<double, std::milli>(t1 - t0).count(), std::chrono::duration<double, std::milli>(t2 - t1).count());
   uint64_t total = 0;
   for (int t = 0; t < threads; ++t) {
     if (!ok[t]) return 1;
