@@ -89,14 +89,28 @@ COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the 
 }
 
 
+def segments(r: dict, report: dict) -> dict:
+    """Where one run's time went (ms), from the report's timeline (CLOCK_MONOTONIC, as the
+    parent's): to the shim's loading (exec, dynamic loading), static initialization (the fat
+    binaries' registration), main(), main's return to the report (exit handlers), and the rest
+    (the report, destructors, the process's teardown, reaping it)."""
+    t = report.get("timeline_ns") or {}
+    if not all(t.get(k) for k in ("shim_loaded", "main_start", "main_end", "report")):
+        return {}
+    points = (r["spawn_ns"], t["shim_loaded"], t["main_start"], t["main_end"], t["report"], r["reaped_ns"])
+    return {name: round((b - a) / 1e6, 3) for name, a, b in
+            zip(("to_shim", "static_init", "main", "exit_handlers", "teardown"), points, points[1:])}
+
+
 def mode_env(mode: str, shim: dict, work: Path, tag: str, reused: dict[str, Path]) -> dict:
     """One run's environment: none for native; a mode named in `reused` runs over that cache
     directory with the default settings; a cold mode gets an empty cache of its own and the
-    settings COLD_MODES names. Every shim run reports."""
+    settings COLD_MODES names. Every shim run reports (the control's report is a few counters
+    and the run's timeline, written without Python)."""
     if mode == "native":
         return {}
     if mode == "disabled":  # the control: the shim loaded, doing nothing (its ratio shows the noise)
-        return {**shim, "PROTEUS_DISABLE": "1"}
+        return {**shim, "PROTEUS_DISABLE": "1", "PROTEUS_REPORT": str(work / f"{tag}.json")}
     env = {**shim, "PROTEUS_REPORT": str(work / f"{tag}.json")}
     if mode in reused:
         env["PROTEUS_CACHE_DIR"] = str(reused[mode])
@@ -123,16 +137,19 @@ def run_sample(args: tuple[str, ...], env: dict, timeout: float) -> dict:
     """One run: its wall time, and what the kernel counted for it (CPU time of all its threads,
     context switches: the run is the only child waited for meanwhile)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    spawn_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, as the shim's report timeline
     t0 = time.perf_counter()
     proc = subprocess.run([str(SAMPLES / "changing_scalars"), *args], capture_output=True, text=True,
                           env={**os.environ, **env, "SAMPLE_TIMES": "1"}, timeout=timeout)
     wall = time.perf_counter() - t0
+    reaped_ns = time.monotonic_ns()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     usage = {"user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime,
              "voluntary_switches": after.ru_nvcsw - before.ru_nvcsw, "involuntary_switches": after.ru_nivcsw - before.ru_nivcsw}
     times = re.search(r"^times: context ([\d.]+) ms, work ([\d.]+) ms$", proc.stderr, re.M)
     phases = {"context_s": float(times[1]) / 1e3, "work_s": float(times[2]) / 1e3} if times else {}
     return {"ok": proc.returncode == 0, "wall_s": wall, "stdout": proc.stdout, "usage": usage, "phases": phases,
+            "spawn_ns": spawn_ns, "reaped_ns": reaped_ns,
             "error": None if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr[-800:]}"}
 
 
@@ -161,6 +178,8 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
         times = {m: [] for m in ("native", *modes)}
         reports = {m: [] for m in times}
         usage = {m: [] for m in times}
+        parts = {m: [] for m in times}   # segments() of each shim run
+        detail = {m: [] for m in times}  # each run: its repetition, wall time, phases, segments
         walls: dict[int, dict[str, float]] = {}
         phase_walls: dict[str, dict[int, dict[str, float]]] = {"context_s": {}, "work_s": {}}
         mismatches = []
@@ -177,8 +196,15 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
                 walls.setdefault(rep, {})[mode] = r["wall_s"]
                 for phase, t in r["phases"].items():
                     phase_walls[phase].setdefault(rep, {})[mode] = t
+                seg = {}
                 if "PROTEUS_REPORT" in env:
-                    reports[mode].append(json.loads(Path(env["PROTEUS_REPORT"]).read_text()))
+                    report = json.loads(Path(env["PROTEUS_REPORT"]).read_text())
+                    if (seg := segments(r, report)):
+                        parts[mode].append(seg)
+                    if mode != "disabled":
+                        reports[mode].append(report)
+                detail[mode].append({"rep": rep, "wall_s": round(r["wall_s"], 4),
+                                     **{k: round(v, 4) for k, v in r["phases"].items()}, **seg})
         med = {m: suite.stats(t) for m, t in times.items()}
         native = med["native"].get("median")
         k = (reports["cold"][:1] or [{}])[0].get("kernels", [{}])[0]  # the first cold run's kernel
@@ -187,6 +213,9 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
             "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native},
             "cold_report": {f: k.get(f) for f in ("launches", "specialized_launches", "specializations", "compile_ms", "tracker")},
             "shim": {m: shim_costs(rs) for m, rs in reports.items() if rs},
+            # where each shim run's time went (segments()), medians per mode
+            "segments_ms": {m: {f: round(statistics.median(p[f] for p in ps), 2) for f in ps[0]} for m, ps in parts.items() if ps},
+            "runs": detail,
             # the process's CPU (all threads) and context switches, medians per mode
             "usage": {m: {f: round(statistics.median(u[f] for u in us), 3) for f in us[0]} for m, us in usage.items() if us},
             # each mode against the native run of the same repetition (run next to it)
@@ -300,6 +329,16 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {name} | {mode} | {u['user_s']} | {u['sys_s']} | {u['voluntary_switches']} / {u['involuntary_switches']} | "
                          + " | ".join(str(t.get(f, '—')) for f in ("app_main_wall", "app_main_cpu", "compile_threads_cpu",
                                                                     "prestart_cpu", "after_main")) + " |")
+    lines += ["", "### Where a run's time went (medians, ms; shim runs, from their reports' timelines)", "",
+              "From the spawn to the shim's loading (exec, dynamic loading); static initialization (the fat "
+              "binaries' registration); main(); from main's return to the report (exit handlers: the compile "
+              "queue's drain); the rest (the report, destructors, the process's teardown).", "",
+              "| configuration | mode | to the shim | static init | main() | exit handlers | teardown |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+    for name, r in doc["changing_scalars"].items():
+        for mode, g in (r.get("segments_ms") or {}).items():
+            lines.append(f"| {name} | {mode} | " + " | ".join(str(g.get(f, '—')) for f in
+                                                              ("to_shim", "static_init", "main", "exit_handlers", "teardown")) + " |")
     lines += ["", "## Workloads: cold (default, synchronous, asynchronous) vs prewarmed", "",
               "Each cell: speedup of medians; paired median [95% interval].", "",
               "| workload | native s | " + " | ".join(WORKLOAD_MODES) + " | prewarm s | mismatches |",

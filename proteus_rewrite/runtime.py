@@ -379,7 +379,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
     the misses' time by stage (the lock, resolving, tracking, specializing, queueing); then the
     launches that checked their stream for such a variant and did not wait: time and number;
     then the app's main() (wall, its thread's CPU), the compile threads' and the prestart
-    thread's CPU, and the time from main's return to the report (exit handlers, destructors)."""
+    thread's CPU, and the time from main's return to the report (exit handlers, destructors);
+    then CLOCK_MONOTONIC when the shim was loaded, main started, main returned, the report began."""
     t_report = time.perf_counter()
     assert _state is not None
     if _profile is not None:
@@ -449,6 +450,10 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         **({"threads_ms": {"app_main_wall": round(waits[15] / 1e6, 2), "app_main_cpu": round(waits[16] / 1e6, 2),
                            "compile_threads_cpu": round(waits[17] / 1e6, 2), "prestart_cpu": round(waits[18] / 1e6, 2),
                            "after_main": round(waits[19] / 1e6, 2)}} if len(waits) > 19 else {}),
+        # CLOCK_MONOTONIC (a parent's clock): the shim loaded, main's start and return (0 where
+        # the shim does not wrap main), the report; a benchmark places them in its run
+        **({"timeline_ns": dict(zip(("shim_loaded", "main_start", "main_end", "report"), waits[20:24]))}
+           if len(waits) > 23 else {}),
         # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
         "prestart": {"python": bool(waits[5] & 1), "compiler": bool(waits[5] & 2)} if len(waits) > 5 else {},
         "stores": [t.app.name for t in _state.tables],

@@ -153,7 +153,7 @@ static _Atomic uint64_t t_check_ns, n_checks;   /* await_variant's checks that d
  * where the shim wraps main), and the CPU of the shim's own threads. A cold run that is slower
  * than a warm one with no more counted waits shows here whether the app's thread did more work
  * (contention for its core) or waited outside the shim. */
-static _Atomic uint64_t t_main_end_ns, t_main_wall_ns, t_main_cpu_ns, t_worker_cpu_ns, t_prestart_cpu_ns;
+static _Atomic uint64_t t_loaded_ns, t_main_start_ns, t_main_end_ns, t_main_wall_ns, t_main_cpu_ns, t_worker_cpu_ns, t_prestart_cpu_ns;
 static uint64_t thread_cpu_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -513,6 +513,7 @@ static main_fn app_main;
 
 static int wrapped_main(int argc, char **argv, char **envp) {
   uint64_t w0 = now_ns(), c0 = thread_cpu_ns();
+  atomic_store(&t_main_start_ns, w0);
   int r = app_main(argc, argv, envp);
   atomic_store(&t_main_cpu_ns, thread_cpu_ns() - c0);
   atomic_store(&t_main_end_ns, now_ns());
@@ -1425,6 +1426,7 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
 /* ------------------------------------------------------------------ report at exit */
 
 __attribute__((constructor)) static void proteus_init(void) {
+  atomic_store(&t_loaded_ns, now_ns());
   find_shim_dir();
   read_env();
 }
@@ -1432,7 +1434,9 @@ __attribute__((constructor)) static void proteus_init(void) {
 __attribute__((destructor)) static void proteus_fini(void) {
   const char *path = getenv("PROTEUS_REPORT");
   if (!path || !all_kernels) return;
-  uint64_t end = atomic_load(&t_main_end_ns), after_main = end ? now_ns() - end : 0;   /* exit handlers, other destructors */
+  /* CLOCK_MONOTONIC, as a parent's clock reads it: where a run's time went, from exec to exit */
+  uint64_t end = atomic_load(&t_main_end_ns), t_report = now_ns(), after_main = end ? t_report - end : 0;
+  unsigned long long timeline[4] = {atomic_load(&t_loaded_ns), atomic_load(&t_main_start_ns), end, t_report};
   /* per kernel: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch errors,
    * launches while compiling, sampled GPU ms x 1000, name\0 */
   size_t n = 0;
@@ -1452,7 +1456,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
+    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches),
                                   (unsigned long long)atomic_load(&t_python_ns), (unsigned long long)atomic_load(&t_miss_ns),
                                   (unsigned long long)atomic_load(&n_misses), (unsigned long long)atomic_load(&t_prepare_ns),
@@ -1464,15 +1468,17 @@ __attribute__((destructor)) static void proteus_fini(void) {
                                   (unsigned long long)atomic_load(&t_check_ns), (unsigned long long)atomic_load(&n_checks),
                                   (unsigned long long)atomic_load(&t_main_wall_ns), (unsigned long long)atomic_load(&t_main_cpu_ns),
                                   (unsigned long long)atomic_load(&t_worker_cpu_ns), (unsigned long long)atomic_load(&t_prestart_cpu_ns),
-                                  (unsigned long long)after_main);
+                                  (unsigned long long)after_main, timeline[0], timeline[1], timeline[2], timeline[3]);
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }
   if (!written) {   /* Python never started (nothing to compile, PROTEUS_DISABLE) or has finalized: counters only */
     FILE *f = fopen(path, "w");
     if (f) {
-      fprintf(f, "{\"python\": false, \"disabled\": %s, \"unknown_handle_launches\": %llu, \"kernels\": [",
-              g_disable ? "true" : "false", (unsigned long long)atomic_load(&unknown_launches));
+      fprintf(f, "{\"python\": false, \"disabled\": %s, \"unknown_handle_launches\": %llu, "
+                 "\"timeline_ns\": {\"shim_loaded\": %llu, \"main_start\": %llu, \"main_end\": %llu, \"report\": %llu}, \"kernels\": [",
+              g_disable ? "true" : "false", (unsigned long long)atomic_load(&unknown_launches),
+              timeline[0], timeline[1], timeline[2], timeline[3]);
       const char *sep = "";
       for (size_t off = 0; off < len;) {
         uint64_t c[6]; memcpy(c, buf + off + 4, 48);

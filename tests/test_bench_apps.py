@@ -112,6 +112,8 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
                                                  "speedup": {"cold": 0.97, "warm": 0.99},
                                                  "mismatches": [{"mode": "cold, sync"}],
                                                  "paired": {"cold": {"median": 0.96, "ci95": [0.94, 0.99], "n": 9}},
+                                                 "segments_ms": {"warm": {"to_shim": 2.0, "static_init": 10.0, "main": 800.0,
+                                                                          "exit_handlers": 1.5, "teardown": 85.5}},
                                                  "paired_phases": {"work_s": {"cold": {"median": 0.99, "ci95": [0.98, 1.0], "n": 9}}},
                                                  "shim": {"warm": {"wait_ms": {"python_start": 90.0, "misses": 1.5,
                                                                                "prepare_compiler": 0.0, "exit": 0.0},
@@ -137,6 +139,7 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert "| step counter | warm | 1.5 | 1 | — | 0; 0 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
     assert "| step counter (20000 20000 1) | cold, async |" not in md  # a mode not run has no row
     assert "| step counter | native | 0.7 | 0.2 | 40 / 3 | — | — | — | — | — |" in md  # no shim, no threads
+    assert "| step counter | warm | 2.0 | 10.0 | 800.0 | 1.5 | 85.5 |" in md
     assert "| step counter | warm | 1.1 | 0.3 | 90 / 5 | 700.0 | 650.5 | 0.0 | 310.0 | 2.5 |" in md
     assert "| adam | 1.8 | 0.95×; — | —; — | —; — | 1.08×; 1.07× [1.02–1.1] | 2.5 | 1 |" in md
     assert "| wsm5 | native run failed" in md
@@ -146,7 +149,14 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert pb.paired(walls, "warm") is None
     shim, w = {"LD_PRELOAD": "/x/libproteus.so"}, tmp_path
     assert pb.mode_env("native", shim, w, "t", {}) == {}
-    assert pb.mode_env("disabled", shim, w, "t", {}) == {**shim, "PROTEUS_DISABLE": "1"}  # the control: no report
+    # the control: its report is counters and the timeline, written without Python
+    assert pb.mode_env("disabled", shim, w, "t", {}) == {**shim, "PROTEUS_DISABLE": "1", "PROTEUS_REPORT": str(w / "t.json")}
+    run = {"spawn_ns": 1_000_000, "reaped_ns": 900_000_000}
+    timeline = {"shim_loaded": 3_000_000, "main_start": 13_000_000, "main_end": 813_000_000, "report": 814_500_000}
+    assert pb.segments(run, {"timeline_ns": timeline}) == {"to_shim": 2.0, "static_init": 10.0, "main": 800.0,
+                                                           "exit_handlers": 1.5, "teardown": 85.5}
+    assert pb.segments(run, {"timeline_ns": {**timeline, "main_start": 0}}) == {}  # main not wrapped
+    assert pb.segments(run, {}) == {}
     assert pb.mode_env("warm", shim, w, "t", {"warm": w / "kept"}) == {**shim, "PROTEUS_REPORT": str(w / "t.json"),
                                                                        "PROTEUS_CACHE_DIR": str(w / "kept")}
     cold = {**shim, "PROTEUS_REPORT": str(w / "t.json"), "PROTEUS_CACHE_DIR": str(w / "cache" / "t")}

@@ -347,6 +347,9 @@ def test_without_prestart_the_first_launch_starts_python(fake, recorded, native,
     assert r.proc.returncode == 0 and r.stdout == native("loop_count").stdout, r.stderr
     assert r.report["prestart"] == {"python": False, "compiler": False}
     assert r.report["shim_wait_ms"]["python_start"] > 0 and len(r.lines("module_load")) == 4
+    t, th = r.report["timeline_ns"], r.report["threads_ms"]
+    assert 0 < t["shim_loaded"] <= t["main_start"] < t["main_end"] <= t["report"], t
+    assert abs((t["main_end"] - t["main_start"]) / 1e6 - th["app_main_wall"]) < 0.01 and 0 < th["app_main_cpu"], th
 
 
 def test_disabled_means_pass_through(fake, recorded, native, tmp_path):
@@ -355,6 +358,8 @@ def test_disabled_means_pass_through(fake, recorded, native, tmp_path):
     assert r.stdout == native("loop_count").stdout and r.stderr == ""
     assert r.log == native("loop_count").log  # not even the device's properties were asked for
     assert r.report["python"] is False and r.report["disabled"] is True
+    t = r.report["timeline_ns"]  # the shim wraps main even so: a benchmark places the run's phases
+    assert 0 < t["shim_loaded"] <= t["main_start"] < t["main_end"] <= t["report"], t
 
 
 @pytest.mark.parametrize("setting", [{"PROTEUS_ASYNC_COMPILATION": "maybe"}, {"PROTEUS_OPT_LEVEL": "9"}])
