@@ -105,8 +105,8 @@ def segments(r: dict, report: dict) -> dict:
 def mode_env(mode: str, shim: dict, work: Path, tag: str, reused: dict[str, Path]) -> dict:
     """One run's environment: none for native; a mode named in `reused` runs over that cache
     directory with the default settings; a cold mode gets an empty cache of its own and the
-    settings COLD_MODES names. Every shim run reports (the control's report is a few counters
-    and the run's timeline, written without Python)."""
+    settings COLD_MODES names. Every shim run reports (the control's, where it has one, is a
+    few counters and the run's timeline, written without Python)."""
     if mode == "native":
         return {}
     if mode == "disabled":  # the control: the shim loaded, doing nothing (its ratio shows the noise)
@@ -197,7 +197,8 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
                 for phase, t in r["phases"].items():
                     phase_walls[phase].setdefault(rep, {})[mode] = t
                 seg = {}
-                if "PROTEUS_REPORT" in env:
+                if "PROTEUS_REPORT" in env and (mode != "disabled" or Path(env["PROTEUS_REPORT"]).exists()):
+                    # (disabled, the CUDA shim registers no kernel, and a process without kernels writes no report)
                     report = json.loads(Path(env["PROTEUS_REPORT"]).read_text())
                     if (seg := segments(r, report)):
                         parts[mode].append(seg)
