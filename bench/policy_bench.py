@@ -146,8 +146,11 @@ def run_sample(args: tuple[str, ...], env: dict, timeout: float) -> dict:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     usage = {"user_s": after.ru_utime - before.ru_utime, "sys_s": after.ru_stime - before.ru_stime,
              "voluntary_switches": after.ru_nvcsw - before.ru_nvcsw, "involuntary_switches": after.ru_nivcsw - before.ru_nivcsw}
-    times = re.search(r"^times: context ([\d.]+) ms, work ([\d.]+) ms$", proc.stderr, re.M)
-    phases = {"context_s": float(times[1]) / 1e3, "work_s": float(times[2]) / 1e3} if times else {}
+    times = re.search(r"^times: context ([\d.]+) ms, work ([\d.]+) ms, launch calls ([\d.]+) ms, host computation ([\d.]+) ms, "
+                      r"launch calls over 0.2 ms (\d+) taking ([\d.]+) ms, longest ([\d.]+) ms$", proc.stderr, re.M)
+    phases = ({"context_s": float(times[1]) / 1e3, "work_s": float(times[2]) / 1e3, "launch_calls_s": float(times[3]) / 1e3,
+               "host_compute_s": float(times[4]) / 1e3, "slow_launches": int(times[5]), "slow_launches_s": float(times[6]) / 1e3,
+               "longest_launch_s": float(times[7]) / 1e3} if times else {})
     return {"ok": proc.returncode == 0, "wall_s": wall, "stdout": proc.stdout, "usage": usage, "phases": phases,
             "spawn_ns": spawn_ns, "reaped_ns": reaped_ns,
             "error": None if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr[-800:]}"}
@@ -181,7 +184,8 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
         parts = {m: [] for m in times}   # segments() of each shim run
         detail = {m: [] for m in times}  # each run: its repetition, wall time, phases, segments
         walls: dict[int, dict[str, float]] = {}
-        phase_walls: dict[str, dict[int, dict[str, float]]] = {"context_s": {}, "work_s": {}}
+        phase_walls: dict[str, dict[int, dict[str, float]]] = {"context_s": {}, "work_s": {}, "launch_calls_s": {},
+                                                               "host_compute_s": {}}
         mismatches = []
         order = random.Random(f"changing-{slug}")
         for rep in range(reps):  # interleaved, so drift hits every mode alike
@@ -195,7 +199,8 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
                 usage[mode].append(r["usage"])
                 walls.setdefault(rep, {})[mode] = r["wall_s"]
                 for phase, t in r["phases"].items():
-                    phase_walls[phase].setdefault(rep, {})[mode] = t
+                    if phase in phase_walls:
+                        phase_walls[phase].setdefault(rep, {})[mode] = t
                 seg = {}
                 if "PROTEUS_REPORT" in env and (mode != "disabled" or Path(env["PROTEUS_REPORT"]).exists()):
                     # (disabled, the CUDA shim registers no kernel, and a process without kernels writes no report)
@@ -217,6 +222,11 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
             # where each shim run's time went (segments()), medians per mode
             "segments_ms": {m: {f: round(statistics.median(p[f] for p in ps), 2) for f in ps[0]} for m, ps in parts.items() if ps},
             "runs": detail,
+            # the sample's own split of its time (SAMPLE_TIMES), medians per mode
+            "split": {m: {f: round(statistics.median(d[f] for d in ds), 4) for f in
+                          ("context_s", "work_s", "launch_calls_s", "host_compute_s", "slow_launches", "slow_launches_s",
+                           "longest_launch_s")}
+                      for m, ds in detail.items() if ds and "launch_calls_s" in ds[0]},
             # the process's CPU (all threads) and context switches, medians per mode
             "usage": {m: {f: round(statistics.median(u[f] for u in us), 3) for f in us[0]} for m, us in usage.items() if us},
             # each mode against the native run of the same repetition (run next to it)
@@ -330,6 +340,17 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {name} | {mode} | {u['user_s']} | {u['sys_s']} | {u['voluntary_switches']} / {u['involuntary_switches']} | "
                          + " | ".join(str(t.get(f, '—')) for f in ("app_main_wall", "app_main_cpu", "compile_threads_cpu",
                                                                     "prestart_cpu", "after_main")) + " |")
+    lines += ["", "### Inside the sample (medians, its own clock: SAMPLE_TIMES)", "",
+              "The CUDA context's creation; the work (launches, copy back, check), split into the launch calls "
+              "and the host's computation between them; the launch calls over 0.2 ms (a stall behind a lock or a "
+              "full queue rather than a slower CPU), their time, and the longest launch call.", "",
+              "| configuration | mode | context ms | work ms | launch calls ms | host computation ms | launch calls > 0.2 ms | their ms | longest ms |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, r in doc["changing_scalars"].items():
+        for mode, x in (r.get("split") or {}).items():
+            lines.append(f"| {name} | {mode} | " + " | ".join(
+                f"{1e3 * x[f]:.1f}" for f in ("context_s", "work_s", "launch_calls_s", "host_compute_s"))
+                + f" | {x['slow_launches']:g} | {1e3 * x['slow_launches_s']:.2f} | {1e3 * x['longest_launch_s']:.2f} |")
     lines += ["", "### Where a run's time went (medians, ms; shim runs, from their reports' timelines)", "",
               "From the spawn to the shim's loading (exec, dynamic loading); static initialization (the fat "
               "binaries' registration); main(); from main's return to the report (exit handlers: the compile "

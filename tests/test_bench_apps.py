@@ -114,6 +114,9 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
                                                  "paired": {"cold": {"median": 0.96, "ci95": [0.94, 0.99], "n": 9}},
                                                  "segments_ms": {"warm": {"to_shim": 2.0, "static_init": 10.0, "main": 800.0,
                                                                           "exit_handlers": 1.5, "teardown": 85.5}},
+                                                 "split": {"cold": {"context_s": 0.25, "work_s": 0.4, "launch_calls_s": 0.09,
+                                                                    "host_compute_s": 0.3, "slow_launches": 3.5,
+                                                                    "slow_launches_s": 0.0045, "longest_launch_s": 0.00225}},
                                                  "paired_phases": {"work_s": {"cold": {"median": 0.99, "ci95": [0.98, 1.0], "n": 9}}},
                                                  "shim": {"warm": {"wait_ms": {"python_start": 90.0, "misses": 1.5,
                                                                                "prepare_compiler": 0.0, "exit": 0.0},
@@ -140,6 +143,7 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert "| step counter (20000 20000 1) | cold, async |" not in md  # a mode not run has no row
     assert "| step counter | native | 0.7 | 0.2 | 40 / 3 | — | — | — | — | — |" in md  # no shim, no threads
     assert "| step counter | warm | 2.0 | 10.0 | 800.0 | 1.5 | 85.5 |" in md
+    assert "| step counter | cold | 250.0 | 400.0 | 90.0 | 300.0 | 3.5 | 4.50 | 2.25 |" in md
     assert "| step counter | warm | 1.1 | 0.3 | 90 / 5 | 700.0 | 650.5 | 0.0 | 310.0 | 2.5 |" in md
     assert "| adam | 1.8 | 0.95×; — | —; — | —; — | 1.08×; 1.07× [1.02–1.1] | 2.5 | 1 |" in md
     assert "| wsm5 | native run failed" in md
@@ -165,11 +169,13 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert pb.mode_env("cold, async", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "1"}
     fake = tmp_path / "fake"
     fake.mkdir()
-    (fake / "changing_scalars").write_text('#!/bin/sh\necho verified\n[ "$SAMPLE_TIMES" = 1 ] && echo "times: context 250.5 ms, work 400.25 ms" >&2\nexit 0\n')
+    (fake / "changing_scalars").write_text('#!/bin/sh\necho verified\n[ "$SAMPLE_TIMES" = 1 ] && echo "times: context 250.5 ms, work 400.25 ms, launch calls 90.5 ms, host computation 300 ms, launch calls over 0.2 ms 3 taking 4.5 ms, longest 2.25 ms" >&2\nexit 0\n')
     (fake / "changing_scalars").chmod(0o755)
     monkeypatch.setattr(pb, "SAMPLES", fake)
     r = pb.run_sample(("1",), {}, 30)
-    assert r["ok"] and r["stdout"] == "verified\n" and r["phases"] == {"context_s": 0.2505, "work_s": 0.40025}
+    assert r["ok"] and r["stdout"] == "verified\n" and r["phases"] == {"context_s": 0.2505, "work_s": 0.40025, "launch_calls_s": 0.0905,
+                                                                    "host_compute_s": 0.3, "slow_launches": 3,
+                                                                    "slow_launches_s": 0.0045, "longest_launch_s": 0.00225}
     assert set(r["usage"]) == {"user_s", "sys_s", "voluntary_switches", "involuntary_switches"}
     monkeypatch.setattr(pb, "SAMPLES", tmp_path / "missing")
     assert pb.main(["--out", str(tmp_path)]) == 2 and "build the samples" in capsys.readouterr().err

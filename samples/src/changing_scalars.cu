@@ -8,9 +8,12 @@
 // checksum of all N elements; exits 1 on any wrong element. With SAMPLE_TIMES=1 in the
 // environment it also writes, to stderr, how long creating the CUDA context and the work (the
 // launches, the copy back and the check) took: a benchmark reads the phase the JIT acts in
-// apart from the context's creation, which varies by tens of milliseconds from run to run.
+// apart from the context's creation, which varies by tens of milliseconds from run to run;
+// and, inside the work, the time spent in launch calls against the host's own computation,
+// and the launch calls that took over 0.2 ms (a stall behind a lock, not a slower CPU).
 #include "common.h"
 #include <chrono>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -28,6 +31,16 @@ static unsigned expected_step(int i, int k, unsigned salt) {
   return v;
 }
 
+using sclock = std::chrono::steady_clock;
+static bool g_times;
+static struct {
+  std::mutex lock;
+  double launch_ms = 0, compute_ms = 0, stall_ms = 0, max_ms = 0;
+  long stalls = 0;
+} g_split;
+
+static double ms(sclock::time_point a, sclock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
 static bool run_worker(int id, int launches, int distinct, int n, int every, uint64_t *checksum) {
   cudaStream_t s;
   CHECK(cudaStreamCreate(&s));
@@ -35,12 +48,30 @@ static bool run_worker(int id, int launches, int distinct, int n, int every, uin
   CHECK(cudaMalloc(&d, (size_t)n * sizeof(unsigned)));
   CHECK(cudaMemsetAsync(d, 0, (size_t)n * sizeof(unsigned), s));
   std::vector<unsigned> want((n + every - 1) / every, 0);
+  double launch_ms = 0, compute_ms = 0, stall_ms = 0, max_ms = 0;
+  long stalls = 0;
   for (int j = 0; j < launches; ++j) {
     int k = j % distinct + id;
     unsigned salt = 0x9e3779b9u * (unsigned)(id + 1);
+    sclock::time_point t0, t1;
+    if (g_times) t0 = sclock::now();
     accumulate_step<<<(n + 255) / 256, 256, 0, s>>>(d, n, k, salt);
     CHECK(cudaGetLastError());
+    if (g_times) t1 = sclock::now();
     for (int i = 0; i < n; i += every) want[i / every] += expected_step(i, k, salt);
+    if (g_times) {
+      double l = ms(t0, t1);
+      launch_ms += l;
+      compute_ms += ms(t1, sclock::now());
+      if (l > 0.2) { stalls++; stall_ms += l; }
+      if (l > max_ms) max_ms = l;
+    }
+  }
+  if (g_times) {
+    std::lock_guard<std::mutex> hold(g_split.lock);
+    g_split.launch_ms += launch_ms; g_split.compute_ms += compute_ms; g_split.stall_ms += stall_ms;
+    g_split.stalls += stalls;
+    if (max_ms > g_split.max_ms) g_split.max_ms = max_ms;
   }
   std::vector<unsigned> got(n);
   CHECK(cudaMemcpyAsync(got.data(), d, (size_t)n * sizeof(unsigned), cudaMemcpyDeviceToHost, s));
@@ -66,10 +97,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: changing_scalars [LAUNCHES] [DISTINCT] [THREADS] [N] [CHECK_EVERY], all positive\n");
     return 2;
   }
-  using clock = std::chrono::steady_clock;
-  auto t0 = clock::now();
+  const char *times = getenv("SAMPLE_TIMES");
+  g_times = times && times[0] == '1';
+  auto t0 = sclock::now();
   CHECK(cudaFree(0));  // create the context before the threads start
-  auto t1 = clock::now();
+  auto t1 = sclock::now();
   std::vector<std::thread> pool;
   std::vector<uint64_t> sums(threads);
   std::vector<char> ok(threads, 0);
@@ -77,11 +109,11 @@ int main(int argc, char **argv) {
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] { ok[t] = run_worker(t, per, distinct, n, every, &sums[t]); });
   for (auto &th : pool) th.join();
-  auto t2 = clock::now();
-  const char *times = getenv("SAMPLE_TIMES");
-  if (times && times[0] == '1')
-    fprintf(stderr, "times: context %.3f ms, work %.3f ms\n",
-            std::chrono::duration<double, std::milli>(t1 - t0).count(), std::chrono::duration<double, std::milli>(t2 - t1).count());
+  auto t2 = sclock::now();
+  if (g_times)
+    fprintf(stderr, "times: context %.3f ms, work %.3f ms, launch calls %.3f ms, host computation %.3f ms, "
+                    "launch calls over 0.2 ms %ld taking %.3f ms, longest %.3f ms\n",
+            ms(t0, t1), ms(t1, t2), g_split.launch_ms, g_split.compute_ms, g_split.stalls, g_split.stall_ms, g_split.max_ms);
   uint64_t total = 0;
   for (int t = 0; t < threads; ++t) {
     if (!ok[t]) return 1;
