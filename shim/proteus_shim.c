@@ -986,23 +986,44 @@ static int stream_busy(CUstream s) {
  * loop, whose stream is idle at each launch, never waits either. The wait polls the stream
  * (yielding the CPU between queries): a sleep of the kernel's scale left the GPU idle for
  * most of each wait (H100: 74 waits of 0.27 ms on 85 us kernels with 0.2 ms sleeps). Not where
- * this thread holds the GIL (a Python app): the compile thread needs it. NULL: run the original. */
+ * this thread holds the GIL (a Python app): the compile thread needs it. NULL: run the original.
+ *
+ * A host-bound loop would ask its idle stream on every launch of the compile window (about
+ * 1,100 launches of a step counter's general variant on the H100, each query 2 us, and more
+ * launch time besides: 10 ms over a warm run's launch calls). So after a launch finds the
+ * stream idle, the next ones skip the question, 1, 2, 4, ... up to CHECK_GAP_MAX launches; a
+ * launch that finds the stream busy ends the skipping. A GPU-bound loop finds it busy at once
+ * and never skips; one that turns GPU-bound runs at most CHECK_GAP_MAX more originals. */
 #define AWAIT_LIMIT_NS (60ull * 1000000000ull)   /* a compilation takes well under a second */
+#define CHECK_GAP_MAX 64
 static CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
   if (g_async != ASYNC_AUTO) return NULL;
   if (atomic_exchange_explicit(&ki->unserved, e->hash, memory_order_relaxed) != e->hash) return NULL;
+  uint32_t skip = atomic_load_explicit(&ki->check_skip, memory_order_relaxed);
+  if (skip) {   /* racing threads may skip one more or one less: only how often the stream is asked */
+    atomic_store_explicit(&ki->check_skip, skip - 1, memory_order_relaxed);
+    return atomic_load_explicit(&e->fn, memory_order_acquire);
+  }
   uint64_t t0 = now_ns();
   if (py.GILStateCheck && py.GILStateCheck()) return NULL;
   unsigned rounds = 0;
-  while (atomic_load_explicit(&e->pending, memory_order_acquire) && !__atomic_load_n(&q_stop, __ATOMIC_ACQUIRE) &&
-         stream_busy(stream)) {
+  int idle = 0;
+  while (atomic_load_explicit(&e->pending, memory_order_acquire) && !__atomic_load_n(&q_stop, __ATOMIC_ACQUIRE)) {
+    if (!stream_busy(stream)) { idle = 1; break; }
     if (++rounds % 256 == 0 && now_ns() - t0 > AWAIT_LIMIT_NS) break;
     sched_yield();
   }
   if (rounds) {
+    atomic_store_explicit(&ki->check_gap, 0, memory_order_relaxed);
     atomic_fetch_add(&t_await_ns, now_ns() - t0);
     atomic_fetch_add(&n_awaits, 1);
   } else {   /* asked the stream and found it idle: what that costs a host-bound loop */
+    if (idle) {
+      uint32_t gap = atomic_load_explicit(&ki->check_gap, memory_order_relaxed);
+      gap = gap ? (gap * 2 > CHECK_GAP_MAX ? CHECK_GAP_MAX : gap * 2) : 1;
+      atomic_store_explicit(&ki->check_gap, gap, memory_order_relaxed);
+      atomic_store_explicit(&ki->check_skip, gap, memory_order_relaxed);
+    }
     atomic_fetch_add(&t_check_ns, now_ns() - t0);
     atomic_fetch_add(&n_checks, 1);
   }

@@ -75,6 +75,10 @@ typedef struct kinfo {
   /* The hash of the latest launch that found its variant not compiled yet: a launch that asks
    * for the same one again waits for it (PROTEUS_ASYNC_COMPILATION=auto). */
   _Atomic uint64_t unserved;
+  /* After a launch found its stream idle, the next `check_skip` launches asking again run the
+   * original without asking the stream; the gap doubles up to a cap, and goes back to none
+   * when a launch finds the stream busy (see await_variant). */
+  _Atomic uint32_t check_skip, check_gap;
   /* GPU time, sampled with a pair of events on a few launches, for the compile budget */
   void *ev[2];
   CUcontext ev_ctx;

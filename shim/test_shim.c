@@ -163,16 +163,34 @@ static void test_await_variant(void) {
   EXPECT(atomic_load(&n_awaits) == 1);
   EXPECT(await_variant(&ki, a, (CUstream)0xca9) == NULL);   /* (a: a new value again) */
   EXPECT(await_variant(&ki, a, (CUstream)0xca9) == NULL && atomic_load(&n_awaits) == 1);   /* a capturing stream: no wait */
+  EXPECT(atomic_load(&ki.check_skip) == 1);   /* and the next launch does not ask */
+  int q = atomic_load(&queries);
+  EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&queries) == q && atomic_load(&ki.check_skip) == 0);
   pthread_create(&t, NULL, gpu_runs_dry, NULL);   /* a, the GPU busy, then idle: the original runs */
   t0 = now_ns();
   EXPECT(await_variant(&ki, a, s) == NULL);
   EXPECT(now_ns() - t0 >= 15 * 1000 * 1000 && atomic_load(&a->pending) == 1 && atomic_load(&n_awaits) == 2);
+  EXPECT(atomic_load(&ki.check_gap) == 0 && atomic_load(&ki.check_skip) == 0);   /* it found the stream busy */
   pthread_join(t, NULL);
   EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 2);   /* idle from the start: no wait */
   EXPECT(atomic_load(&n_checks) == 2);   /* that, and the capturing stream: checked, not waited */
+  /* A host-bound loop: the stream asked at launches 1, 3, 6, 11, 20, 37, 70, 135, 200 of 200
+   * (gaps 1, 2, 4, ... 64), then a busy stream ends the skipping. */
+  atomic_store(&ki.check_skip, 0);
+  atomic_store(&ki.check_gap, 0);
+  q = atomic_load(&queries);
+  for (int i = 0; i < 200; i++) EXPECT(await_variant(&ki, a, s) == NULL);
+  EXPECT(atomic_load(&queries) - q == 9 && atomic_load(&ki.check_gap) == 64 && atomic_load(&n_awaits) == 2);
   atomic_store(&gpu_busy, 1);
+  atomic_store(&ki.check_skip, 0);   /* the gap's end: the next launch asks, finds the GPU busy, waits */
+  finishing = a;
+  pthread_create(&t, NULL, finish_compile, (void *)0x43);
+  EXPECT(await_variant(&ki, a, s) == (CUfunction)0x43 && atomic_load(&n_awaits) == 3 && atomic_load(&ki.check_gap) == 0);
+  pthread_join(t, NULL);
+  atomic_store(&a->pending, 1);
+  atomic_store(&a->fn, NULL);
   g_async = ASYNC_ON;   /* upstream's asynchronous mode never waits */
-  EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 2);
+  EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 3);
   g_async = ASYNC_AUTO;   /* exiting: a dropped job's entry stops pending, and waiters stop */
   job *j = calloc(1, sizeof *j);
   j->e = a; j->args = malloc(1); j->addrs = malloc(8);
