@@ -3,6 +3,7 @@ kernel specialized offline with its scalars folded out of the code."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -181,3 +182,37 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert pb.main(["--out", str(tmp_path)]) == 2 and "build the samples" in capsys.readouterr().err
     assert pb.main(["--out", str(tmp_path), "--sample-modes", "cold;lukewarm"]) == 2
     assert "unknown mode or configuration: lukewarm" in capsys.readouterr().err
+
+
+def test_pool_policy_pairs_each_repetition_across_series(tmp_path, capsys):
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        pp = importlib.import_module("pool_policy")
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+
+    def series(name, native, cold, warm=None):
+        modes = {"native": {"runs": native}, "cold": {"runs": cold}}
+        if warm is not None:
+            modes["warm"] = {"runs": warm}
+        path = tmp_path / name
+        path.write_text(json.dumps({"environment": {"git_commit": "abc"}, "changing_scalars": {"step counter": {"modes": modes}}}))
+        return path
+
+    a = series("a.json", [1.0, 2.0], [1.25, 2.0], [1.0, 2.5])
+    b = series("b.json", [1.0, 1.0, 1.0], [1.0, 2.0, 1.0], [1.0])  # warm lost a repetition: left out here
+    assert pp.main(["--out", str(tmp_path / "p"), "--group", "both", str(a), str(b)]) == 0
+    doc = json.loads((tmp_path / "p.json").read_text())
+    cells = doc["groups"]["both"]["configs"]["step counter"]
+    assert cells["native/cold"]["n"] == 5 and cells["native/cold"]["median"] == 1.0  # 0.8, 1, 1, 0.5, 1
+    assert [s["median"] for s in cells["native/cold"]["series"]] == [0.9, 1.0]
+    assert cells["native/warm"]["n"] == 2 and [s["file"] for s in cells["native/warm"]["series"]] == ["a.json"]
+    assert "| step counter | native/cold | 1.0× [" in (tmp_path / "p.md").read_text()
+    capsys.readouterr()
+    assert pp.main(["--out", str(tmp_path / "q"), "--group", "x", str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err
+    (tmp_path / "other.json").write_text("{}")
+    assert pp.main(["--out", str(tmp_path / "q"), "--group", "x", str(tmp_path / "other.json")]) == 2
+    assert "not a policy_bench results file" in capsys.readouterr().err and not (tmp_path / "q.json").exists()
