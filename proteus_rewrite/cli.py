@@ -357,9 +357,11 @@ def report(report_file, as_json):
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", report_file) from None
     waits = doc.get("shim_wait_ms") if isinstance(doc.get("shim_wait_ms"), dict) else {}
+    threads = doc.get("threads_ms") if isinstance(doc.get("threads_ms"), dict) else {}
+    threads = {k: v for k, v in threads.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     if as_json:
         click.echo(json.dumps({"report": report_file, "shim_wait_ms": waits, "prestart": doc.get("prestart") or {},
-                               "kernels": rows}, indent=2))
+                               "threads_ms": threads, "kernels": rows}, indent=2))
         return
     head = [f"{doc.get('tool', 'proteus-rewrite')}, pid {doc.get('pid', '?')}, {doc.get('seconds', '?')} s"]
     if doc.get("python") is False:
@@ -382,6 +384,10 @@ def report(report_file, as_json):
             line += (f"; {n:,} launch{'es' if n != 1 else ''} waited {waits.get('compiling', 0)} ms in all for a variant "
                      "compiling in the background, the GPU busy meanwhile")
         click.echo(line)
+    if threads.get("app_main_wall"):  # the shim wrapped main: the app's own time against the shim's threads'
+        click.echo(f"main() ran {threads['app_main_wall']} ms ({threads.get('app_main_cpu', 0)} ms of its thread's CPU); "
+                   f"the compile threads used {threads.get('compile_threads_cpu', 0)} ms of CPU and the prestart thread "
+                   f"{threads.get('prestart_cpu', 0)} ms, beside it")
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col, right in (("kernel", False), ("launches", True), ("specialized", True), ("compiled", True),
                        ("mem/disk hits", True), ("compile ms", True), ("original ran: compiling / budget / other", True),

@@ -131,6 +131,8 @@ REPORT = {
     "shim_wait_ms": {"python_start": 61.5, "misses": 310.25, "miss_count": 12, "prepare_compiler": 0.0, "exit": 4.5,
                      "compiling": 93.5, "compiling_count": 5},
     "prestart": {"python": True, "compiler": False},
+    "threads_ms": {"app_main_wall": 1400.5, "app_main_cpu": 900.25, "compile_threads_cpu": 120.0, "prestart_cpu": 210.0,
+                   "after_main": 4.5, "report": 0.2},
     "kernels": [
         {"name": "_Z4stepPfi", "demangled": "step(float*, int)", "launches": 1000, "specialized_launches": 900,
          "specializations": 10, "memory_cache_hits": 1, "disk_cache_hits": 2, "compile_ms": 123.4,
@@ -156,8 +158,13 @@ def test_report_summarizes_a_run_per_kernel(tmp_path):
             "prestart thread, beside the app") in r.stdout and "compiler" not in r.stdout.splitlines()[1]
     assert "; 5 launches waited 93.5 ms in all for a variant compiling in the background" in r.stdout
     assert "step(float*, int): 1 variant(s) queued but never compiled (the tracker moved past them" in r.stdout
+    assert ("main() ran 1400.5 ms (900.25 ms of its thread's CPU); the compile threads used 120.0 ms of CPU and the "
+            "prestart thread 210.0 ms, beside it") in r.stdout
     summary = json.loads(run_cli("report", "--json", str(path)).stdout)
-    assert summary["shim_wait_ms"]["miss_count"] == 12
+    assert summary["shim_wait_ms"]["miss_count"] == 12 and summary["threads_ms"]["compile_threads_cpu"] == 120.0
+    path.write_text(json.dumps({**REPORT, "threads_ms": {"app_main_wall": "soon", "app_main_cpu": True}}))
+    r = run_cli("report", str(path))  # figures that are not numbers are left out, not a traceback
+    assert r.returncode == 0 and "main() ran" not in r.stdout, r.stderr
     rows = summary["kernels"]
     assert rows[0]["specialized"] == 900 and rows[0]["unfolded_by_tracker"] == ["1"] and rows[1]["launches"] == 0
 
