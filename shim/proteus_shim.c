@@ -1124,9 +1124,16 @@ original:
   return NULL;
 }
 
-/* ---- GPU time samples: a pair of events around a few launches (the 2nd, then every 64th) */
+/* ---- GPU time samples: a pair of events around a few launches: the 2nd, then every 64th
+ * until SAMPLES_DENSE samples, then every 4,096th. The budget multiplies their mean by the
+ * launches, so a few samples give it; each costs two event records and a query or two (about
+ * 5 us), which every 64th launch of a host-bound loop of short kernels would make 0.2% of its
+ * run for no better estimate. */
+#define SAMPLES_DENSE 16
 static inline int sample_begin(kinfo *ki, CUstream s) {
-  if (!ki || (atomic_load_explicit(&ki->launches, memory_order_relaxed) & 63) != 2) return 0;
+  if (!ki) return 0;
+  uint64_t every = atomic_load_explicit(&ki->samples, memory_order_relaxed) < SAMPLES_DENSE ? 63 : 4095;
+  if ((atomic_load_explicit(&ki->launches, memory_order_relaxed) & every) != 2) return 0;
   int idle = SAMPLE_IDLE;
   if (!atomic_compare_exchange_strong(&ki->sample_state, &idle, SAMPLE_RECORDING)) return 0;
   CUcontext ctx = NULL;

@@ -242,6 +242,34 @@ static void test_async_env(void) {
   unsetenv("PROTEUS_ASYNC_COMPILATION");
 }
 
+/* GPU time samples: the 2nd launch, every 64th until 16 samples, then every 4,096th; the
+ * budget's estimate is their mean times the launches. */
+static _Atomic int records;
+static CUresult fake_ctx(CUcontext *c) { *c = (CUcontext)0x77; return CUDA_SUCCESS; }
+static CUresult fake_record(void *ev, CUstream s) { (void)ev; (void)s; atomic_fetch_add(&records, 1); return CUDA_SUCCESS; }
+static CUresult fake_event_query(void *ev) { (void)ev; return CUDA_SUCCESS; }
+static CUresult fake_elapsed(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.5f; return CUDA_SUCCESS; }
+static void test_gpu_time_samples(void) {
+  static kinfo ki;
+  real_cuCtxGetCurrent = fake_ctx;
+  real_cuStreamIsCapturing = fake_capturing;
+  real_cuEventRecord = fake_record;
+  real_cuEventQuery = fake_event_query;
+  real_cuEventElapsedTime = fake_elapsed;
+  ki.ev_ctx = (CUcontext)0x77;
+  atomic_store(&ki.sample_state, SAMPLE_IDLE);
+  for (int i = 0; i < 20000; i++) {
+    atomic_fetch_add(&ki.launches, 1);
+    sample_poll(&ki);
+    int started = sample_begin(&ki, (CUstream)0x5);
+    sample_end(&ki, (CUstream)0x5, started);
+    if (i + 1 == 1100) EXPECT(atomic_load(&ki.samples) == 16 && atomic_load(&records) == 32);   /* launches 2, 66, ... 962 */
+  }
+  /* then 4098, 8194, 12290, 16386 (the last collected on the next launch) */
+  EXPECT(atomic_load(&ki.samples) == 20 && atomic_load(&records) == 40);
+  EXPECT(gpu_ms(&ki) > 9999.0 && gpu_ms(&ki) < 10001.0);   /* 0.5 ms x 20,000 launches */
+}
+
 int main(void) {
   test_hash();
   test_handles();
@@ -250,6 +278,7 @@ int main(void) {
   test_async_env();
   test_exit_drains_the_queue();
   test_await_variant();
+  test_gpu_time_samples();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
   printf("shim unit tests: all passed\n");
   return 0;
