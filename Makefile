@@ -33,6 +33,7 @@ bench: samples
 	$(PY) bench/extract_bench.py
 	$(PY) bench/specialize_bench.py
 	$(PY) bench/cache_bench.py
+	$(PY) bench/hitpath_bench.py
 
 clean:
 	rm -rf samples/build proteus-out bench/work .pytest_cache

@@ -216,3 +216,15 @@ def test_pool_policy_pairs_each_repetition_across_series(tmp_path, capsys):
     (tmp_path / "other.json").write_text("{}")
     assert pp.main(["--out", str(tmp_path / "q"), "--group", "x", str(tmp_path / "other.json")]) == 2
     assert "not a policy_bench results file" in capsys.readouterr().err and not (tmp_path / "q.json").exists()
+
+
+def test_hitpath_bench_times_every_key_shape(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "hitpath_bench.py"), "--iterations", "2000", "--out", str(tmp_path),
+                        "--tag", "t"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (path,) = tmp_path.glob("hitpath-*-t.json")
+    shapes = json.loads(path.read_text())["shapes"]
+    assert len(shapes) == 4 and all(s["ns_per_hit"] > 0 and len(s["timings"]) == 5 for s in shapes.values())
+    assert [s["key_bytes"] for s in shapes.values()] == [36, 16, 92, 220]  # gen + folded args + block/grid
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "hitpath_bench.py"), "--iterations", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--iterations must be positive" in bad.stderr

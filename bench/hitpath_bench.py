@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""The shim's hit path on the CPU (bench/hitpath.c): pick() for a launch its table serves,
+without the driver, for a few key shapes. What a launch costs beyond this is the driver's.
+
+    python3 bench/hitpath_bench.py [--iterations 5000000] [--out bench/results] [--tag T]
+
+Builds bench/hitpath.c from shim/proteus_shim.c with the shim's flags, runs each shape (the
+median of five timings) and writes bench/results/hitpath-<date>-<host>.json, printing a
+markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHAPES = {  # name: folded arguments, bytes each, dims in the key (bit 0 block, bit 1 grid)
+    "changing_scalars (2 folded i32, block and grid)": (2, 4, 3),
+    "nothing folded, block only": (0, 4, 1),
+    "8 folded 8-byte, block and grid": (8, 8, 3),
+    "24 folded 8-byte, block and grid": (24, 8, 3),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--iterations", type=int, default=5_000_000, help="hits per timing (default 5,000,000)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--tag", default="", help="appended to the results' file name")
+    args = ap.parse_args(argv)
+    if args.iterations < 1:
+        print("hitpath_bench: --iterations must be positive", file=sys.stderr)
+        return 2
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        print("hitpath_bench: no C compiler (cc or gcc) on PATH", file=sys.stderr)
+        return 2
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="proteus-hitpath-") as tmp:
+        exe = Path(tmp) / "hitpath"
+        build = subprocess.run([cc, "-std=gnu11", "-O2", "-Wall", "-I", str(ROOT / "shim"), str(ROOT / "bench" / "hitpath.c"),
+                                "-o", str(exe), "-ldl", "-lpthread"], capture_output=True, text=True)
+        if build.returncode != 0:
+            print(f"hitpath_bench: bench/hitpath.c does not build: {build.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+            return 1
+        for name, (folded, size, dims) in SHAPES.items():
+            proc = subprocess.run([str(exe), str(args.iterations), str(folded), str(size), str(dims)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(f"hitpath_bench: {name}: {proc.stderr.strip() or f'exit {proc.returncode}'}", file=sys.stderr)
+                return 1
+            times = [float(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("ns_per_hit ")]
+            key = next(int(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("key_bytes "))
+            rows[name] = {"ns_per_hit": round(statistics.median(times), 1), "timings": times, "key_bytes": key}
+    doc = {"benchmark": "hitpath", "date": datetime.date.today().isoformat(),
+           "command": "python3 bench/hitpath_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "git_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                        text=True).stdout.strip() or None,
+           "host": platform.node(), "cpu": platform.processor() or platform.machine(), "iterations": args.iterations,
+           "compiler": subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0],
+           "shapes": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"hitpath-{doc['date']}-{platform.node() or 'host'}{'-' + args.tag if args.tag else ''}.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print("| key shape | key bytes | ns per hit (median of 5) |\n|---|---:|---:|")
+    for name, r in rows.items():
+        print(f"| {name} | {r['key_bytes']} | {r['ns_per_hit']} |")
+    print(f"hitpath_bench: wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
