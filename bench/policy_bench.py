@@ -299,6 +299,11 @@ def _p(r: dict, mode: str, phase: str | None = None) -> str:
     return f"{p['median']}× [{p['ci95'][0]}–{p['ci95'][1]}]" if p else "—"
 
 
+def _section(title: str, intro: str, columns: tuple[str, ...]) -> list[str]:
+    """A subsection's heading, its explanation and a table header: two text columns, then numbers."""
+    return ["", title, "", intro, "", "| " + " | ".join(columns) + " |", "|---|---|" + "---:|" * (len(columns) - 2)]
+
+
 def markdown(doc: dict) -> str:
     lines = [f"# Specialization policy on {doc['environment'].get('gpu', 'the GPU')}, {doc['date']}", "",
              f"Command: `{doc['command']}`", "",
@@ -328,35 +333,34 @@ def markdown(doc: dict) -> str:
                          f"{_x(r['speedup'].get(mode))} | {_p(r, mode)} | {_p(r, mode, 'context_s')} / {_p(r, mode, 'work_s')} | "
                          f"{c.get('variants_compiled', '—')} | "
                          f"{'—' if share is None else f'{100 * share:.1f}%'} | {bad} |")
-    lines += ["", "### Where the CPU went (medians)", "",
-              "The process: user and system CPU of all its threads, and its context switches (from the kernel). "
-              "The app's main(): its wall time and its thread's CPU (the shim wraps main; shim runs only). "
-              "The shim's compile threads and prestart thread: their CPU. After main: from main's return to the report.", "",
-              "| configuration | mode | user s | sys s | switches vol. / invol. | main() wall ms | main() CPU ms | compile threads CPU ms | prestart CPU ms | after main ms |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += _section("### Where the CPU went (medians)",
+                      "The process: user and system CPU of all its threads, and its context switches (from the kernel). "
+                      "The app's main(): its wall time and its thread's CPU (the shim wraps main; shim runs only). "
+                      "The shim's compile threads and prestart thread: their CPU. After main: from main's return to the report.",
+                      ("configuration", "mode", "user s", "sys s", "switches vol. / invol.", "main() wall ms", "main() CPU ms",
+                       "compile threads CPU ms", "prestart CPU ms", "after main ms"))
     for name, r in doc["changing_scalars"].items():
         for mode, u in (r.get("usage") or {}).items():
             t = ((r.get("shim") or {}).get(mode) or {}).get("threads_ms") or {}
             lines.append(f"| {name} | {mode} | {u['user_s']} | {u['sys_s']} | {u['voluntary_switches']} / {u['involuntary_switches']} | "
                          + " | ".join(str(t.get(f, '—')) for f in ("app_main_wall", "app_main_cpu", "compile_threads_cpu",
                                                                     "prestart_cpu", "after_main")) + " |")
-    lines += ["", "### Inside the sample (medians, its own clock: SAMPLE_TIMES)", "",
-              "The CUDA context's creation; the work (launches, copy back, check), split into the launch calls "
-              "and the host's computation between them; the launch calls over 0.2 ms (a stall behind a lock or a "
-              "full queue rather than a slower CPU), their time, and the longest launch call.", "",
-              "| configuration | mode | context ms | work ms | launch calls ms | host computation ms | launch calls > 0.2 ms | their ms | longest ms |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += _section("### Inside the sample (medians, its own clock: SAMPLE_TIMES)",
+                      "The CUDA context's creation; the work (launches, copy back, check), split into the launch calls "
+                      "and the host's computation between them; the launch calls over 0.2 ms (a stall behind a lock or a "
+                      "full queue rather than a slower CPU), their time, and the longest launch call.",
+                      ("configuration", "mode", "context ms", "work ms", "launch calls ms", "host computation ms",
+                       "launch calls > 0.2 ms", "their ms", "longest ms"))
     for name, r in doc["changing_scalars"].items():
         for mode, x in (r.get("split") or {}).items():
             lines.append(f"| {name} | {mode} | " + " | ".join(
                 f"{1e3 * x[f]:.1f}" for f in ("context_s", "work_s", "launch_calls_s", "host_compute_s"))
                 + f" | {x['slow_launches']:g} | {1e3 * x['slow_launches_s']:.2f} | {1e3 * x['longest_launch_s']:.2f} |")
-    lines += ["", "### Where a run's time went (medians, ms; shim runs, from their reports' timelines)", "",
-              "From the spawn to the shim's loading (exec, dynamic loading); static initialization (the fat "
-              "binaries' registration); main(); from main's return to the report (exit handlers: the compile "
-              "queue's drain); the rest (the report, destructors, the process's teardown).", "",
-              "| configuration | mode | to the shim | static init | main() | exit handlers | teardown |",
-              "|---|---|---:|---:|---:|---:|---:|"]
+    lines += _section("### Where a run's time went (medians, ms; shim runs, from their reports' timelines)",
+                      "From the spawn to the shim's loading (exec, dynamic loading); static initialization (the fat "
+                      "binaries' registration); main(); from main's return to the report (exit handlers: the compile "
+                      "queue's drain); the rest (the report, destructors, the process's teardown).",
+                      ("configuration", "mode", "to the shim", "static init", "main()", "exit handlers", "teardown"))
     for name, r in doc["changing_scalars"].items():
         for mode, g in (r.get("segments_ms") or {}).items():
             lines.append(f"| {name} | {mode} | " + " | ".join(str(g.get(f, '—')) for f in
