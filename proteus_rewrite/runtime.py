@@ -445,7 +445,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
                          # stream idle and ran the original: the time that check took
                          **({"compiling_checks": round(waits[13] / 1e6, 2), "compiling_check_count": waits[14]}
                             if len(waits) > 14 else {})},
-        # where the CPU went: the app's main() (where the shim wraps it; 0 elsewhere) against
+        # where the CPU went: the app's main() (where the shim wraps it; 0 elsewhere; an app
+        # that calls exit() from main has its wall time only) against
         # the shim's own threads, and what came between main's return and this report
         **({"threads_ms": {"app_main_wall": round(waits[15] / 1e6, 2), "app_main_cpu": round(waits[16] / 1e6, 2),
                            "compile_threads_cpu": round(waits[17] / 1e6, 2), "prestart_cpu": round(waits[18] / 1e6, 2),

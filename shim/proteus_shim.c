@@ -535,8 +535,9 @@ static int wrapped_main(int argc, char **argv, char **envp) {
   atomic_store(&t_main_start_ns, w0);
   int r = app_main(argc, argv, envp);
   atomic_store(&t_main_cpu_ns, thread_cpu_ns() - c0);
-  atomic_store(&t_main_end_ns, now_ns());
-  atomic_store(&t_main_wall_ns, atomic_load(&t_main_end_ns) - w0);
+  uint64_t unset = 0;
+  if (atomic_compare_exchange_strong(&t_main_end_ns, &unset, now_ns()))
+    atomic_store(&t_main_wall_ns, atomic_load(&t_main_end_ns) - w0);
   before_exit();
   return r;
 }
@@ -555,6 +556,9 @@ EXPORT int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(v
 
 EXPORT void exit(int status) {
   static void (*real_exit)(int);
+  uint64_t start = atomic_load(&t_main_start_ns), unset = 0;
+  if (start && atomic_compare_exchange_strong(&t_main_end_ns, &unset, now_ns()))   /* main ends here: wall time only */
+    atomic_store(&t_main_wall_ns, atomic_load(&t_main_end_ns) - start);
   if (main_wrapped) before_exit();
   if (!real_exit) {
     init_real_dlsym();

@@ -3,6 +3,7 @@
 #include "proteus_shim.c"
 
 #include <assert.h>
+#include <sys/wait.h>
 
 static int failures;
 #define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #cond); failures++; } } while (0)
@@ -286,6 +287,23 @@ static void test_gpu_time_samples(void) {
   EXPECT(gpu_ms(&ki) > 9999.0 && gpu_ms(&ki) < 10001.0);   /* 0.5 ms x 20,000 launches */
 }
 
+/* An app that ends with exit() from main: main's wall time is taken there (its CPU is not:
+ * exit may come from another thread). In a child, since exit ends the process. */
+static void check_main_times(void) {
+  _exit(atomic_load(&t_main_end_ns) > atomic_load(&t_main_start_ns) && atomic_load(&t_main_wall_ns) > 0 ? 0 : 3);
+}
+static void test_exit_from_main_times_main(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    atomic_store(&t_main_start_ns, now_ns());
+    atexit(check_main_times);
+    exit(0);   /* the shim's exit, as the app's would be */
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void) {
   test_hash();
   test_handles();
@@ -295,6 +313,7 @@ int main(void) {
   test_exit_drains_the_queue();
   test_await_variant();
   test_gpu_time_samples();
+  test_exit_from_main_times_main();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
   printf("shim unit tests: all passed\n");
   return 0;
