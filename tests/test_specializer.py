@@ -292,3 +292,26 @@ def test_registers_are_capped_at_the_aot_count_unless_turned_off(table, tmp_path
     tuned = tmp_path / "tuned.json"
     tuned.write_text(json.dumps({k.name: {"CapRegisters": False}}))
     assert ".maxnreg" not in ptx_body(specialize(t, k, launch, Config.from_env({"PROTEUS_TUNED_KERNELS": str(tuned)})))
+
+
+def test_size_levels_optimize_for_size(table):
+    """PROTEUS_OPT_LEVEL s and z: every function optsize (z: minsize too) and LLVM's inliner
+    thresholds for them, over the O2 pipeline. 16 folded rounds: O2 and O3 unroll the loop
+    fully; s and z keep it, and their code is smaller."""
+    t = table("loop_count")
+    k = kernel(t, "mix_rounds")
+    launch = launch_for(k, {0: "1048576", 1: "16", 2: "-42"})
+    speed = {lvl: specialize(t, k, launch, Config.from_env({"PROTEUS_OPT_LEVEL": lvl}), keep_ir=True) for lvl in "23"}
+    size = {lvl: specialize(t, k, launch, Config.from_env({"PROTEUS_OPT_LEVEL": lvl}), keep_ir=True) for lvl in "sz"}
+    assert not any(has_back_edge(r.ptx.text) for r in speed.values())
+    assert all(has_back_edge(r.ptx.text) for r in size.values())
+    assert max(len(r.ptx.text) for r in size.values()) < min(len(r.ptx.text) for r in speed.values())
+    attrs = {lvl: r.ir_text[r.ir_text.index("attributes #"):] for lvl, r in {**speed, **size}.items()}  # the groups
+    assert "optsize" in attrs["s"] and "minsize" not in attrs["s"] and "minsize" in attrs["z"]
+    assert "optsize" not in attrs["2"] and "optsize" not in attrs["3"]
+    # their cache keys differ from what the same settings gave when s and z ran plain O2
+    keys = {lvl: r.key for lvl, r in {**speed, **size}.items()}
+    assert len(set(keys.values())) == 4
+    from proteus_rewrite.jit import pipeline
+
+    assert pipeline.key_note("default<Oz>") and pipeline.key_note("default<O3>") is None

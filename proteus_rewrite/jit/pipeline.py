@@ -6,16 +6,22 @@ a comma-separated list of passes, where `default<O0..O3|Os|Oz>` runs LLVM's stan
 pipeline and `module(...)`, `cgscc(...)`, `function(...)`, `loop(...)` only group passes
 (llvmlite adapts function and loop passes itself). Every pass llvmlite exposes is
 accepted under its LLVM name; any other name is an error that lists the known ones.
-Os and Oz run LLVM's O2 pipeline (llvmlite has no size-level option).
+llvmlite has no size level, so Os and Oz are done as clang does the most of them: every
+defined function gets `optsize` (Oz: and `minsize`), which the passes of LLVM's O2 pipeline
+read (the unroller then unrolls nothing that grows the code), and the inliner's threshold is
+LLVM's for that size level (50, 5). What the size level changes in the pipeline's own shape
+(a few passes' options) is not done.
 """
 
 from __future__ import annotations
 
 import re
-
-import llvmlite.binding as llvm
+from typing import TYPE_CHECKING
 
 from ..errors import SpecializeError
+
+if TYPE_CHECKING:  # loading LLVM waits until something compiles: key_note serves cache lookups
+    import llvmlite.binding as llvm
 
 # LLVM pass name -> llvmlite NewPassManager method
 PASSES = {
@@ -101,6 +107,8 @@ def pipeline_text(opt_level: str, opt_pipeline: str | None) -> str:
 
 def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str) -> None:
     """Run the pipeline over the module, in order."""
+    import llvmlite.binding as llvm
+
     pending: llvm.ModulePassManager | None = None
     for item in parse(text):
         m = _DEFAULT.fullmatch(item)
@@ -111,7 +119,9 @@ def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str) -> None:
             level = m.group(1)
             if level == "0":
                 continue
-            pb = _builder(tm, int(level) if level.isdigit() else 2)
+            if level in SIZE_INLINE_THRESHOLD:
+                _optimize_for_size(module, minsize=level == "z")
+            pb = _builder(tm, int(level) if level.isdigit() else 2, SIZE_INLINE_THRESHOLD.get(level))
             pb.getModulePassManager().run(module, pb)
         else:
             pending = pending or llvm.create_new_module_pass_manager()
@@ -120,5 +130,30 @@ def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str) -> None:
         pending.run(module, _builder(tm, 2))
 
 
-def _builder(tm: llvm.TargetMachine, speed: int) -> llvm.PassBuilder:
-    return llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=speed))
+SIZE_INLINE_THRESHOLD = {"s": 50, "z": 5}  # LLVM's InlineConstants::OptSizeThreshold, OptMinSizeThreshold
+
+
+def key_note(text: str) -> str | None:
+    """For the cache key, how this pipeline's size levels are done (they once ran plain O2,
+    under the same key); None where it has none, so that other keys stay as they were."""
+    return "optsize/minsize attributes, inliner 50/5" if re.search(r"default<O[sz]>", text) else None
+
+
+def _optimize_for_size(module: llvm.ModuleRef, minsize: bool) -> None:
+    """What clang's -Os / -Oz put on every function (not on an optnone one: the verifier
+    refuses both together)."""
+    for fn in module.functions:
+        if fn.is_declaration or any(b"optnone" in a.split() for a in fn.attributes):
+            continue
+        fn.add_function_attribute("optsize")
+        if minsize:
+            fn.add_function_attribute("minsize")
+
+
+def _builder(tm: llvm.TargetMachine, speed: int, inline_threshold: int | None = None) -> llvm.PassBuilder:
+    import llvmlite.binding as llvm
+
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed)
+    if inline_threshold is not None:
+        pto.inlining_threshold = inline_threshold
+    return llvm.create_pass_builder(tm, pto)

@@ -30,7 +30,7 @@ from .. import __version__, faults
 from ..cache import CacheChain, Entry
 from ..errors import SpecializeError
 from ..fatbin.table import KernelRecord, KernelTable
-from . import codegen
+from . import codegen, pipeline
 from .config import CodegenConfig, Config
 from .launch import Launch, foldable, ir_constant, python_value
 from .plan import Plan
@@ -144,6 +144,8 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
         "relink_globals": plan.relink_globals,
         "config": cg.key_fields(),
     }
+    if (note := pipeline.key_note(pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))) is not None:
+        doc["size_levels"] = note
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -213,7 +215,7 @@ def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, ti
     target machines are cached and shared under it), not whenever the collector gets to them."""
     import llvmlite.binding as llvm
 
-    from . import ir, pipeline  # llvmlite: only when compiling
+    from . import ir  # llvmlite: only when compiling
 
     with _LLVM:
         context = llvm.create_context()
@@ -281,7 +283,7 @@ def warm_up(arch: int, config: Config | None = None, driver_version: int | None 
     exist, so the shim's exit hook, registered next, runs before their destructors."""
     import llvmlite.binding as llvm
 
-    from . import ir, pipeline
+    from . import ir
 
     t0 = time.perf_counter()
     config = config or Config.from_env()
