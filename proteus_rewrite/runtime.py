@@ -370,17 +370,59 @@ def load_failed(kid: int, code: int) -> None:
     _warn_once(f"load:{record.name}", f"{record.demangled}: {reason}; running the original kernel")
 
 
+# What the shim passes write_report, in this order (times in ns): starting Python, all misses
+# (that start included where a launch started it), their number, the compiler warm-up, the wait
+# for compile threads at exit, what the prestart thread did (bit 0 Python, bit 1 the compiler),
+# launches that waited for a variant compiling in the background (time, number), the misses'
+# time by stage, launches that asked their stream for such a variant and did not wait (time,
+# number), the CPU of the app's main() thread, of the compile threads and of the prestart
+# thread; then CLOCK_MONOTONIC when the shim was loaded, main started and returned (0 where the
+# shim does not wrap main; an app that ends with exit() has no main CPU) and the report began.
+WAIT_FIELDS = ("python_start", "misses", "miss_count", "prepare_compiler", "exit", "prestart", "compiling",
+               "compiling_count", "lock", "resolve", "track", "specialize", "queue", "compiling_checks",
+               "compiling_check_count", "app_main_cpu", "compile_threads_cpu", "prestart_cpu",
+               "shim_loaded", "main_start", "main_end", "report")
+MISS_STAGES = ("lock", "resolve", "track", "specialize", "queue")
+
+
+def _wait_sections(waits: tuple[int, ...]) -> dict:
+    """The report's shim_wait_ms, threads_ms, timeline_ns and prestart from the shim's figures."""
+    if len(waits) != len(WAIT_FIELDS):
+        return {"shim_wait_ms": {}, "prestart": {}}
+    w = dict(zip(WAIT_FIELDS, waits))
+
+    def ms(ns: int) -> float:
+        return round(ns / 1e6, 2)
+
+    start, end, report = w["main_start"], w["main_end"], w["report"]
+    return {
+        # what the app's threads spent waiting on the shim: never a hit, only misses and exit;
+        # compiling: launches that waited for their variant to finish compiling (auto mode);
+        # miss_stages: the compile lock, a kernel's first launch, the value tracker, the caches
+        # (or, compiling there, the compilation), queueing; compiling_checks: launches that
+        # asked again for a variant still compiling, found their stream idle and ran the original
+        "shim_wait_ms": {"python_start": ms(w["python_start"]), "misses": ms(w["misses"]), "miss_count": w["miss_count"],
+                         "prepare_compiler": ms(w["prepare_compiler"]), "exit": ms(w["exit"]),
+                         "compiling": ms(w["compiling"]), "compiling_count": w["compiling_count"],
+                         "miss_stages": {f: ms(w[f]) for f in MISS_STAGES},
+                         "compiling_checks": ms(w["compiling_checks"]),
+                         "compiling_check_count": w["compiling_check_count"]},
+        # where the CPU went: the app's main() against the shim's own threads, and what came
+        # between main's return and this report (exit handlers, destructors)
+        "threads_ms": {"app_main_wall": ms(end - start) if start and end else 0.0, "app_main_cpu": ms(w["app_main_cpu"]),
+                       "compile_threads_cpu": ms(w["compile_threads_cpu"]), "prestart_cpu": ms(w["prestart_cpu"]),
+                       "after_main": ms(report - end) if end else 0.0},
+        # the same instants on a parent's clock: a benchmark places them in its run
+        "timeline_ns": {f: w[f] for f in ("shim_loaded", "main_start", "main_end", "report")},
+        # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
+        "prestart": {"python": bool(w["prestart"] & 1), "compiler": bool(w["prestart"] & 2)},
+    }
+
+
 def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: tuple[int, ...] = ()) -> None:
     """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks.
-    `waits`, from the shim, in ns: starting Python, all misses (that start included where a
-    launch started it), the number of misses, the compiler warm-up, the wait for compile threads
-    at exit; then what the prestart thread did (bit 0 Python, bit 1 the compiler); then the
-    launches that waited for a variant compiling in the background: their time and number; then
-    the misses' time by stage (the lock, resolving, tracking, specializing, queueing); then the
-    launches that checked their stream for such a variant and did not wait: time and number;
-    then the app's main() (wall, its thread's CPU), the compile threads' and the prestart
-    thread's CPU, and the time from main's return to the report (exit handlers, destructors);
-    then CLOCK_MONOTONIC when the shim was loaded, main started, main returned, the report began."""
+    `waits`, from the shim: WAIT_FIELDS, in that order (ns, counts, CLOCK_MONOTONIC times).
+    Without them (a test), the report has no waits."""
     t_report = time.perf_counter()
     assert _state is not None
     if _profile is not None:
@@ -432,31 +474,7 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         "unknown_handle_launches": unknown_launches,  # launches of kernels the shim never saw registered
         "async_compilation": _state.config.async_compilation,
         "seconds": round(time.time() - _state.started, 3),
-        # what the app's threads spent waiting on the shim: never a hit, only misses and exit
-        "shim_wait_ms": {**dict(zip(("python_start", "misses", "miss_count", "prepare_compiler", "exit"),
-                                    (round(w / 1e6, 2) if i != 2 else w for i, w in enumerate(waits[:5])))),
-                         # launches that waited for their variant to finish compiling (auto mode)
-                         **({"compiling": round(waits[6] / 1e6, 2), "compiling_count": waits[7]} if len(waits) > 7 else {}),
-                         # where the misses' time went: the compile lock, a kernel's first launch,
-                         # the value tracker, the caches (or, compiling there, the compilation), queueing
-                         **({"miss_stages": dict(zip(("lock", "resolve", "track", "specialize", "queue"),
-                                                     (round(w / 1e6, 2) for w in waits[8:13])))} if len(waits) > 12 else {}),
-                         # launches that asked again for a variant still compiling, found their
-                         # stream idle and ran the original: the time that check took
-                         **({"compiling_checks": round(waits[13] / 1e6, 2), "compiling_check_count": waits[14]}
-                            if len(waits) > 14 else {})},
-        # where the CPU went: the app's main() (where the shim wraps it; 0 elsewhere; an app
-        # that calls exit() from main has its wall time only) against
-        # the shim's own threads, and what came between main's return and this report
-        **({"threads_ms": {"app_main_wall": round(waits[15] / 1e6, 2), "app_main_cpu": round(waits[16] / 1e6, 2),
-                           "compile_threads_cpu": round(waits[17] / 1e6, 2), "prestart_cpu": round(waits[18] / 1e6, 2),
-                           "after_main": round(waits[19] / 1e6, 2)}} if len(waits) > 19 else {}),
-        # CLOCK_MONOTONIC (a parent's clock): the shim loaded, main's start and return (0 where
-        # the shim does not wrap main), the report; a benchmark places them in its run
-        **({"timeline_ns": dict(zip(("shim_loaded", "main_start", "main_end", "report"), waits[20:24]))}
-           if len(waits) > 23 else {}),
-        # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
-        "prestart": {"python": bool(waits[5] & 1), "compiler": bool(waits[5] & 2)} if len(waits) > 5 else {},
+        **_wait_sections(waits),
         "stores": [t.app.name for t in _state.tables],
         "cache": {name: vars(s) for name, s in _state.cache.stats().items()},
         "kernels": kernels,

@@ -153,7 +153,7 @@ static _Atomic uint64_t t_check_ns, n_checks;   /* await_variant's checks that d
  * where the shim wraps main), and the CPU of the shim's own threads. A cold run that is slower
  * than a warm one with no more counted waits shows here whether the app's thread did more work
  * (contention for its core) or waited outside the shim. */
-static _Atomic uint64_t t_loaded_ns, t_main_start_ns, t_main_end_ns, t_main_wall_ns, t_main_cpu_ns, t_worker_cpu_ns, t_prestart_cpu_ns;
+static _Atomic uint64_t t_loaded_ns, t_main_start_ns, t_main_end_ns, t_main_cpu_ns, t_worker_cpu_ns, t_prestart_cpu_ns;
 static uint64_t thread_cpu_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -181,7 +181,8 @@ static inline uint64_t mix64(uint64_t h) {
 }
 
 /* Every hit hashes its launch's key. A full mix64 per 8-byte word cost about 1 ns a byte (a
- * 220-byte key: 232 ns a hit, bench/hitpath_bench.py); here each word costs one multiply and
+ * 220-byte key: 261 ns a hit, 97 ns with this hash and build_key's inline copies, on the build
+ * machine: bench/results/hitpath-2026-11-23-vm-*.json); here each word costs one multiply and
  * one shift, on two independent lanes, and one mix64 at the end spreads the result. Each step
  * is a bijection of the lane, so keys of one length that differ anywhere reach the final mix
  * in different states. In-process only: nothing stores these hashes. */
@@ -531,13 +532,11 @@ typedef int (*main_fn)(int, char **, char **);
 static main_fn app_main;
 
 static int wrapped_main(int argc, char **argv, char **envp) {
-  uint64_t w0 = now_ns(), c0 = thread_cpu_ns();
-  atomic_store(&t_main_start_ns, w0);
+  uint64_t c0 = thread_cpu_ns();
+  atomic_store(&t_main_start_ns, now_ns());
   int r = app_main(argc, argv, envp);
   atomic_store(&t_main_cpu_ns, thread_cpu_ns() - c0);
-  uint64_t unset = 0;
-  if (atomic_compare_exchange_strong(&t_main_end_ns, &unset, now_ns()))
-    atomic_store(&t_main_wall_ns, atomic_load(&t_main_end_ns) - w0);
+  atomic_store(&t_main_end_ns, now_ns());
   before_exit();
   return r;
 }
@@ -556,9 +555,8 @@ EXPORT int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(v
 
 EXPORT void exit(int status) {
   static void (*real_exit)(int);
-  uint64_t start = atomic_load(&t_main_start_ns), unset = 0;
-  if (start && atomic_compare_exchange_strong(&t_main_end_ns, &unset, now_ns()))   /* main ends here: wall time only */
-    atomic_store(&t_main_wall_ns, atomic_load(&t_main_end_ns) - start);
+  uint64_t unset = 0;   /* an app that ends main with exit(): main ends here (its CPU is not taken) */
+  if (atomic_load(&t_main_start_ns)) atomic_compare_exchange_strong(&t_main_end_ns, &unset, now_ns());
   if (main_wrapped) before_exit();
   if (!real_exit) {
     init_real_dlsym();
@@ -682,7 +680,7 @@ int build_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key, uin
     if (!atomic_load_explicit(&ki->fold[i], memory_order_relaxed)) continue;
     uint32_t size = ki->sizes[i];
     if (len + size > MAX_KEY - 24) return -1;
-    /* fixed sizes copy inline; a libc call per argument was a quarter of a hit with many */
+    /* fixed sizes copy inline, not through a libc call per argument */
     if (size == 4) memcpy(key + len, params[i], 4);
     else if (size == 8) memcpy(key + len, params[i], 8);
     else memcpy(key + len, params[i], size);
@@ -1016,7 +1014,7 @@ static int stream_busy(CUstream s) {
  * this thread holds the GIL (a Python app): the compile thread needs it. NULL: run the original.
  *
  * A host-bound loop would ask its idle stream on every launch of the compile window (about
- * 1,100 launches of a step counter's general variant on the H100, each query 2 us, and more
+ * 1,100 launches of a step counter's general variant on the H100, each query under 2 us, and more
  * launch time besides: 10 ms over a warm run's launch calls). So after a launch finds the
  * stream idle, the next ones skip the question, 1, 2, 4, ... up to CHECK_GAP_MAX launches; a
  * launch that finds the stream busy ends the skipping. A GPU-bound loop finds it busy at once
@@ -1153,14 +1151,13 @@ original:
 
 /* ---- GPU time samples: a pair of events around a few launches: the 2nd, then every 64th
  * until SAMPLES_DENSE samples, then every 4,096th. The budget multiplies their mean by the
- * launches, so a few samples give it; each costs two event records and a query or two (about
- * 5 us), which every 64th launch of a host-bound loop of short kernels would make 0.2% of its
- * run for no better estimate. */
+ * launches, so a few samples give it; each costs two event records and a query or two, which
+ * every 64th launch of a long run would keep paying for no better estimate. */
 #define SAMPLES_DENSE 16
 static inline int sample_begin(kinfo *ki, CUstream s) {
   if (!ki) return 0;
-  uint64_t every = atomic_load_explicit(&ki->samples, memory_order_relaxed) < SAMPLES_DENSE ? 63 : 4095;
-  if ((atomic_load_explicit(&ki->launches, memory_order_relaxed) & every) != 2) return 0;
+  uint64_t n = atomic_load_explicit(&ki->launches, memory_order_relaxed);
+  if ((n & 63) != 2 || ((n & 4095) != 2 && atomic_load_explicit(&ki->samples, memory_order_relaxed) >= SAMPLES_DENSE)) return 0;
   int idle = SAMPLE_IDLE;
   if (!atomic_compare_exchange_strong(&ki->sample_state, &idle, SAMPLE_RECORDING)) return 0;
   CUcontext ctx = NULL;
@@ -1490,8 +1487,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
   const char *path = getenv("PROTEUS_REPORT");
   if (!path || !all_kernels) return;
   /* CLOCK_MONOTONIC, as a parent's clock reads it: where a run's time went, from exec to exit */
-  uint64_t end = atomic_load(&t_main_end_ns), t_report = now_ns(), after_main = end ? t_report - end : 0;
-  unsigned long long timeline[4] = {atomic_load(&t_loaded_ns), atomic_load(&t_main_start_ns), end, t_report};
+  unsigned long long timeline[4] = {atomic_load(&t_loaded_ns), atomic_load(&t_main_start_ns), atomic_load(&t_main_end_ns), now_ns()};
   /* per kernel: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch errors,
    * launches while compiling, sampled GPU ms x 1000, name\0 */
   size_t n = 0;
@@ -1511,7 +1507,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
+    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches),
                                   (unsigned long long)atomic_load(&t_python_ns), (unsigned long long)atomic_load(&t_miss_ns),
                                   (unsigned long long)atomic_load(&n_misses), (unsigned long long)atomic_load(&t_prepare_ns),
@@ -1521,9 +1517,9 @@ __attribute__((destructor)) static void proteus_fini(void) {
                                   (unsigned long long)atomic_load(&t_stage_ns[MISS_TRACK]), (unsigned long long)atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
                                   (unsigned long long)atomic_load(&t_stage_ns[MISS_QUEUE]),
                                   (unsigned long long)atomic_load(&t_check_ns), (unsigned long long)atomic_load(&n_checks),
-                                  (unsigned long long)atomic_load(&t_main_wall_ns), (unsigned long long)atomic_load(&t_main_cpu_ns),
+                                  (unsigned long long)atomic_load(&t_main_cpu_ns),   /* runtime.WAIT_FIELDS, in order */
                                   (unsigned long long)atomic_load(&t_worker_cpu_ns), (unsigned long long)atomic_load(&t_prestart_cpu_ns),
-                                  (unsigned long long)after_main, timeline[0], timeline[1], timeline[2], timeline[3]);
+                                  timeline[0], timeline[1], timeline[2], timeline[3]);
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }
