@@ -34,6 +34,7 @@ bench: samples
 	$(PY) bench/specialize_bench.py
 	$(PY) bench/cache_bench.py
 	$(PY) bench/hitpath_bench.py
+	$(PY) bench/exit_cost.py
 
 clean:
 	rm -rf samples/build proteus-out bench/work .pytest_cache

@@ -98,21 +98,23 @@ class StorageCache:
     def path(self, key: str) -> Path:
         return self.dir / f"{key}{SUFFIX}"
 
-    def get(self, key: str) -> Entry | None:
+    def get(self, key: str, counted: bool = True) -> Entry | None:
+        """counted=False: a lookup the report's hit and miss counts leave out (not a kernel's)."""
         p = self.path(key)
+        stats = self.stats if counted else LevelStats()
         try:
             raw = p.read_bytes()
         except FileNotFoundError:
-            self.stats.misses += 1
+            stats.misses += 1
             return None
         except OSError as exc:
             log.warning("cache: cannot read %s: %s", p, exc.strerror or exc)
-            self.stats.misses += 1
+            stats.misses += 1
             return None
         entry = decode(raw, key)
         if entry is None:
             self.stats.corrupt += 1
-            self.stats.misses += 1
+            stats.misses += 1
             log.warning("cache entry %s is damaged: deleted, the kernel is compiled again", p)
             p.unlink(missing_ok=True)
             return None
@@ -120,7 +122,7 @@ class StorageCache:
             os.utime(p)  # least-recently-used order
         except OSError:
             pass
-        self.stats.hits += 1
+        stats.hits += 1
         return entry
 
     def put(self, entry: Entry, enforce_cap: bool = True) -> None:

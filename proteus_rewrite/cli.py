@@ -294,6 +294,14 @@ def prewarm(store_or_app, reports, cache_dir):
             except ProteusError as exc:
                 counts["failed"] += 1
                 log.warning("%s: %s", record.demangled, exc)
+    if not counts["failed"] and not counts["not in this store"]:
+        # the next run compiles nothing, as after a run that compiled nothing: its prestart thread
+        # leaves the compiler cold (policy.compiles_likely)
+        from .cache import Entry
+        from .policy import RUN_KIND, encode_run, run_key
+
+        chain.put(Entry(run_key([f.sha256 for f in table.fatbins]), RUN_KIND, 0, encode_run(0),
+                        {"kernel": "(the app's last run)"}))
     err_console.print("prewarm: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v) + f" -> {chain.levels[-1].dir}",
                       markup=False)
     if counts["failed"]:

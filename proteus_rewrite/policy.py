@@ -15,6 +15,10 @@ architecture, T and R), and the next run of the app starts from it. A step count
 its T + 2 variants once, in the first run, not in every run; `proteus-rewrite prewarm` saves
 the decisions a report records, and `proteus-rewrite cache clear` forgets them.
 
+A "run" entry (keyed by the app's fat binaries) notes how many variants the app's last run
+compiled: after a run that compiled nothing, the next one does not warm the compiler up ahead
+(compiles_likely).
+
 Compile budget: a kernel may spend max(grace, fraction x its GPU time) milliseconds on
 compilation; past that, launches that would need a new variant run the original kernel
 (variants already made, and cache hits, are still used). The GPU time is estimated by the
@@ -107,6 +111,38 @@ def decode_learned(data: bytes) -> list[object]:
         elif isinstance(s, str) and s.isdigit():
             out.append(int(s))
     return out
+
+
+RUN_KIND = "run"  # the cache entry kind of what an app's last run compiled
+
+
+def run_key(fatbin_sha256s: list[str]) -> str:
+    """The cache key of the note on an app's last run: its kernel stores' fat binaries."""
+    text = "last-run\0" + "\0".join(sorted(fatbin_sha256s))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def encode_run(compiled: int) -> bytes:
+    return json.dumps({"compiled": int(compiled)}).encode()
+
+
+def decode_run(data: bytes) -> int | None:
+    """How many variants the last run compiled, or None (a malformed note: nothing known)."""
+    try:
+        n = json.loads(data)["compiled"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+
+def compiles_likely(last_compiled: int | None) -> bool:
+    """Whether to warm the compiler up ahead (the prestart thread, beside the context's creation).
+    Unknown counts as likely: a first run compiles. A run after one that compiled nothing
+    (steady state, or a prewarmed cache) skips it: the warm-up loads LLVM and nvJitLink, whose
+    pages and exit-time destructors made the process's exit 8.7 ms longer on the build machine
+    (bench/results/exitcost-2026-11-23-vm.json). Guessed wrong, the first variant waits for the
+    warm-up on its compile thread, and this run's note makes the next one warm up ahead."""
+    return last_compiled is None or last_compiled > 0
 
 
 @dataclass

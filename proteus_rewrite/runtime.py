@@ -6,7 +6,8 @@
                                               to run the original
     track(kid, args, grid, block)             a launch the shim's table missed: the value tracker's policy
     load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
-    prepare_compiler(arch)                    the compiler's first use, ahead of the first specialization
+    prepare_compiler(arch, ahead) -> bool     the compiler's first use, ahead of the first specialization
+    finish()                                  at exit: notes whether this run compiled (the next run's guess)
     write_report(path, counters, unknown, waits)  at exit, for PROTEUS_REPORT
 
 Kernel stores (*.kstore) are found beside the shim (or in PROTEUS_STORE_DIR). A loaded
@@ -32,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, faults, store
-from .policy import BLOCK, GRID, POLICY_KIND, Budget, Tracker, decode_learned, encode_learned, policy_key
-from .cache import CacheChain, Entry, make_chain
+from .policy import (BLOCK, GRID, POLICY_KIND, RUN_KIND, Budget, Tracker, compiles_likely, decode_learned, decode_run,
+                     encode_learned, encode_run, policy_key, run_key)
+from .cache import CacheChain, Entry, StorageCache, make_chain
 from .errors import ProteusError
 from .fatbin.table import KernelRecord, KernelTable, best_for_arch
 from .jit import specializer as spec_mod
@@ -80,6 +82,9 @@ class State:
     stats: list[KernelStats] = field(default_factory=list)
     warned: set[str] = field(default_factory=set)
     started: float = field(default_factory=time.time)
+    # variants the app's last run compiled (its note in the disk cache), once read; None: unknown
+    last_run: tuple[int | None] | None = None
+    warm_up_skipped: bool = False  # the prestart thread left the compiler cold: see policy.compiles_likely
 
 
 _state: State | None = None  # module-level on purpose: one per process, like the shim's tables
@@ -346,18 +351,64 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
 WARM_UP_ARCH = 75  # the oldest architecture CUDA 13 compiles for: any will do to warm the compiler up
 
 
-def prepare_compiler(arch: int) -> None:
+def prepare_compiler(arch: int, ahead: int = 0) -> bool:
     """The compiler's first use, ahead of any specialization (specializer.warm_up): loading
     LLVM and nvJitLink and one small compilation. The shim calls it on its prestart thread while
-    the app creates its CUDA context (arch 0: none known yet), or else before it starts compile
-    threads, so that LLVM's and nvJitLink's exit-time destructors are registered before the
-    shim's exit hook that waits for those threads."""
+    the app creates its CUDA context (arch 0: none known yet; ahead), or else before it starts
+    compile threads, so that LLVM's and nvJitLink's exit-time destructors are registered before
+    the shim's exit hook that waits for those threads. Ahead, it may decline (False: not done)
+    when the app's last run compiled nothing; a compile thread then does it before its first
+    job. Not with PROTEUS_ASYNC_COMPILATION=0, where the app's own thread would."""
     assert _state is not None
+    if ahead and _state.config.async_compilation != "0" and not compiles_likely(_last_run()):
+        _state.warm_up_skipped = True
+        _trace("specialization", "the app's last run compiled nothing: the compiler is not warmed up ahead")
+        return False
     try:
         ms = spec_mod.warm_up(arch or WARM_UP_ARCH, _state.config, _state.driver_version or None)
         _trace("specialization", f"compiler ready ({ms:.0f} ms)")
     except Exception as exc:  # a real compilation will meet it again and report it per kernel
         _trace("specialization", f"preparing the compiler: {type(exc).__name__}: {exc}")
+    return True
+
+
+def _run_key() -> str:
+    assert _state is not None
+    return run_key([f.sha256 for t in _state.tables for f in t.fatbins])
+
+
+def _last_run() -> int | None:
+    """How many variants the app's last run compiled, from its note in the disk cache."""
+    assert _state is not None
+    if _state.last_run is None:
+        found = None
+        disk = next((level for level in _state.cache.levels if isinstance(level, StorageCache)), None)
+        if disk is not None and _state.tables:
+            entry = disk.get(_run_key(), counted=False)
+            if entry is not None and entry.kind == RUN_KIND:
+                found = decode_run(entry.data)
+        _state.last_run = (found,)
+    return _state.last_run[0]
+
+
+def compiled_this_run() -> int:
+    """Variants compiled, or queued for a compile thread and not compiled, in this process."""
+    assert _state is not None
+    return sum(s.specializations + len(s.queued) for s in _state.stats)
+
+
+def finish() -> None:
+    """At exit, from the shim: note for the next run whether this one compiled, where that
+    changes its guess (policy.compiles_likely); a steady run writes nothing."""
+    try:
+        if _state is None or not _state.tables or _state.config.disable:
+            return
+        compiled = compiled_this_run()
+        if (compiled > 0) != compiles_likely(_last_run()):
+            _state.cache.put(Entry(_run_key(), RUN_KIND, 0, encode_run(compiled), {"kernel": "(the app's last run)"}),
+                             enforce_cap=False)
+    except Exception as exc:  # never into C
+        _trace("specialization", f"noting the run: {type(exc).__name__}: {exc}")
 
 
 def load_failed(kid: int, code: int) -> None:
@@ -479,6 +530,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         "cache": {name: vars(s) for name, s in _state.cache.stats().items()},
         "kernels": kernels,
     }
+    if doc["prestart"]:  # left cold ahead: the app's last run compiled nothing (policy.compiles_likely)
+        doc["prestart"]["compiler_skipped"] = _state.warm_up_skipped
     if "threads_ms" in doc:   # this report's own cost, up to writing it (a cold run's is larger)
         doc["threads_ms"]["report"] = round((time.perf_counter() - t_report) * 1e3, 2)
     directory = os.path.dirname(os.path.abspath(path))

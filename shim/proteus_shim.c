@@ -278,7 +278,7 @@ const void *image_of(void *owner) {
 py_api py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
 PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed;
-static PyObject *f_write_report, *f_prepare_compiler;
+static PyObject *f_write_report, *f_prepare_compiler, *f_finish;
 static int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 static char shim_dir[4096];
@@ -401,7 +401,8 @@ static int start_python(void) {
     f_load_failed = py.GetAttrString(rt, "load_failed");
     f_write_report = py.GetAttrString(rt, "write_report");
     f_prepare_compiler = py.GetAttrString(rt, "prepare_compiler");
-    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler) {
+    f_finish = py.GetAttrString(rt, "finish");
+    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish) {
       ok = py.LongAsLongLong(r) == 1;   /* False: a bad setting, which init has reported in one line */
       py.DecRef(r);
     } else py.ErrPrint();
@@ -465,13 +466,16 @@ static void *prestart_main(void *arg) {
   pthread_mutex_unlock(&pre_lock);
   if (compile) {
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_prepare_compiler, "i", 0);   /* 0: no context yet, any architecture */
-    if (r) py.DecRef(r); else py.ErrPrint();
+    /* 0: no context yet, any architecture; 1: ahead, so it may decline (the app's last run
+     * compiled nothing), and then a compile thread does it before its first job */
+    PyObject *r = py.CallFunction(f_prepare_compiler, "ii", 0, 1);
+    int done = 1;
+    if (r) { done = py.LongAsLongLong(r) != 0; py.DecRef(r); } else py.ErrPrint();
     py.GILStateRelease(g);
     pthread_mutex_lock(&pre_lock);
     pre_state = PRE_DONE;
-    compiler_prepared = 1;
-    atomic_fetch_or(&pre_did, 2);
+    compiler_prepared = done;
+    if (done) atomic_fetch_or(&pre_did, 2);
     pthread_cond_broadcast(&pre_cond);
     pthread_mutex_unlock(&pre_lock);
   }
@@ -1484,6 +1488,12 @@ __attribute__((constructor)) static void proteus_init(void) {
 }
 
 __attribute__((destructor)) static void proteus_fini(void) {
+  if (py_state > 0 && py.IsInitialized()) {   /* the next run's guess whether it compiles: runtime.finish */
+    int g = py.GILStateEnsure();
+    PyObject *r = py.CallFunction(f_finish, NULL);
+    if (r) py.DecRef(r); else py.ErrPrint();
+    py.GILStateRelease(g);
+  }
   const char *path = getenv("PROTEUS_REPORT");
   if (!path || !all_kernels) return;
   /* CLOCK_MONOTONIC, as a parent's clock reads it: where a run's time went, from exec to exit */

@@ -228,3 +228,18 @@ def test_hitpath_bench_times_every_key_shape(tmp_path):
     assert [s["key_bytes"] for s in shapes.values()] == [36, 16, 92, 220]  # gen + folded args + block/grid
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "hitpath_bench.py"), "--iterations", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--iterations must be positive" in bad.stderr
+
+
+def test_exit_cost_times_every_stage(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "exit_cost.py"), "--reps", "1", "--out", str(tmp_path), "--tag", "t"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    (path,) = tmp_path.glob("exitcost-*-t.json")
+    stages = json.loads(path.read_text())["stages"]
+    assert list(stages) == ["bare interpreter", "runtime imported", "LLVM target machine", "compiler warmed up"]
+    assert all(s["exit_ms_median"] > 0 and len(s["exit_ms"]) == 1 for s in stages.values())
+    # each stage loads more than the one before (the exit times are the benchmark's, not asserted)
+    rss = [s["max_rss_mb"] for s in stages.values()]
+    assert rss == sorted(rss) and rss[-1] > rss[1]
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "exit_cost.py"), "--reps", "0"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "--reps must be positive" in bad.stderr

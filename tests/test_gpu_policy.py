@@ -108,8 +108,37 @@ def test_the_next_run_starts_from_what_the_tracker_learned(samples, recorded, tm
     assert (k["specializations"], k["disk_cache_hits"], k["specialized_launches"]) == (0, 1, 1000)
     doc = json.loads((tmp_path / "report.json").read_text())
     # started before the first launch: Python and (exit being guarded) the compiler
-    assert doc["prestart"] == {"python": True, "compiler": True}
+    assert doc["prestart"] == {"python": True, "compiler": True, "compiler_skipped": False}
     assert doc["shim_wait_ms"]["miss_count"] == 1
+
+
+def test_a_run_after_one_that_compiled_nothing_leaves_the_compiler_cold(samples, recorded, tmp_path):
+    """The prestart thread's compiler warm-up (LLVM, nvJitLink) is skipped after a run that
+    compiled nothing; a run that then needs a variant still gets it, from a compile thread."""
+    args = ("1000", "1000", "1")
+    native = run(samples / "changing_scalars", args)
+
+    def again(args=args, **env):
+        proc = run(samples / "changing_scalars", args, **under_shim(recorded, "changing_scalars", tmp_path, **env))
+        assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+        doc = json.loads((tmp_path / "report.json").read_text())
+        (k,) = doc["kernels"]
+        return proc, doc["prestart"], k
+
+    # synchronous, so that every variant the next runs ask for is surely in the cache
+    again(PROTEUS_ASYNC_COMPILATION="0")
+    _, prestart, k = again()  # all from the disk cache: it notes that it compiled nothing
+    assert prestart == {"python": True, "compiler": True, "compiler_skipped": False} and k["specializations"] == 0
+    proc, prestart, k = again()
+    assert prestart == {"python": True, "compiler": False, "compiler_skipped": True}, prestart
+    assert proc.stdout == native.stdout and k["specialized_launches"] == 1000 and k["specializations"] == 0
+    # a guess gone wrong: n = 8192 is a new folded value, compiled on a compile thread
+    bigger = ("1000", "1000", "1", "8192")
+    proc, prestart, k = again(bigger)
+    assert proc.stdout == run(samples / "changing_scalars", bigger).stdout
+    assert prestart["compiler_skipped"] and k["specializations"] == 1 and k["specialized_launches"] > 0, k
+    _, prestart, _ = again()  # and the run after that warms up ahead again
+    assert prestart == {"python": True, "compiler": True, "compiler_skipped": False}
 
 
 def test_eight_threads_with_changing_scalars_stay_bounded(samples, recorded, tmp_path):
@@ -168,6 +197,9 @@ def test_prewarmed_cache_means_zero_compilations(samples, recorded, tmp_path):
         # not share (README: limitations); every other kernel is served from the prewarmed cache.
         plain = [k for k in doc["kernels"] if not k["globals"]]
         assert all(k["specializations"] == 0 for k in plain), (app, doc)
+        # prewarm noted that the next run compiles nothing: the compiler is not warmed up ahead
+        # (device_globals' kernel with device variables then compiles on a compile thread)
+        assert doc["prestart"]["compiler_skipped"], (app, doc["prestart"])
         if plain:
             assert sum(k["disk_cache_hits"] for k in plain) > 0, (app, doc)
 

@@ -185,7 +185,7 @@ def test_rewritten_executable_runs_specialized_without_ld_preload(samples, tmp_p
     doc = json.loads((tmp_path / "r.json").read_text())
     assert all(k["specialized_launches"] == k["launches"] > 0 for k in doc["kernels"]), doc
     # the shim, loaded as the first DT_NEEDED entry, wrapped main: the compiler started ahead too
-    assert doc["prestart"] == {"python": True, "compiler": True}, doc["prestart"]
+    assert doc["prestart"] == {"python": True, "compiler": True, "compiler_skipped": False}, doc["prestart"]
     off = run(tmp_path / "dir" / app, {"PROTEUS_DISABLE": "1"})
     assert off.returncode == 0 and off.stdout == native.stdout
 

@@ -22,6 +22,7 @@ from proteus_rewrite.cache import Entry, StorageCache, decode, describe, encode
 from proteus_rewrite.fatbin import extract, hostelf, offload_bundle
 from proteus_rewrite.fatbin.table import best_for_arch
 from proteus_rewrite.jit import Config, Launch, codegen, specializer
+from proteus_rewrite.policy import decode_run, run_key
 
 from .conftest import ROOT, run_cli
 from .hip_samples import hip_samples
@@ -122,10 +123,12 @@ def test_prewarm_compiles_a_hip_variant_from_a_report(tmp_path):
     proc = run_cli("prewarm", str(kstore), "--from", str(tmp_path / "run.json"), "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 0, proc.stderr
     assert "1 compiled" in proc.stderr
-    (entry,) = list((tmp_path / "cache").rglob("*.pjc"))
-    decoded = decode(entry.read_bytes())
-    assert (decoded.kind, decoded.arch) == ("codeobj", "gfx90a")
-    _is_code_object(decoded.data)
+    entries = sorted((decode(p.read_bytes()) for p in (tmp_path / "cache").rglob("*.pjc")), key=lambda e: e.kind)
+    # the variant, and the note that the next run compiles nothing (its compiler is left cold)
+    assert [(e.kind, e.arch) for e in entries] == [("codeobj", "gfx90a"), ("run", 0)]
+    table = extract(hip_samples() / "loop_count")
+    assert entries[1].key == run_key([f.sha256 for f in table.fatbins]) and decode_run(entries[1].data) == 0
+    _is_code_object(entries[0].data)
     ls = run_cli("cache", "ls", "--dir", str(tmp_path / "cache"))
     assert ls.returncode == 0 and "codeobj" in ls.stdout and "gfx90a" in ls.stdout
 
@@ -167,7 +170,7 @@ def test_prewarm_compiles_the_variants_a_run_had_not_compiled_when_it_ended(tmp_
     proc = run_cli("prewarm", str(kstore), "--from", str(tmp_path / "run.json"), "--cache-dir", str(tmp_path / "cache"))
     assert proc.returncode == 0, proc.stderr
     assert "1 compiled" in proc.stderr
-    assert len(list((tmp_path / "cache").rglob("*.pjc"))) == 1
+    assert sorted(decode(p.read_bytes()).kind for p in (tmp_path / "cache").rglob("*.pjc")) == ["codeobj", "run"]
 
 
 @pytest.mark.parametrize("launch", [{"args": {"1": "08000000"}, "unknown_dims": 5, "arch": "gfx90a"},
@@ -306,7 +309,7 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
                                    "miss_stages": {"lock": 0.5, "resolve": 20.0, "track": 1.0, "specialize": 69.0, "queue": 0.0},
                                    "compiling_checks": 2.0, "compiling_check_count": 400}
     assert doc["async_compilation"] == "auto"
-    assert doc["prestart"] == {"python": True, "compiler": False}
+    assert doc["prestart"] == {"python": True, "compiler": False, "compiler_skipped": False}
     (k,) = doc["kernels"]
     assert (k["specializations"], k["memory_cache_hits"]) == (1, 1)
     assert k["variants"][0]["launch"]["arch"] == "gfx90a"
@@ -405,3 +408,48 @@ def test_what_the_tracker_learned_is_where_the_next_run_starts(hip_runtime, tmp_
         assert _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))[5][:3] == b"\x01\x01\x01"
     finally:
         del os.environ["PROTEUS_TRACKER_THRESHOLD"]
+
+
+def test_the_compiler_is_warmed_up_ahead_unless_the_last_run_compiled_nothing(hip_runtime, tmp_path, monkeypatch):
+    """runtime.prepare_compiler(0, ahead=1), as the shim's prestart thread calls it, and
+    runtime.finish at exit, over four processes sharing a disk cache."""
+    warm_ups = []
+    monkeypatch.setattr(specializer, "warm_up", lambda arch, *a, **k: warm_ups.append(arch) or 1.0)
+    args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
+
+    def process(args=args, **env):
+        runtime._state = None
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        runtime.init(str(tmp_path), 0)
+        ahead = runtime.prepare_compiler(0, 1)
+        kid = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))[0]
+        assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a")
+        compiled = runtime.compiled_this_run()
+        runtime.finish()
+        counters = struct.pack("<iQQQQQQ", kid, 1, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
+        runtime.write_report(str(tmp_path / "r.json"), counters, 0, (0,) * len(runtime.WAIT_FIELDS))
+        prestart = json.loads((tmp_path / "r.json").read_text())["prestart"]
+        notes = [describe(p) for p, _ in StorageCache(tmp_path / "cache").entries()]
+        return ahead, compiled, prestart["compiler_skipped"], sorted(e["kind"] for e in notes)
+
+    # first run: nothing known, so warmed up; it compiled, which is what no note means: none written
+    assert process() == (True, 1, False, ["codeobj"])
+    # second: still nothing known; all from the disk cache, so it notes that
+    assert process() == (True, 0, False, ["codeobj", "run"])
+    # third: left cold, and compiling nothing it writes nothing
+    assert process() == (False, 0, True, ["codeobj", "run"])
+    assert warm_ups == [runtime.WARM_UP_ARCH] * 2
+    # a wrong guess: a new value compiles (on a compile thread, which warms the compiler up
+    # first), and the note says so; the next run warms up ahead again
+    other = struct.pack("<iif", 1 << 20, 9, 0.5) + bytes(16)
+    assert process(other) == (False, 1, True, ["codeobj", "codeobj", "run"])
+    assert process() == (True, 0, False, ["codeobj", "codeobj", "run"])
+    assert process() == (False, 0, True, ["codeobj", "codeobj", "run"])
+    # the note's lookup is left out of the report's disk counts: the variant's hit and the
+    # tracker's lookup of a saved policy (none) are all there is
+    disk = runtime._state.cache.stats()["disk"]
+    assert (disk.hits, disk.misses) == (1, 1)
+    # synchronous compilation would warm up on the app's thread: always ahead
+    assert process(PROTEUS_ASYNC_COMPILATION="0")[:3] == (True, 0, False)
+    assert warm_ups == [runtime.WARM_UP_ARCH] * 4

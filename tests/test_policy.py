@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from proteus_rewrite.policy import BLOCK, GRID, Budget, Tracker, decode_learned, encode_learned, policy_key
+from proteus_rewrite.policy import (BLOCK, GRID, Budget, Tracker, compiles_likely, decode_learned, decode_run, encode_learned,
+                                    encode_run, policy_key, run_key)
 
 
 def launch(tracker: Tracker, step: int, alpha: float = 2.0, block: int = 256, grid: int = 64) -> None:
@@ -71,3 +72,18 @@ def test_saved_decisions_round_trip_and_never_touch_annotated_arguments():
     keys = {policy_key("ab", "k", 90, 8, 0.5), policy_key("ab", "k", 90, 8, 0.25), policy_key("ab", "k", 80, 8, 0.5),
             policy_key("cd", "k", 90, 8, 0.5), policy_key("ab", "j", 90, 8, 0.5)}
     assert len(keys) == 5
+
+
+def test_the_run_note_round_trips_and_a_malformed_one_says_nothing():
+    assert decode_run(encode_run(0)) == 0 and decode_run(encode_run(12)) == 12
+    for bad in (b"", b"[]", b'{"compiled": -1}', b'{"compiled": true}', b'{"compiled": "3"}', b'{"other": 1}'):
+        assert decode_run(bad) is None, bad
+    # the key names the app's fat binaries, in any order, and nothing else
+    assert run_key(["a", "b"]) == run_key(["b", "a"]) != run_key(["a"]) != run_key(["a", "c"])
+    assert run_key(["a"]) != policy_key("a", "k", 90, 8, 0.5)
+
+
+def test_only_a_run_after_one_that_compiled_nothing_leaves_the_compiler_cold():
+    assert compiles_likely(None)  # the first run, or a malformed note
+    assert compiles_likely(1) and compiles_likely(40)
+    assert not compiles_likely(0)
