@@ -363,6 +363,10 @@ def prepare_compiler(arch: int, ahead: int = 0) -> bool:
     if ahead and _state.config.async_compilation != "0" and not compiles_likely(_last_run()):
         _state.warm_up_skipped = True
         _trace("specialization", "the app's last run compiled nothing: the compiler is not warmed up ahead")
+        try:
+            spec_mod.prepare_keys(_state.config, _state.driver_version or None)
+        except Exception as exc:  # the first launch meets it again, and reports it per kernel
+            _trace("specialization", f"preparing cache keys: {type(exc).__name__}: {exc}")
         return False
     try:
         ms = spec_mod.warm_up(arch or WARM_UP_ARCH, _state.config, _state.driver_version or None)

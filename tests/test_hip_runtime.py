@@ -13,6 +13,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -415,6 +416,8 @@ def test_the_compiler_is_warmed_up_ahead_unless_the_last_run_compiled_nothing(hi
     runtime.finish at exit, over four processes sharing a disk cache."""
     warm_ups = []
     monkeypatch.setattr(specializer, "warm_up", lambda arch, *a, **k: warm_ups.append(arch) or 1.0)
+    keys = []  # left cold, it still prepares what every cache key computes once
+    monkeypatch.setattr(specializer, "prepare_keys", lambda *a, **k: keys.append(1))
     args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
 
     def process(args=args, **env):
@@ -452,4 +455,14 @@ def test_the_compiler_is_warmed_up_ahead_unless_the_last_run_compiled_nothing(hi
     assert (disk.hits, disk.misses) == (1, 1)
     # synchronous compilation would warm up on the app's thread: always ahead
     assert process(PROTEUS_ASYNC_COMPILATION="0")[:3] == (True, 0, False)
-    assert warm_ups == [runtime.WARM_UP_ARCH] * 4
+    assert warm_ups == [runtime.WARM_UP_ARCH] * 4 and len(keys) == 3
+
+
+def test_prepare_keys_computes_what_a_cache_key_needs_without_a_compiler():
+    """In a fresh process: the lookups are made, and neither LLVM nor nvJitLink is loaded."""
+    code = ("from proteus_rewrite.jit import Config, codegen, specializer\n"
+            "specializer.prepare_keys(Config.from_env(), 13000)\n"
+            "maps = open('/proc/self/maps').read()\n"
+            "print(codegen.nvjitlink_available.cache_info().currsize, 'libllvmlite' in maps, 'nvJitLink' in maps)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.split() == ["1", "False", "False"], proc.stderr

@@ -249,6 +249,17 @@ def _resolve_compiler(cg: CodegenConfig, driver_version: int | None) -> CodegenC
     return dataclasses.replace(cg, ptx_compiler="nvjitlink" if codegen.nvjitlink_available() or not driver_version else "driver")
 
 
+def prepare_keys(config: Config | None = None, driver_version: int | None = None) -> None:
+    """What every cache key computes once per process (which PTX compiler, its identity, the
+    pipeline's note), without loading a compiler: where the compiler is not warmed up ahead, so
+    that a warm run's first launch does not do it (about 1 ms on the build machine, most of it
+    looking for an nvJitLink wheel on sys.path)."""
+    config = config or Config.from_env()
+    cg = _resolve_compiler(config.for_kernel("proteus_warm_up"), driver_version)
+    codegen.compiler_identity(cg.ptx_compiler)
+    pipeline.key_note(pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
+
+
 WARM_UP_IR = """
 target datalayout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
 target triple = "nvptx64-nvidia-cuda"
