@@ -7,7 +7,10 @@ Value tracker (the specialization tracker of the LLVM OpenMP offload JIT paper):
 distinct variants this process has asked for, n_i the distinct values slot i (an argument,
 the block or the grid) had among them. Before a new variant, every slot with N > T and
 n_i / N > R stops being folded: from then on its value is a run-time parameter and one
-variant serves all its values. Annotated arguments (annotate("jit", ...)) are never dropped.
+variant serves all its values. So does a slot with n_i > T of its own: threads that each pass
+their own constant beside a step counter, in step, ask for every (counter, constant) pair, so
+the counter's n_i / N stays near 1 / threads and the ratio alone never drops it. Annotated
+arguments (annotate("jit", ...)) are never dropped.
 
 What the tracker learns outlives the process: when it stops folding a slot, the decision is
 saved in the disk cache (a "policy" entry, keyed by the fat binary, the kernel, its
@@ -59,7 +62,8 @@ class Tracker:
             for slot in self.slots():
                 if slot in self.fixed:
                     continue
-                if len(self.values.get(slot, ())) / self.variants > self.ratio:
+                distinct = len(self.values.get(slot, ()))
+                if distinct / self.variants > self.ratio or distinct > self.threshold:
                     self._drop(slot)
         self.variants += 1
         kept = self.slots()

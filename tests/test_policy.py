@@ -28,6 +28,29 @@ def test_a_changing_scalar_stops_being_folded_after_T_variants_and_a_constant_on
     assert t.variants == 10
 
 
+def test_threads_with_their_own_constants_still_drop_the_counter():
+    """changing_scalars with P threads: thread t launches k = j + t with its own salt. In some
+    interleavings every (k, salt) pair is new and k's distinct / variants stays at or below R:
+    the ratio alone never dropped k (one in 200 below asked for 17,033 variants). With n_k > T
+    as well, k goes once it had T + 1 values, each with at most P salts: at most
+    P x (T + 1) variants before, P after, and one more if the salt goes too."""
+    import random
+
+    for threads in (1, 4, 8):
+        bound = threads * (8 + 2) + 1
+        for seed in range(60):
+            rng = random.Random(seed)
+            rates = [rng.random() for _ in range(threads)]  # each thread at its own pace
+            t = Tracker(threshold=8, ratio=0.5, folded={0, 1}, dims=3)
+            pos = [0] * threads
+            picks = rng.choices(range(threads), weights=rates, k=200 * threads)
+            for i, tid in enumerate(picks):
+                tid = tid if seed else i % threads  # seed 0: in step
+                launch(t, pos[tid] + tid, alpha=float(tid + 1))  # alpha: the thread's own constant (its salt)
+                pos[tid] += 1
+            assert "0" in t.dropped and t.variants <= bound, (threads, seed, t.variants, t.dropped)
+
+
 def test_few_distinct_values_stay_folded():
     t = Tracker(threshold=8, ratio=0.5, folded={0, 1}, dims=3)
     for i in range(500):
