@@ -16,14 +16,14 @@ needs no GPU.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import run as suite  # bench/run.py: the results files' header
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("bare interpreter", "runtime imported", "LLVM target machine", "compiler warmed up")
@@ -80,16 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         rows[name] = {"exit_ms_median": round(statistics.median(times), 2), "exit_ms_min": min(times),
                       "max_rss_mb": round(rss / 1024), "exit_ms": times}
         print(f"exit_cost: {name}: {rows[name]['exit_ms_median']} ms", file=sys.stderr)
-    doc = {"benchmark": "exit cost", "date": datetime.date.today().isoformat(),
-           "command": "python3 bench/exit_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "git_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True).stdout.strip() or None,
-           "host": platform.node(), "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-           "reps": args.reps, "stages": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"exitcost-{doc['date']}-{platform.node() or 'host'}{'-' + args.tag if args.tag else ''}.json"
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    doc = suite.cpu_results("exit cost", "exit_cost.py", argv, python=platform.python_version(), reps=args.reps, stages=rows)
+    path = suite.write_cpu_results(doc, args.out, "exitcost", args.tag)
     print(f"| stage | exit ms (median of {args.reps}) | min | max RSS MB |\n|---|---:|---:|---:|")
     for name, r in rows.items():
         print(f"| {name} | {r['exit_ms_median']} | {r['exit_ms_min']} | {r['max_rss_mb']} |")

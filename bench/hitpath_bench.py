@@ -12,15 +12,14 @@ markdown table.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import run as suite  # bench/run.py: the results files' header
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = {  # name: folded arguments, bytes each, dims in the key (bit 0 block, bit 1 grid)
@@ -60,17 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             times = [float(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("ns_per_hit ")]
             key = next(int(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("key_bytes "))
             rows[name] = {"ns_per_hit": round(statistics.median(times), 1), "timings": times, "key_bytes": key}
-    doc = {"benchmark": "hitpath", "date": datetime.date.today().isoformat(),
-           "command": "python3 bench/hitpath_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "git_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True).stdout.strip() or None,
-           "host": platform.node(), "cpu": platform.processor() or platform.machine(), "iterations": args.iterations,
-           "compiler": subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0],
-           "shapes": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"hitpath-{doc['date']}-{platform.node() or 'host'}{'-' + args.tag if args.tag else ''}.json"
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+    doc = suite.cpu_results("hitpath", "hitpath_bench.py", argv, iterations=args.iterations,
+                            compiler=subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0],
+                            shapes=rows)
+    path = suite.write_cpu_results(doc, args.out, "hitpath", args.tag)
     print("| key shape | key bytes | ns per hit (median of 5) |\n|---|---:|---:|")
     for name, r in rows.items():
         print(f"| {name} | {r['key_bytes']} | {r['ns_per_hit']} |")

@@ -34,6 +34,7 @@ and <out>/<date>-<gpu>.md; bench/plot.py draws the chart from the JSON.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
@@ -213,6 +214,27 @@ def _cmd(args: list[str]) -> str | None:
         return None
 
 
+def git_commit(short: bool = False) -> str | None:
+    """GIT_COMMIT: set by whoever sends the tree to a machine whose copy of .git may be stale."""
+    return os.environ.get("GIT_COMMIT") or _cmd(["git", "-C", str(ROOT), "rev-parse", *(["--short"] if short else []), "HEAD"])
+
+
+def cpu_results(benchmark: str, script: str, argv: list[str] | None, **fields) -> dict:
+    """The header of a CPU benchmark's results file: what ran, where and when."""
+    return {"benchmark": benchmark, "date": datetime.date.today().isoformat(),
+            "command": f"python3 bench/{script} " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "git_commit": git_commit(short=True), "host": platform.node(), "cpu": platform.processor() or platform.machine(),
+            **fields}
+
+
+def write_cpu_results(doc: dict, out: str, prefix: str, tag: str) -> Path:
+    """OUT/PREFIX-DATE-HOST[-TAG].json"""
+    path = Path(out) / f"{prefix}-{doc['date']}-{platform.node() or 'host'}{'-' + tag if tag else ''}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
 def environment() -> dict:
     env: dict = {"python": sys.version.split()[0], "host": platform.node(), "kernel": platform.release()}
     try:
@@ -253,8 +275,7 @@ def environment() -> dict:
         env["proteus_rewrite"] = __version__
     except Exception:
         env["proteus_rewrite"] = None
-    # GIT_COMMIT: set by whoever sends the tree to a machine whose copy of .git may be stale
-    env["git_commit"] = os.environ.get("GIT_COMMIT") or _cmd(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
+    env["git_commit"] = git_commit()
     env["git_dirty"] = bool(_cmd(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"]))
     clang = _cmd([os.environ.get("CLANG", "clang++-19"), "--version"])
     env["clang_here"] = clang.splitlines()[0] if clang else None

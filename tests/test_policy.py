@@ -31,7 +31,7 @@ def test_a_changing_scalar_stops_being_folded_after_T_variants_and_a_constant_on
 def test_threads_with_their_own_constants_still_drop_the_counter():
     """changing_scalars with P threads: thread t launches k = j + t with its own salt. In some
     interleavings every (k, salt) pair is new and k's distinct / variants stays at or below R:
-    the ratio alone never dropped k (one in 200 below asked for 17,033 variants). With n_k > T
+    the ratio alone never dropped k (one of the interleavings below passes the bound). With n_k > T
     as well, k goes once it had T + 1 values, each with at most P salts: at most
     P x (T + 1) variants before, P after, and one more if the salt goes too."""
     import random

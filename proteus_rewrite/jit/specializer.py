@@ -252,8 +252,8 @@ def _resolve_compiler(cg: CodegenConfig, driver_version: int | None) -> CodegenC
 def prepare_keys(config: Config | None = None, driver_version: int | None = None) -> None:
     """What every cache key computes once per process (which PTX compiler, its identity, the
     pipeline's note), without loading a compiler: where the compiler is not warmed up ahead, so
-    that a warm run's first launch does not do it (about 1 ms on the build machine, most of it
-    looking for an nvJitLink wheel on sys.path)."""
+    that a warm run's first launch does not do it (most of it is looking for an nvJitLink
+    wheel in every sys.path entry)."""
     config = config or Config.from_env()
     cg = _resolve_compiler(config.for_kernel("proteus_warm_up"), driver_version)
     codegen.compiler_identity(cg.ptx_compiler)
