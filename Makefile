@@ -35,6 +35,7 @@ bench: samples
 	$(PY) bench/cache_bench.py
 	$(PY) bench/hitpath_bench.py
 	$(PY) bench/exit_cost.py
+	$(PY) bench/miss_bench.py
 
 clean:
 	rm -rf samples/build proteus-out bench/work .pytest_cache

@@ -69,7 +69,7 @@ def shim_costs(reports: list[dict]) -> dict:
         "compiling_waits": med([w.get("compiling_count") for w in waits]),
         "compiling_checks": med([w.get("compiling_check_count") for w in waits]),
         "miss_stages": {f: med([(w.get("miss_stages") or {}).get(f) for w in waits])
-                        for f in ("lock", "resolve", "track", "specialize", "queue")},
+                        for f in ("lock", "resolve", "gil", "track", "specialize", "queue")},
         "variants_compiled": med([sum(k.get("specializations", 0) for k in kk) for kk in ks]),
         "disk_hits": med([sum(k.get("disk_cache_hits", 0) for k in kk) for kk in ks]),
         "specialized_share": med([sum(k.get("specialized_launches", 0) for k in kk) / max(1, sum(k.get("launches", 0) for k in kk))
@@ -383,7 +383,8 @@ def markdown(doc: dict) -> str:
               "came before it finished; \"waited for a variant\" is what launches that asked again for a variant "
               "still compiling waited while the GPU was busy (auto), and how many did (and, in parentheses, those "
               "that checked their stream, found it idle and did not wait); the misses by stage: "
-              "the compile lock / resolving a kernel / the value tracker / the caches or a compilation / queueing.", "",
+              "the compile lock / resolving a kernel / waiting for Python's GIL (held by the prestart or a compile thread) / "
+              "the value tracker / the caches or a compilation / queueing.", "",
               "| run | mode | misses (ms) | miss count | by stage (ms) | waited for a variant (ms; launches) | Python start | compiler warm-up | exit | variants compiled | disk hits | specialized |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for section in ("changing_scalars", "workloads"):
@@ -394,7 +395,7 @@ def markdown(doc: dict) -> str:
                 w = c["wait_ms"]
                 share = c.get("specialized_share")
                 st = c.get("miss_stages") or {}
-                stages = " / ".join(str(st.get(f)) for f in ("lock", "resolve", "track", "specialize", "queue")) if st else "—"
+                stages = " / ".join("—" if st.get(f) is None else str(st[f]) for f in ("lock", "resolve", "gil", "track", "specialize", "queue")) if st else "—"
                 lines.append(f"| {name} | {mode} | {w.get('misses')} | {c.get('misses')} | {stages} | "
                              f"{w.get('compiling') or 0}; {c.get('compiling_waits') or 0}"
                              + (f" ({w['compiling_checks']}; {c.get('compiling_checks')})" if w.get("compiling_checks") else "")

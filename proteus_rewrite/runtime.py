@@ -5,6 +5,8 @@
     specialize(kid, args, grid, block, globals, arch, gpu_ms) -> cubin/PTX bytes (HIP: a code object), or None
                                               to run the original
     track(kid, args, grid, block)             a launch the shim's table missed: the value tracker's policy
+    miss(kid, args, grid, block, globals, arch, gpu_ms, cached_only)  track, then (unless the policy changed)
+                                              specialize, in one call
     load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
     prepare_compiler(arch, ahead) -> bool     the compiler's first use, ahead of the first specialization
     finish()                                  at exit: notes whether this run compiled (the next run's guess)
@@ -63,8 +65,9 @@ class KernelStats:
     budget_refusals: int = 0
     gpu_ms: float = 0.0  # the shim's latest estimate
     policy_key: str = ""  # where the tracker's decisions are saved (policy.policy_key)
-    # variants queued for a compile thread and not compiled yet, by their launch record: the
-    # report lists what is left at exit, so that prewarm compiles those too
+    policy_unsaved: bool = False  # the tracker stopped folding something since it was last saved
+    # variants queued for a compile thread and not compiled yet, by their cache key: the report
+    # lists the launches of what is left at exit, so that prewarm compiles those too
     queued: dict[str, dict] = field(default_factory=dict)
 
 
@@ -240,11 +243,17 @@ def _policy_key(table: KernelTable, record: KernelRecord) -> str:
 def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
     """A launch whose key the shim's table lacks. Returns the kernel's policy, which the shim's
     key follows from now on: u32 dims (bit 0 block, bit 1 grid); u8 fold[nparams]."""
+    return _track(kid, args, grid, block)[0]
+
+
+def _track(kid: int, args: bytes, grid: tuple, block: tuple) -> tuple[bytes, bool]:
+    """The policy (as track), and whether this launch changed it."""
     assert _state is not None
     record, stats = _state.kernels[kid][1], _state.stats[kid]
     tracker = stats.tracker
     if tracker is None:
-        return b""  # no tracker: the policy never changes (the shim ignores an empty answer)
+        return b"", False  # no tracker: the policy never changes (the shim ignores an empty answer)
+    changed = False
     try:
         before = len(tracker.dropped)
         offsets, off = [], 0
@@ -253,24 +262,59 @@ def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
             off += p.size
         tracker.before({**{i: args[offsets[i] : offsets[i] + record.params[i].size] for i in tracker.folded},
                         BLOCK: struct.pack("<3I", *block), GRID: struct.pack("<3I", *grid)})
-        if len(tracker.dropped) != before and stats.policy_key:  # the next run starts from here
-            # on the launching thread: a policy is a few bytes, the cap is the compile thread's to keep
-            _state.cache.put(Entry(stats.policy_key, POLICY_KIND, record.arch, encode_learned(tracker.dropped),
-                                   {"kernel": record.demangled}), enforce_cap=False)
+        changed = len(tracker.dropped) != before
+        if changed and stats.policy_key:  # the next run starts from here: saved off this thread (_save_policies)
+            stats.policy_unsaved = True
     except Exception as exc:  # never into C; the policy simply stays as it was
         _warn_once(f"track:{record.name}", f"{record.demangled}: value tracker: {type(exc).__name__}: {exc}")
-    return struct.pack("<I", tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
+    policy = struct.pack("<I", tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
+    return policy, changed
+
+
+def _save_policies() -> None:
+    """Write the tracker decisions not saved yet to the disk cache. Not on a launching thread
+    where that can be helped: a put is a dozen system calls, each a chance for another thread to
+    take the GIL, which the launch then waits for. A compile thread does it before compiling,
+    and finish() at exit."""
+    assert _state is not None
+    for (_, record), stats in zip(_state.kernels, _state.stats):
+        if stats.policy_unsaved and stats.tracker is not None:
+            stats.policy_unsaved = False
+            _state.cache.put(Entry(stats.policy_key, POLICY_KIND, record.arch, encode_learned(stats.tracker.dropped),
+                                   {"kernel": record.demangled}), enforce_cap=False)
 
 
 MAX_QUEUED_RECORDS = 256  # per kernel; a value that changes on every launch stops being folded long before
 
+# miss()'s answer: u8 status, u32 nanoseconds in the tracker, u32 policy length; the policy; the image
+MISS_HEADER = struct.Struct("<BII")
+MISS_POLICY_CHANGED, MISS_IMAGE, MISS_ORIGINAL = 0, 1, 2
 
-def _launch_record(raw, folded, unknown_dims, arch, block, grid, globals_, addrs) -> tuple[str, dict]:
-    """A launch as the report records it, enough to compile its variant again offline
-    (prewarm), and the text that identifies it among a kernel's queued variants."""
-    spec = {"args": {str(i): raw[i].hex() for i in folded}, "unknown_dims": sorted(unknown_dims), "arch": arch,
+
+def miss(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int, gpu_ms: float = 0.0,
+         cached_only: int = 0) -> bytes:
+    """A launch whose key the shim's table lacks, in one call: one wait for the GIL on the
+    launching thread where track and specialize took two (at a cold start, while the prestart
+    or a compile thread runs Python, each such wait was up to the switch interval or longer).
+    The tracker sees the launch; if that changed the kernel's policy, the launch's key is stale
+    and nothing more is done (MISS_POLICY_CHANGED: the shim builds the key anew and calls
+    specialize); otherwise specialize answers (MISS_IMAGE, with the image, empty when it needs
+    compiling; MISS_ORIGINAL for None). Layout: MISS_HEADER, the policy (as track), the image."""
+    t0 = time.perf_counter_ns()
+    policy, changed = _track(kid, args, grid, block)
+    tracked = min(time.perf_counter_ns() - t0, 0xFFFFFFFF)
+    if changed:
+        return MISS_HEADER.pack(MISS_POLICY_CHANGED, tracked, len(policy)) + policy
+    image = specialize(kid, args, grid, block, globals_, arch, gpu_ms, cached_only)
+    if image is None:
+        return MISS_HEADER.pack(MISS_ORIGINAL, tracked, len(policy)) + policy
+    return MISS_HEADER.pack(MISS_IMAGE, tracked, len(policy)) + policy + image
+
+
+def _launch_record(raw, folded, unknown_dims, arch, block, grid, globals_, addrs) -> dict:
+    """A launch as the report records it, enough to compile its variant again offline (prewarm)."""
+    return {"args": {str(i): raw[i].hex() for i in sorted(folded)}, "unknown_dims": sorted(unknown_dims), "arch": arch,
             "block": list(block), "grid": list(grid), "globals": {g: a for g, a in zip(globals_, addrs)}}
-    return json.dumps(spec, sort_keys=True), spec
 
 
 def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int | str,
@@ -284,6 +328,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
     stats = _state.stats[kid]
     stats.gpu_ms = gpu_ms
     try:
+        if not cached_only:
+            _save_policies()
         raw, off = [], 0
         for p in record.params:
             raw.append(args[off : off + p.size])
@@ -309,9 +355,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                                      may_compile=may_compile and not cached_only)
     except spec_mod.CompileBudgetSpent as exc:
         if cached_only and may_compile:  # not in a cache: the shim queues it for a compile thread
-            if len(stats.queued) < MAX_QUEUED_RECORDS:
-                ident, spec = _launch_record(raw, exc.folded, unknown_dims, arch, block, grid, record.globals, addrs)
-                stats.queued[ident] = spec
+            if len(stats.queued) < MAX_QUEUED_RECORDS and exc.key not in stats.queued:
+                stats.queued[exc.key] = _launch_record(raw, exc.folded, unknown_dims, arch, block, grid, record.globals, addrs)
             return b""
         stats.budget_refusals += 1  # policy, not a failure: no warning
         _trace("specialization", f"{record.demangled}: compile budget spent ({stats.compile_ms:.0f} ms compiling, "
@@ -322,8 +367,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         stats.failures[reason] = stats.failures.get(reason, 0) + 1
         _warn_once(f"spec:{record.name}", f"{record.demangled}: not specialized ({reason}); running the original kernel")
         return None
-    ident, spec = _launch_record(raw, tuple(result.folded), unknown_dims, arch, block, grid, record.globals, addrs)
-    stats.queued.pop(ident, None)
+    stats.queued.pop(result.key, None)
     if result.source == "compiled":
         stats.specializations += 1
         stats.compile_ms += result.timings_ms.get("total", 0.0)
@@ -336,7 +380,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                            "block": list(block), "grid": list(grid), "ms": round(result.timings_ms.get("total", 0.0), 2),
                            "timings_ms": {k: round(v, 2) for k, v in result.timings_ms.items()},
                            # enough to compile this variant again offline (proteus-rewrite prewarm)
-                           "launch": spec})
+                           "launch": _launch_record(raw, tuple(result.folded), unknown_dims, arch, block, grid,
+                                                    record.globals, addrs)})
     _trace("specialization", f"{record.demangled}: variant {result.key[:12]} ({result.source}) folded "
            f"{ {i: v for i, v in result.folded.items()} } block {tuple(block)} grid {tuple(grid)} "
            f"{result.timings_ms.get('total', 0.0):.1f} ms")
@@ -402,11 +447,13 @@ def compiled_this_run() -> int:
 
 
 def finish() -> None:
-    """At exit, from the shim: note for the next run whether this one compiled, where that
-    changes its guess (policy.compiles_likely); a steady run writes nothing."""
+    """At exit, from the shim: save the tracker's decisions no compile thread saved, and note
+    for the next run whether this one compiled, where that changes its guess
+    (policy.compiles_likely); a steady run writes nothing."""
     try:
         if _state is None or not _state.tables or _state.config.disable:
             return
+        _save_policies()
         compiled = compiled_this_run()
         if (compiled > 0) != compiles_likely(_last_run()):
             _state.cache.put(Entry(_run_key(), RUN_KIND, 0, encode_run(compiled), {"kernel": "(the app's last run)"}),
@@ -434,10 +481,10 @@ def load_failed(kid: int, code: int) -> None:
 # thread; then CLOCK_MONOTONIC when the shim was loaded, main started and returned (0 where the
 # shim does not wrap main; an app that ends with exit() has no main CPU) and the report began.
 WAIT_FIELDS = ("python_start", "misses", "miss_count", "prepare_compiler", "exit", "prestart", "compiling",
-               "compiling_count", "lock", "resolve", "track", "specialize", "queue", "compiling_checks",
+               "compiling_count", "lock", "resolve", "track", "specialize", "queue", "gil", "compiling_checks",
                "compiling_check_count", "app_main_cpu", "compile_threads_cpu", "prestart_cpu",
                "shim_loaded", "main_start", "main_end", "report")
-MISS_STAGES = ("lock", "resolve", "track", "specialize", "queue")
+MISS_STAGES = ("lock", "resolve", "track", "specialize", "queue", "gil")
 
 
 def _wait_sections(waits: tuple[int, ...]) -> dict:
@@ -454,7 +501,8 @@ def _wait_sections(waits: tuple[int, ...]) -> dict:
         # what the app's threads spent waiting on the shim: never a hit, only misses and exit;
         # compiling: launches that waited for their variant to finish compiling (auto mode);
         # miss_stages: the compile lock, a kernel's first launch, the value tracker, the caches
-        # (or, compiling there, the compilation), queueing; compiling_checks: launches that
+        # (or, compiling there, the compilation), queueing, and apart, before the tracker and the
+        # caches, waiting for the GIL (held by a compile or the prestart thread); compiling_checks: launches that
         # asked again for a variant still compiling, found their stream idle and ran the original
         "shim_wait_ms": {"python_start": ms(w["python_start"]), "misses": ms(w["misses"]), "miss_count": w["miss_count"],
                          "prepare_compiler": ms(w["prepare_compiler"]), "exit": ms(w["exit"]),

@@ -160,8 +160,10 @@ static uint64_t thread_cpu_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 /* Where the misses' time went (the report's miss_stages): waiting for the compile lock,
- * resolving a kernel (its first launch), the tracker, the caches or a compilation, queueing. */
-enum { MISS_LOCK, MISS_RESOLVE, MISS_TRACK, MISS_SPECIALIZE, MISS_QUEUE, MISS_STAGES };
+ * resolving a kernel (its first launch), the tracker, the caches or a compilation, queueing,
+ * and, of the tracker and caches' time, waiting for the GIL (which a compile thread or the
+ * prestart thread may hold). */
+enum { MISS_LOCK, MISS_RESOLVE, MISS_TRACK, MISS_SPECIALIZE, MISS_QUEUE, MISS_GIL, MISS_STAGES };
 static _Atomic uint64_t t_stage_ns[MISS_STAGES];
 static void stage(int which, uint64_t *t) {
   uint64_t now = now_ns();
@@ -278,7 +280,7 @@ const void *image_of(void *owner) {
 py_api py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
 PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed;
-static PyObject *f_write_report, *f_prepare_compiler, *f_finish;
+static PyObject *f_write_report, *f_prepare_compiler, *f_finish, *f_miss;
 static int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 static char shim_dir[4096];
@@ -402,7 +404,8 @@ static int start_python(void) {
     f_write_report = py.GetAttrString(rt, "write_report");
     f_prepare_compiler = py.GetAttrString(rt, "prepare_compiler");
     f_finish = py.GetAttrString(rt, "finish");
-    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish) {
+    f_miss = py.GetAttrString(rt, "miss");
+    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish && f_miss) {
       ok = py.LongAsLongLong(r) == 1;   /* False: a bad setting, which init has reported in one line */
       py.DecRef(r);
     } else py.ErrPrint();
@@ -789,6 +792,22 @@ static job *make_job(kinfo *ki, CUcontext ctx, void **params, dim3 grid, dim3 bl
 
 static void free_job(job *j) { free(j->args); free(j->addrs); free(j); }
 
+/* Load a variant's image (malloc'd; freed here): its function, or NULL (reported to Python). */
+static CUfunction load_image(kinfo *ki, uint8_t *image) {
+  CUfunction fn = NULL;
+  CUmodule mod;
+  const char *fault = getenv("PROTEUS_FAULT_INJECT");   /* tests only: see proteus_rewrite/faults.py */
+  CUresult r = fault && strstr(fault, "module-load") ? 200 /* CUDA_ERROR_INVALID_IMAGE */ : real_cuModuleLoadData(&mod, image);
+  if (r == CUDA_SUCCESS) r = real_cuModuleGetFunction(&fn, mod, ki->name);
+  if (r != CUDA_SUCCESS) {
+    fn = NULL;
+    PyObject *res = py.CallFunction(f_load_failed, "ii", ki->kid, r);
+    if (res) py.DecRef(res); else py.ErrPrint();
+  }
+  free(image);
+  return fn;
+}
+
 /* Specialize and load one variant. The caller holds the GIL; the context is current. With
  * cached_only, only the caches are asked: *uncached is set when the variant needs compiling. */
 static CUfunction run_job(job *j, int cached_only, int *uncached) {
@@ -799,25 +818,45 @@ static CUfunction run_job(job *j, int cached_only, int *uncached) {
                                             (const char *)j->addrs, (ssize_t)(ki->nglobals * 8), j->arch, j->gpu_ms,
                                             cached_only),
                             &n);
-  CUfunction fn = NULL;
   if (image && n == 0) {   /* b"": not in any cache */
     if (uncached) *uncached = 1;
     free(image);
-    image = NULL;
+    return NULL;
   }
-  if (image) {
-    CUmodule mod;
-    const char *fault = getenv("PROTEUS_FAULT_INJECT");   /* tests only: see proteus_rewrite/faults.py */
-    CUresult r = fault && strstr(fault, "module-load") ? 200 /* CUDA_ERROR_INVALID_IMAGE */ : real_cuModuleLoadData(&mod, image);
-    if (r == CUDA_SUCCESS) r = real_cuModuleGetFunction(&fn, mod, ki->name);
-    if (r != CUDA_SUCCESS) {
-      fn = NULL;
-      PyObject *res = py.CallFunction(f_load_failed, "ii", ki->kid, r);
-      if (res) py.DecRef(res); else py.ErrPrint();
-    }
-    free(image);
+  return image ? load_image(ki, image) : NULL;
+}
+
+/* A miss's first request, one call (runtime.miss): the tracker sees the launch, then, unless
+ * that changed the kernel's policy (*changed: the job's key is stale, nothing else was done),
+ * as run_job. The caller holds the GIL; *track_ns: the tracker's share of the call. */
+static CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns) {
+  kinfo *ki = j->ki;
+  ssize_t n = 0;
+  uint8_t *ans = py_bytes(py.CallFunction(f_miss, "iy#(III)(III)y#idi", ki->kid, (const char *)j->args, (ssize_t)j->nargs,
+                                          j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
+                                          (const char *)j->addrs, (ssize_t)(ki->nglobals * 8), j->arch, j->gpu_ms,
+                                          cached_only),
+                          &n);
+  uint32_t tracked = 0, npol = 0;
+  if (!ans || n < 9) { free(ans); return NULL; }   /* (an exception: printed; runs the original) */
+  memcpy(&tracked, ans + 1, 4);
+  memcpy(&npol, ans + 5, 4);
+  *track_ns = tracked;
+  if ((size_t)n < 9 + (size_t)npol) { free(ans); return NULL; }
+  apply_policy(ki, ans + 9, npol);
+  int status = ans[0];
+  size_t off = 9 + npol, nimage = (size_t)n - off;
+  if (status == 0) *changed = 1;                         /* MISS_POLICY_CHANGED */
+  if (status != 1) { free(ans); return NULL; }           /* MISS_ORIGINAL */
+  if (nimage == 0) {                                      /* MISS_IMAGE, empty: not in any cache */
+    if (uncached) *uncached = 1;
+    free(ans);
+    return NULL;
   }
-  return fn;
+  uint8_t *image = malloc(nimage);
+  if (image) memcpy(image, ans + off, nimage);
+  free(ans);
+  return image ? load_image(ki, image) : NULL;
 }
 
 /* ---- asynchronous compilation (PROTEUS_ASYNC_COMPILATION): a miss queues a job and runs
@@ -1092,10 +1131,19 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   read_async_env();
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
   stage(MISS_RESOLVE, &t);
-  if (atomic_load(&ki->state) == K_ACTIVE) track(ki, params, grid, block);
-  stage(MISS_TRACK, &t);
+  /* The tracker sees the launch in the same call that asks the caches (miss_job); where it
+   * changes the kernel's policy, the key is built again under the new one and asked for alone. */
+  int tracked = 0;
+again:;
   uint32_t gen = atomic_load(&ki->gen);   /* stable: changed only under jit_lock */
-  if (atomic_load(&ki->state) == K_ACTIVE && (len = build_key(ki, params, grid, block, key, gen)) >= 0) {
+  int active = atomic_load(&ki->state) == K_ACTIVE;
+  len = active ? build_key(ki, params, grid, block, key, gen) : -1;
+  if (active && len < 0 && !tracked) {   /* a key too long: the tracker may yet stop folding what makes it so */
+    track(ki, params, grid, block);
+    tracked = 1;
+    goto again;
+  }
+  if (len >= 0) {
     sentry *e = find_variant(ki, ctx, key, len);   /* compiled or queued meanwhile? */
     if (e) {
       fn = atomic_load(&e->fn);
@@ -1104,11 +1152,26 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
       /* Where it compiles: here with PROTEUS_ASYNC_COMPILATION=0, as upstream's default does;
        * otherwise on a compile thread while the original runs (auto: later launches that ask
        * for it again wait for it, await_variant). A variant the caches hold loads here at once. */
-      int background = g_async != ASYNC_OFF, uncached = 0;
+      int background = g_async != ASYNC_OFF, uncached = 0, changed = 0;
+      uint64_t track_ns = 0;
       int g = py.GILStateEnsure();
-      fn = run_job(j, background, &uncached);
+      stage(MISS_GIL, &t);
+      fn = tracked ? run_job(j, background, &uncached) : miss_job(j, background, &uncached, &changed, &track_ns);
       py.GILStateRelease(g);
+      uint64_t before = t;
       stage(MISS_SPECIALIZE, &t);
+      if (track_ns) {   /* the tracker's share of that call */
+        uint64_t spent = t - before;
+        if (track_ns > spent) track_ns = spent;
+        atomic_fetch_add_explicit(&t_stage_ns[MISS_TRACK], track_ns, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&t_stage_ns[MISS_SPECIALIZE], track_ns, memory_order_relaxed);
+      }
+      tracked = 1;
+      if (changed) {
+        free_job(j);
+        j = NULL;
+        goto again;
+      }
       if (uncached) {   /* queue it; with no compile thread (exiting, none could start), compile here */
         sentry *ne = new_entry(ki, ctx, key, len, NULL, 1);
         int ok = ne && (j->e = ne) && enqueue(j);
@@ -1517,7 +1580,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
+    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches),
                                   (unsigned long long)atomic_load(&t_python_ns), (unsigned long long)atomic_load(&t_miss_ns),
                                   (unsigned long long)atomic_load(&n_misses), (unsigned long long)atomic_load(&t_prepare_ns),
@@ -1525,7 +1588,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
                                   (unsigned long long)atomic_load(&t_await_ns), (unsigned long long)atomic_load(&n_awaits),
                                   (unsigned long long)atomic_load(&t_stage_ns[MISS_LOCK]), (unsigned long long)atomic_load(&t_stage_ns[MISS_RESOLVE]),
                                   (unsigned long long)atomic_load(&t_stage_ns[MISS_TRACK]), (unsigned long long)atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
-                                  (unsigned long long)atomic_load(&t_stage_ns[MISS_QUEUE]),
+                                  (unsigned long long)atomic_load(&t_stage_ns[MISS_QUEUE]), (unsigned long long)atomic_load(&t_stage_ns[MISS_GIL]),
                                   (unsigned long long)atomic_load(&t_check_ns), (unsigned long long)atomic_load(&n_checks),
                                   (unsigned long long)atomic_load(&t_main_cpu_ns),   /* runtime.WAIT_FIELDS, in order */
                                   (unsigned long long)atomic_load(&t_worker_cpu_ns), (unsigned long long)atomic_load(&t_prestart_cpu_ns),

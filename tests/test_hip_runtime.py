@@ -297,7 +297,7 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     counters = struct.pack("<iQQQQQQ", kid, 3, 1, 0, 1, 0, 0) + AXPY.encode() + b"\0"
     runtime.write_report(str(tmp_path / "report.json"), counters, 0, (60_000_000, 90_500_000, 2, 0, 1_250_000, 1, 7_500_000, 3,
                                                                        500_000, 20_000_000, 1_000_000, 69_000_000, 0,
-                                                                       2_000_000, 400, 700_250_000, 48_000_000, 300_000_000,
+                                                                       250_000, 2_000_000, 400, 700_250_000, 48_000_000, 300_000_000,
                                                                        10, 20, 750_000_020, 753_500_020))
     doc = json.loads((tmp_path / "report.json").read_text())
     t = doc["threads_ms"]
@@ -307,7 +307,8 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     assert doc["timeline_ns"] == {"shim_loaded": 10, "main_start": 20, "main_end": 750_000_020, "report": 753_500_020}
     assert doc["shim_wait_ms"] == {"python_start": 60.0, "misses": 90.5, "miss_count": 2, "prepare_compiler": 0.0, "exit": 1.25,
                                    "compiling": 7.5, "compiling_count": 3,
-                                   "miss_stages": {"lock": 0.5, "resolve": 20.0, "track": 1.0, "specialize": 69.0, "queue": 0.0},
+                                   "miss_stages": {"lock": 0.5, "resolve": 20.0, "track": 1.0, "specialize": 69.0, "queue": 0.0,
+                                                  "gil": 0.25},
                                    "compiling_checks": 2.0, "compiling_check_count": 400}
     assert doc["async_compilation"] == "auto"
     assert doc["prestart"] == {"python": True, "compiler": False, "compiler_skipped": False}
@@ -342,6 +343,42 @@ def test_a_cache_only_request_says_when_a_variant_needs_compiling(hip_runtime, t
     other = struct.pack("<iif", 1 << 20, 9, 0.5) + bytes(16)
     assert runtime.specialize(kid, other, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) is None
     assert stats.budget_refusals == 1
+
+
+def _miss(answer: bytes) -> tuple[int, bytes, bytes]:
+    status, _, npol = runtime.MISS_HEADER.unpack_from(answer)
+    off = runtime.MISS_HEADER.size
+    return status, answer[off : off + npol], answer[off + npol :]
+
+
+def test_one_miss_call_tracks_then_asks_the_caches_unless_the_policy_changed(hip_runtime, tmp_path):
+    """runtime.miss, the shim's one call per miss: the tracker's policy, then specialize's
+    answer; on the launch that makes the tracker stop folding a slot, the policy alone (the
+    shim's key for that launch is stale), and nothing queued for it."""
+    kid, nparams, *_ = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))
+    stats = runtime._state.stats[kid]
+
+    def launch(i: int) -> bytes:
+        return struct.pack("<iif", 4096, i, 0.5) + bytes(16)
+
+    status, policy, image = _miss(runtime.miss(kid, launch(0), (16, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1))
+    assert (status, image) == (runtime.MISS_IMAGE, b"")  # no cache holds it: the shim queues it
+    assert policy == runtime.track(kid, launch(0), (16, 1, 1), (256, 1, 1)) and policy[4:7] == b"\x01\x01\x01"
+    assert len(stats.queued) == 1
+    answers = [_miss(runtime.miss(kid, launch(i), (16, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1)) for i in range(1, 20)]
+    changed = [i for i, (status, _, _) in enumerate(answers, 1) if status == runtime.MISS_POLICY_CHANGED]
+    assert len(changed) == 1  # argument 1 stops being folded once
+    status, policy, image = answers[changed[0] - 1]
+    assert policy[4:7] == b"\x01\x00\x01" and image == b""
+    assert len(stats.queued) == changed[0] + 1  # one per launch before it, none for it, one general variant after
+    assert all(status == runtime.MISS_IMAGE for status, _, _ in answers[changed[0]:])
+    # compiled (the compile thread's specialize), the general variant answers every later value
+    image = runtime.specialize(kid, launch(99), (16, 1, 1), (256, 1, 1), b"", "gfx90a")
+    assert _miss(runtime.miss(kid, launch(1234), (16, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1)) == \
+        (runtime.MISS_IMAGE, policy, image)
+    # the tracker's decision was saved by that compilation, off the launching thread
+    saved = [describe(p)["kind"] for p, _ in StorageCache(tmp_path / "cache").entries()]
+    assert "policy" in saved and not stats.policy_unsaved
 
 
 def test_stored_size_of_bundles_in_memory_agrees_with_the_parser():
@@ -390,8 +427,11 @@ def test_what_the_tracker_learned_is_where_the_next_run_starts(hip_runtime, tmp_
     for iters in range(20):  # argument 1 changes on every launch: the tracker stops folding it
         policy = runtime.track(kid, struct.pack("<iif", 4096, iters, 0.5) + pointers, (16, 1, 1), (256, 1, 1))
     assert policy[4:7] == b"\x01\x00\x01"
+    # saved off the launching thread: by the next compilation, or at exit (finish)
+    assert StorageCache(tmp_path / "cache").entries() == []
+    runtime.finish()
     saved = [describe(p) for p, _ in StorageCache(tmp_path / "cache").entries()]
-    assert [(e["kind"], e["kernel"]) for e in saved] == [("policy", runtime._state.stats[kid].demangled)]
+    assert [(e["kind"], e["kernel"]) for e in saved if e["kind"] == "policy"] == [("policy", runtime._state.stats[kid].demangled)]
     # a new process over the same cache: argument 1 is a run-time parameter from its first launch
     runtime._state = None
     runtime.init(str(tmp_path), 0)

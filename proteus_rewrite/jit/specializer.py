@@ -17,6 +17,7 @@ For a HIP kernel (the launch's arch is a processor name, "gfx90a") the last two 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -49,11 +50,12 @@ ALIGNMENTS = (128, 64, 32, 16, 8)
 
 class CompileBudgetSpent(SpecializeError):
     """A new variant would need compiling, and the kernel's compile budget is spent (or the
-    caller asked the caches only). `folded`: the parameters the variant folds."""
+    caller asked the caches only). `folded`: the parameters the variant folds; `key`: its cache key."""
 
-    def __init__(self, message: str, folded: tuple[int, ...] = ()):
+    def __init__(self, message: str, folded: tuple[int, ...] = (), key: str = ""):
         super().__init__(message)
         self.folded = folded
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -122,15 +124,11 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
 
 def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, ptx_target: tuple,
               arch: int | str) -> str:
-    """SHA-256 over everything that changes the generated code."""
+    """SHA-256 over everything that changes the generated code: what is fixed for the kernel,
+    its architecture and the configuration (hashed once, _fixed_key), then the launch's plan."""
     doc = {
-        "tool": __version__,
-        "llvmlite": llvmlite.__version__,  # which pins the LLVM version
-        "compiler": codegen.compiler_identity(cg.ptx_compiler),
-        "modules": [table.modules[i].sha256 for i in (kernel.module, *kernel.link_modules)],
-        "kernel": kernel.name,
-        "arch": arch,
-        "ptx_target": list(ptx_target),
+        "fixed": _fixed_key(tuple(table.modules[i].sha256 for i in (kernel.module, *kernel.link_modules)),
+                            kernel.name, arch, ptx_target, cg),
         "folded": {str(k): v for k, v in sorted(plan.folded.items())},
         # Dimensions matter when they are folded or bound the kernel; otherwise keep them out,
         # so one variant serves every launch shape.
@@ -142,6 +140,22 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
         "alignment": {str(k): v for k, v in sorted(plan.alignment.items())},
         "globals": dict(sorted(plan.globals.items())),
         "relink_globals": plan.relink_globals,
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1024)
+def _fixed_key(modules: tuple[str, ...], kernel: str, arch: int | str, ptx_target: tuple, cg: CodegenConfig) -> str:
+    # Every miss computes a key, on the launching thread before it queues a compilation; this
+    # part, encoded once per kernel, was a sixth of a miss's Python time (bench/miss_bench.py).
+    doc = {
+        "tool": __version__,
+        "llvmlite": llvmlite.__version__,  # which pins the LLVM version
+        "compiler": codegen.compiler_identity(cg.ptx_compiler),
+        "modules": list(modules),
+        "kernel": kernel,
+        "arch": arch,
+        "ptx_target": list(ptx_target),
         "config": cg.key_fields(),
     }
     if (note := pipeline.key_note(pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))) is not None:
@@ -186,7 +200,7 @@ def specialize(
             return Result(key, kernel.name, image, level, folded_values, plan, timings)
 
     if not may_compile:
-        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded))
+        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
     isa = ptx_target[1]
     if cg.ptx_compiler != "driver":  # an offline compiler may be older than the driver
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
@@ -240,6 +254,7 @@ def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, ti
             context.close()
 
 
+@functools.lru_cache(maxsize=256)
 def _resolve_compiler(cg: CodegenConfig, driver_version: int | None) -> CodegenConfig:
     if cg.ptx_compiler != "auto":
         return cg
@@ -349,7 +364,7 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
             return Result(key, kernel.name, codegen.CodeObject(entry.data, entry.arch), level, folded_values, plan, timings)
 
     if not may_compile:
-        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded))
+        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
     obj, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
                                       lambda: codegen.amdgpu_target_machine(launch.arch, cg.codegen_opt_level),
                                       codegen.emit_amdgpu_object, "codeobj", "object")
