@@ -80,13 +80,20 @@ def shim_costs(reports: list[dict]) -> dict:
     }
 
 
-SAMPLE_MODES = ("disabled", "cold", "cold, sync", "warm", "cold, async")
+SAMPLE_MODES = ("disabled", "cold", "cold, sync", "warm", "cold, async", "warm, compiler loaded")
+DEFAULT_SAMPLE_MODES = SAMPLE_MODES[:5]
 WORKLOAD_MODES = ("cold", "cold, sync", "cold, async", "prewarmed")
 COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the defaults
     "cold": {},
     "cold, sync": {"PROTEUS_ASYNC_COMPILATION": "0"},
     "cold, async": {"PROTEUS_ASYNC_COMPILATION": "1"},
 }
+# Over the warm cache: "warm, compiler loaded" warms the compiler up at start (as every run with
+# PROTEUS_ASYNC_COMPILATION=0 does, where the app's thread would otherwise compile), which a warm
+# run skips after one that compiled nothing: what a cold run pays for the compiler's presence
+# (its warm-up beside the context's creation, its pages and destructors at exit) apart from its
+# misses and compilations.
+WARM_MODES = {"warm": {}, "warm, compiler loaded": {"PROTEUS_ASYNC_COMPILATION": "0"}}
 
 
 def segments(r: dict, report: dict) -> dict:
@@ -114,6 +121,7 @@ def mode_env(mode: str, shim: dict, work: Path, tag: str, reused: dict[str, Path
     env = {**shim, "PROTEUS_REPORT": str(work / f"{tag}.json")}
     if mode in reused:
         env["PROTEUS_CACHE_DIR"] = str(reused[mode])
+        env.update(WARM_MODES.get(mode, {}))
     else:
         env["PROTEUS_CACHE_DIR"] = str(work / "cache" / tag)
         env.update(COLD_MODES[mode])
@@ -165,7 +173,7 @@ def record_sample(work: Path) -> Path:
     return out
 
 
-def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[str, ...] = SAMPLE_MODES,
+def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[str, ...] = DEFAULT_SAMPLE_MODES,
                      configs: tuple[str, ...] | None = None) -> dict:
     shim = {"LD_PRELOAD": str(record_sample(work) / "libproteus.so")}
     out = {}
@@ -190,7 +198,8 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
         order = random.Random(f"changing-{slug}")
         for rep in range(reps):  # interleaved, so drift hits every mode alike
             for mode in order.sample(list(times), len(times)):  # in a new order each time: no mode always follows another
-                env = mode_env(mode, shim, work, f"changing-{slug}-{mode}-{rep}".replace(", ", "-"), {"warm": warm_dir})
+                env = mode_env(mode, shim, work, f"changing-{slug}-{mode}-{rep}".replace(", ", "-"),
+                               {m: warm_dir for m in WARM_MODES})
                 r = run_sample(args, env, 300)
                 if not r["ok"] or r["stdout"] != ref["stdout"]:
                     mismatches.append({"mode": mode, "rep": rep, "error": r["error"] or "output differs from native"})
@@ -317,7 +326,9 @@ def markdown(doc: dict) -> str:
              "Modes: disabled = the control, the shim loaded with PROTEUS_DISABLE=1, which does nothing: its "
              "ratio is what noise alone gives; cold = empty cache, default settings; cold, sync = every variant compiled on the launching "
              "thread (PROTEUS_ASYNC_COMPILATION=0, upstream's synchronous mode); warm = a cache an earlier run "
-             "filled; cold, async = PROTEUS_ASYNC_COMPILATION=1 (upstream's: never waits for a variant); the default, "
+             "filled; warm, compiler loaded = the same cache, the compiler warmed up at start nonetheless "
+             "(PROTEUS_ASYNC_COMPILATION=0: what a cold run pays for the compiler's presence beyond its misses and "
+             "compilations); cold, async = PROTEUS_ASYNC_COMPILATION=1 (upstream's: never waits for a variant); the default, "
              "auto, compiles in the background too but waits for a variant asked for again while the GPU is busy; "
              "prewarmed = a cache `proteus-rewrite prewarm` "
              "filled from an earlier run's report.", "",
@@ -413,8 +424,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="repetitions of every mode of changing_scalars, whose 0.5 s runs vary by 10-40%% (default 30)")
     ap.add_argument("--launches", type=int, default=20000, help="changing_scalars' launches per run (default 20000)")
     ap.add_argument("--only", choices=("changing_scalars", "workloads"), help="run one part only")
-    ap.add_argument("--sample-modes", default=";".join(SAMPLE_MODES),
-                    help=f"changing_scalars' modes besides native, ';'-separated (default {';'.join(SAMPLE_MODES)})")
+    ap.add_argument("--sample-modes", default=";".join(DEFAULT_SAMPLE_MODES),
+                    help=f"changing_scalars' modes besides native, ';'-separated, of {';'.join(SAMPLE_MODES)} "
+                         f"(default {';'.join(DEFAULT_SAMPLE_MODES)})")
     ap.add_argument("--configs", default=None,
                     help="changing_scalars' configurations, ';'-separated (default all: " + "; ".join(changing_configs(1)) + ")")
     ap.add_argument("--tag", default="", help="appended to the results' file name")
