@@ -313,6 +313,23 @@ def _section(title: str, intro: str, columns: tuple[str, ...]) -> list[str]:
     return ["", title, "", intro, "", "| " + " | ".join(columns) + " |", "|---|---|" + "---:|" * (len(columns) - 2)]
 
 
+def paired_differences(runs: dict[str, list[dict]]) -> dict[str, dict[str, float]]:
+    """Per mode, the median of (mode - native) within each repetition, in ms: the whole run, the
+    context, the work, the launch calls and the rest (the run outside the two phases)."""
+    native = {x["rep"]: x for x in runs.get("native", []) if "context_s" in x}
+
+    def parts(x: dict) -> dict[str, float]:
+        return {"run": x["wall_s"], "context": x["context_s"], "work": x["work_s"], "launch calls": x["launch_calls_s"],
+                "the rest": x["wall_s"] - x["context_s"] - x["work_s"]}
+
+    out = {}
+    for mode, xs in runs.items():
+        pairs = [(parts(x), parts(native[x["rep"]])) for x in xs if mode != "native" and x["rep"] in native and "context_s" in x]
+        if pairs:
+            out[mode] = {f: round(1e3 * statistics.median(m[f] - n[f] for m, n in pairs), 2) for f in pairs[0][0]}
+    return out
+
+
 def markdown(doc: dict) -> str:
     lines = [f"# Specialization policy on {doc['environment'].get('gpu', 'the GPU')}, {doc['date']}", "",
              f"Command: `{doc['command']}`", "",
@@ -367,6 +384,16 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {name} | {mode} | " + " | ".join(
                 f"{1e3 * x[f]:.1f}" for f in ("context_s", "work_s", "launch_calls_s", "host_compute_s"))
                 + f" | {x['slow_launches']:g} | {1e3 * x['slow_launches_s']:.2f} | {1e3 * x['longest_launch_s']:.2f} |")
+    lines += _section("### Against native, run by run (ms)",
+                      "Each cell: the median over repetitions of the mode's time minus the native run's in the same "
+                      "repetition, for the whole run, the sample's two phases, the launch calls within the work, and "
+                      "the rest (the process's start before the context and its end after the work: the shim's "
+                      "start-up, exit handlers and teardown). Medians of differences do not add up.",
+                      ("configuration", "mode", "run", "context", "work", "launch calls", "the rest"))
+    for name, r in doc["changing_scalars"].items():
+        for mode, diffs in paired_differences(r.get("runs") or {}).items():
+            lines.append(f"| {name} | {mode} | " + " | ".join(f"{diffs[f]:+.1f}" for f in
+                                                              ("run", "context", "work", "launch calls", "the rest")) + " |")
     lines += _section("### Where a run's time went (medians, ms; shim runs, from their reports' timelines)",
                       "From the spawn to the shim's loading (exec, dynamic loading); static initialization (the fat "
                       "binaries' registration); main(); from main's return to the report (exit handlers: the compile "
@@ -433,7 +460,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scales", default=None, metavar="RESULT.json",
                     help="a bench/run.py result whose calibrated scales the workloads use (default: the newest in bench/results)")
     ap.add_argument("--run-timeout", type=float, default=120.0)
+    ap.add_argument("--render", metavar="RESULT.json", help="write RESULT.md again from RESULT.json (this version's tables); run nothing")
     args = ap.parse_args(argv)
+    if args.render:
+        src = Path(args.render)
+        try:
+            doc = json.loads(src.read_text())
+            text = markdown(doc)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"policy_bench: {src}: not a policy_bench result ({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+        tmp_path = src.with_suffix(".md.tmp")
+        tmp_path.write_text(text)
+        tmp_path.replace(src.with_suffix(".md"))
+        print(f"policy_bench: wrote {src.with_suffix('.md')}", file=sys.stderr)
+        return 0
     modes = tuple(m.strip() for m in args.sample_modes.split(";") if m.strip())
     configs = tuple(c.strip() for c in args.configs.split(";") if c.strip()) if args.configs else None
     bad = [m for m in modes if m not in SAMPLE_MODES] + [c for c in configs or () if c not in changing_configs(1)]

@@ -168,6 +168,26 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert pb.mode_env("cold", shim, w, "t", {"warm": w / "kept"}) == cold  # the defaults, whatever they are
     assert pb.mode_env("cold, sync", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "0"}
     assert pb.mode_env("cold, async", shim, w, "t", {}) == {**cold, "PROTEUS_ASYNC_COMPILATION": "1"}
+    # the warm cache with the compiler warmed up at start, as every synchronous run does
+    assert pb.mode_env("warm, compiler loaded", shim, w, "t", {"warm, compiler loaded": w / "kept"}) == \
+        {**shim, "PROTEUS_REPORT": str(w / "t.json"), "PROTEUS_CACHE_DIR": str(w / "kept"), "PROTEUS_ASYNC_COMPILATION": "0"}
+    def run(rep, wall, context, work, launches):
+        return {"rep": rep, "wall_s": wall, "context_s": context, "work_s": work, "launch_calls_s": launches}
+    runs = {"native": [run(0, 0.700, 0.2, 0.4, 0.08), run(1, 0.800, 0.2, 0.5, 0.09), run(2, 0.600, 0.2, 0.3, 0.1)],
+            "cold": [run(0, 0.710, 0.2, 0.405, 0.085), run(1, 0.830, 0.21, 0.51, 0.1), run(3, 9.0, 9.0, 9.0, 9.0)]}
+    diffs = pb.paired_differences(runs)
+    assert list(diffs) == ["cold"]  # repetition 3 has no native run: left out
+    assert diffs["cold"] == {"run": 20.0, "context": 5.0, "work": 7.5, "launch calls": 7.5, "the rest": 7.5}
+    md = pb.markdown({**doc, "changing_scalars": {"step counter": {**doc["changing_scalars"]["step counter"], "runs": runs}}})
+    assert "| step counter | cold | +20.0 | +5.0 | +7.5 | +7.5 | +7.5 |" in md
+    # --render: the markdown again from a results file, running nothing
+    saved = tmp_path / "series.json"
+    saved.write_text(json.dumps({**doc, "changing_scalars": {"step counter": {**doc["changing_scalars"]["step counter"],
+                                                                               "runs": runs}}}))
+    assert pb.main(["--render", str(saved)]) == 0 and "| step counter | cold | +20.0 |" in saved.with_suffix(".md").read_text()
+    (tmp_path / "junk.json").write_text("[1]")
+    assert pb.main(["--render", str(tmp_path / "junk.json")]) == 2
+    assert "junk.json: not a policy_bench result" in capsys.readouterr().err and not (tmp_path / "junk.md").exists()
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / "changing_scalars").write_text('#!/bin/sh\necho verified\n[ "$SAMPLE_TIMES" = 1 ] && echo "times: context 250.5 ms, work 400.25 ms, launch calls 90.5 ms, host computation 300 ms, launch calls over 0.2 ms 3 taking 4.5 ms, longest 2.25 ms" >&2\nexit 0\n')
