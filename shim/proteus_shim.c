@@ -808,16 +808,20 @@ static CUfunction load_image(kinfo *ki, uint8_t *image) {
   return fn;
 }
 
+/* runtime.specialize or runtime.miss, which take the same arguments: the job's launch. */
+static uint8_t *call_job(PyObject *f, job *j, int cached_only, ssize_t *n) {
+  return py_bytes(py.CallFunction(f, "iy#(III)(III)y#idi", j->ki->kid, (const char *)j->args, (ssize_t)j->nargs,
+                                  j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
+                                  (const char *)j->addrs, (ssize_t)(j->ki->nglobals * 8), j->arch, j->gpu_ms, cached_only),
+                  n);
+}
+
 /* Specialize and load one variant. The caller holds the GIL; the context is current. With
  * cached_only, only the caches are asked: *uncached is set when the variant needs compiling. */
 static CUfunction run_job(job *j, int cached_only, int *uncached) {
   kinfo *ki = j->ki;
   ssize_t n = 0;
-  uint8_t *image = py_bytes(py.CallFunction(f_specialize, "iy#(III)(III)y#idi", ki->kid, (const char *)j->args, (ssize_t)j->nargs,
-                                            j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
-                                            (const char *)j->addrs, (ssize_t)(ki->nglobals * 8), j->arch, j->gpu_ms,
-                                            cached_only),
-                            &n);
+  uint8_t *image = call_job(f_specialize, j, cached_only, &n);
   if (image && n == 0) {   /* b"": not in any cache */
     if (uncached) *uncached = 1;
     free(image);
@@ -832,11 +836,7 @@ static CUfunction run_job(job *j, int cached_only, int *uncached) {
 static CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns) {
   kinfo *ki = j->ki;
   ssize_t n = 0;
-  uint8_t *ans = py_bytes(py.CallFunction(f_miss, "iy#(III)(III)y#idi", ki->kid, (const char *)j->args, (ssize_t)j->nargs,
-                                          j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
-                                          (const char *)j->addrs, (ssize_t)(ki->nglobals * 8), j->arch, j->gpu_ms,
-                                          cached_only),
-                          &n);
+  uint8_t *ans = call_job(f_miss, j, cached_only, &n);
   uint32_t tracked = 0, npol = 0;
   if (!ans || n < 9) { free(ans); return NULL; }   /* (an exception: printed; runs the original) */
   memcpy(&tracked, ans + 1, 4);
