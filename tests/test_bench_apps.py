@@ -263,3 +263,19 @@ def test_exit_cost_times_every_stage(tmp_path):
     assert rss == sorted(rss) and rss[-1] > rss[1]
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "exit_cost.py"), "--reps", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--reps must be positive" in bad.stderr
+
+
+def test_miss_bench_times_both_shapes(tmp_path):
+    """Needs the changing_scalars sample (make test builds it); the times are the benchmark's."""
+    if not (ROOT / "samples" / "build" / "changing_scalars").is_file():
+        pytest.fail("samples/build/changing_scalars is missing: build the samples first (python3 samples/build.py)")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "miss_bench.py"), "--reps", "1", "--misses", "20",
+                        "--out", str(tmp_path), "--tag", "t"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    (path,) = tmp_path.glob("miss-*-t.json")
+    rows = json.loads(path.read_text())["rows"]
+    assert list(rows) == ["two calls, alone", "two calls, during the warm-up", "one call, alone", "one call, during the warm-up"]
+    assert rows["one call, alone"]["misses"] == 20 and all(r["median_ms"] > 0 for r in rows.values())
+    for args, message in ((["--reps", "0"], "must be positive"), (["--shapes", "three calls"], "unknown shape 'three calls'")):
+        bad = subprocess.run([sys.executable, str(ROOT / "bench" / "miss_bench.py"), *args], capture_output=True, text=True)
+        assert bad.returncode == 2 and message in bad.stderr
