@@ -61,8 +61,7 @@ def one(stage: int) -> tuple[float, int]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=15, help="processes per stage (default 15)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--tag", default="", help="appended to the results' file name")
+    suite.cpu_arguments(ap)
     args = ap.parse_args(argv)
     if args.reps < 1:
         print("exit_cost: --reps must be positive", file=sys.stderr)
@@ -81,11 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                       "max_rss_mb": round(rss / 1024), "exit_ms": times}
         print(f"exit_cost: {name}: {rows[name]['exit_ms_median']} ms", file=sys.stderr)
     doc = suite.cpu_results("exit cost", "exit_cost.py", argv, python=platform.python_version(), reps=args.reps, stages=rows)
-    path = suite.write_cpu_results(doc, args.out, "exitcost", args.tag)
-    print(f"| stage | exit ms (median of {args.reps}) | min | max RSS MB |\n|---|---:|---:|---:|")
-    for name, r in rows.items():
-        print(f"| {name} | {r['exit_ms_median']} | {r['exit_ms_min']} | {r['max_rss_mb']} |")
-    print(f"exit_cost: wrote {path}", file=sys.stderr)
+    suite.publish_cpu_results(doc, args, "exitcost", "exit_cost", ["stage", f"exit ms (median of {args.reps})", "min", "max RSS MB"],
+                              [[name, r["exit_ms_median"], r["exit_ms_min"], r["max_rss_mb"]] for name, r in rows.items()])
     return 0
 
 

@@ -33,8 +33,7 @@ SHAPES = {  # name: folded arguments, bytes each, dims in the key (bit 0 block, 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iterations", type=int, default=5_000_000, help="hits per timing (default 5,000,000)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--tag", default="", help="appended to the results' file name")
+    suite.cpu_arguments(ap)
     args = ap.parse_args(argv)
     if args.iterations < 1:
         print("hitpath_bench: --iterations must be positive", file=sys.stderr)
@@ -62,11 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = suite.cpu_results("hitpath", "hitpath_bench.py", argv, iterations=args.iterations,
                             compiler=subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0],
                             shapes=rows)
-    path = suite.write_cpu_results(doc, args.out, "hitpath", args.tag)
-    print("| key shape | key bytes | ns per hit (median of 5) |\n|---|---:|---:|")
-    for name, r in rows.items():
-        print(f"| {name} | {r['key_bytes']} | {r['ns_per_hit']} |")
-    print(f"hitpath_bench: wrote {path}", file=sys.stderr)
+    suite.publish_cpu_results(doc, args, "hitpath", "hitpath_bench", ["key shape", "key bytes", "ns per hit (median of 5)"],
+                              [[name, r["key_bytes"], r["ns_per_hit"]] for name, r in rows.items()])
     return 0
 
 

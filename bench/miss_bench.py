@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -67,7 +68,7 @@ print(json.dumps(times))
 
 
 def one(store: str, fatbin: str, shape: str, condition: str, misses: int, cache: str) -> list[float]:
-    env = {**__import__("os").environ, "PROTEUS_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PROTEUS_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", CHILD, store, fatbin, shape, condition, str(misses), KERNEL],
                           capture_output=True, text=True, env=env, cwd=ROOT)
     if proc.returncode != 0 or not proc.stdout.strip():
@@ -81,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5, help="processes per shape and condition (default 5)")
     ap.add_argument("--misses", type=int, default=300, help="misses per process, alone (default 300)")
     ap.add_argument("--shapes", default=";".join(SHAPES), help="';'-separated (default: both)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--tag", default="", help="appended to the results' file name")
+    suite.cpu_arguments(ap)
     args = ap.parse_args(argv)
     shapes = [s for s in args.shapes.split(";") if s]
     if args.reps < 1 or args.misses < 1:
@@ -126,11 +126,9 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
     doc = suite.cpu_results("miss cost", "miss_bench.py", argv, python=platform.python_version(), reps=args.reps,
                             misses=args.misses, rows=rows)
-    path = suite.write_cpu_results(doc, args.out, "miss", args.tag)
-    print("| shape, condition | misses | median ms | mean ms | p90 ms | max ms |\n|---|---:|---:|---:|---:|---:|")
-    for name, r in rows.items():
-        print(f"| {name} | {r['misses']} | {r['median_ms']} | {r['mean_ms']} | {r['p90_ms']} | {r['max_ms']} |")
-    print(f"miss_bench: wrote {path}", file=sys.stderr)
+    suite.publish_cpu_results(doc, args, "miss", "miss_bench", ["shape, condition", "misses", "median ms", "mean ms", "p90 ms", "max ms"],
+                              [[name, *(r[f] for f in ("misses", "median_ms", "mean_ms", "p90_ms", "max_ms"))]
+                               for name, r in rows.items()])
     return 0
 
 

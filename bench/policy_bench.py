@@ -80,8 +80,8 @@ def shim_costs(reports: list[dict]) -> dict:
     }
 
 
-SAMPLE_MODES = ("disabled", "cold", "cold, sync", "warm", "cold, async", "warm, compiler loaded")
-DEFAULT_SAMPLE_MODES = SAMPLE_MODES[:5]
+DEFAULT_SAMPLE_MODES = ("disabled", "cold", "cold, sync", "warm", "cold, async")
+SAMPLE_MODES = (*DEFAULT_SAMPLE_MODES, "warm, compiler loaded")  # the last on request only
 WORKLOAD_MODES = ("cold", "cold, sync", "cold, async", "prewarmed")
 COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the defaults
     "cold": {},
@@ -443,6 +443,12 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    tmp_path = path.with_suffix(path.suffix + ".tmp")
+    tmp_path.write_text(text)
+    tmp_path.replace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="results directory (default bench/results)")
@@ -470,9 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             print(f"policy_bench: {src}: not a policy_bench result ({type(exc).__name__}: {exc})", file=sys.stderr)
             return 2
-        tmp_path = src.with_suffix(".md.tmp")
-        tmp_path.write_text(text)
-        tmp_path.replace(src.with_suffix(".md"))
+        _write_atomic(src.with_suffix(".md"), text)
         print(f"policy_bench: wrote {src.with_suffix('.md')}", file=sys.stderr)
         return 0
     modes = tuple(m.strip() for m in args.sample_modes.split(";") if m.strip())
@@ -501,10 +505,8 @@ def main(argv: list[str] | None = None) -> int:
             + (f"-{args.tag}" if args.tag else ""))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for path, text in ((out / f"{base}.json", json.dumps(doc, indent=1) + "\n"), (out / f"{base}.md", markdown(doc))):
-        tmp_path = path.with_suffix(path.suffix + ".tmp")
-        tmp_path.write_text(text)
-        tmp_path.replace(path)
+    _write_atomic(out / f"{base}.json", json.dumps(doc, indent=1) + "\n")
+    _write_atomic(out / f"{base}.md", markdown(doc))
     print(markdown(doc))
     return 0
 

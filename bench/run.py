@@ -235,6 +235,23 @@ def write_cpu_results(doc: dict, out: str, prefix: str, tag: str) -> Path:
     return path
 
 
+def cpu_arguments(ap) -> None:
+    """--out and --tag, as every CPU benchmark takes them (write_cpu_results)."""
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--tag", default="", help="appended to the results' file name")
+
+
+def publish_cpu_results(doc: dict, args, prefix: str, script: str, columns: list[str], rows: list[list]) -> Path:
+    """Write a CPU benchmark's results (write_cpu_results), print them as a markdown table
+    (the first column left-aligned) and say where they went."""
+    path = write_cpu_results(doc, args.out, prefix, args.tag)
+    print("| " + " | ".join(columns) + " |\n|---|" + "---:|" * (len(columns) - 1))
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+    print(f"{script}: wrote {path}", file=sys.stderr)
+    return path
+
+
 def environment() -> dict:
     env: dict = {"python": sys.version.split()[0], "host": platform.node(), "kernel": platform.release()}
     try:
