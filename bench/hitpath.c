@@ -25,7 +25,7 @@ int main(int argc, char **argv) {
   atomic_store(&ki.state, K_ACTIVE);
   ki.name = "k";
   pthread_mutex_lock(&reg_lock);
-  handle_insert((void *)0x1000, &ki);
+  handle_insert((void *)0x1000, &ki, NULL);
   pthread_mutex_unlock(&reg_lock);
   real_cuCtxGetCurrent = fake_ctx;
   uint64_t values[MAX_PARAMS] = {0};

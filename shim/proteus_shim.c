@@ -95,6 +95,8 @@ REAL(CUresult, cuModuleUnload, (CUmodule));
 REAL(CUresult, cuLibraryUnload, (CUlibrary));
 REAL(CUresult, cuCtxGetCurrent, (CUcontext *));
 REAL(CUresult, cuCtxGetDevice, (CUdevice *));
+REAL(CUresult, cuDeviceGetCount, (int *));
+REAL(CUresult, cuDeviceGet, (CUdevice *, int));
 REAL(CUresult, cuDeviceGetAttribute, (int *, int, CUdevice));
 REAL(CUresult, cuDriverGetVersion, (int *));
 REAL(CUresult, cuCtxSetCurrent, (CUcontext));
@@ -123,6 +125,7 @@ static void init_driver_calls(void) {
   LOAD(cuLibraryGetGlobal); LOAD(cuCtxGetCurrent); LOAD(cuCtxGetDevice); LOAD(cuDeviceGetAttribute);
   LOAD(cuDriverGetVersion); LOAD(cuCtxSetCurrent); LOAD(cuEventCreate); LOAD(cuEventRecord); LOAD(cuEventQuery);
   LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery);
+  LOAD(cuLibraryLoadData); LOAD(cuLibraryGetKernel); LOAD(cuKernelGetFunction); LOAD(cuDeviceGetCount); LOAD(cuDeviceGet);
 #undef LOAD
 }
 
@@ -219,15 +222,26 @@ kinfo *handle_lookup(const void *h) {
   return NULL;
 }
 
-static void handle_insert(const void *h, kinfo *ki) {   /* caller holds reg_lock */
+/* The module or library a launch handle came from (NULL: unknown). Lock-free. */
+static void *handle_owner(const void *h) {
   uint32_t i = (uint32_t)mix64((uint64_t)(uintptr_t)h) & (HSLOTS - 1);
   for (uint32_t n = 0; n < HSLOTS; n++, i = (i + 1) & (HSLOTS - 1)) {
     hentry *e = atomic_load_explicit(&handles[i], memory_order_acquire);
-    if (e && e->handle == h) { e->ki = ki; return; }
+    if (!e) return NULL;
+    if (e->handle == h) return e->owner;
+  }
+  return NULL;
+}
+
+static void handle_insert(const void *h, kinfo *ki, void *owner) {   /* caller holds reg_lock */
+  uint32_t i = (uint32_t)mix64((uint64_t)(uintptr_t)h) & (HSLOTS - 1);
+  for (uint32_t n = 0; n < HSLOTS; n++, i = (i + 1) & (HSLOTS - 1)) {
+    hentry *e = atomic_load_explicit(&handles[i], memory_order_acquire);
+    if (e && e->handle == h) { e->ki = ki; e->owner = owner; return; }
     if (!e) {
       hentry *ne = malloc(sizeof *ne);
       if (!ne) return;
-      ne->handle = h; ne->ki = ki;
+      ne->handle = h; ne->ki = ki; ne->owner = owner;
       atomic_store_explicit(&handles[i], ne, memory_order_release);
       return;
     }
@@ -252,7 +266,7 @@ void remember(const void *handle, const void *image, const char *name, int owner
       ki->next_all = all_kernels; all_kernels = ki;
     }
   }
-  if (ki) handle_insert(handle, ki);
+  if (ki) handle_insert(handle, ki, owner);
   pthread_mutex_unlock(&reg_lock);
 }
 
@@ -612,6 +626,30 @@ int read_kernel_info(kinfo *ki, const uint8_t *blob, ssize_t n) {
   return 1;
 }
 
+/* Whether a variant may serve every context (kinfo.ctx_free): the driver loads libraries and
+ * takes a CUkernel at launch, and every GPU the process sees has one architecture, the one
+ * variants are compiled for. Asked once, on the first kernel's resolution. jit_lock held. */
+static int one_architecture(void) {
+  static int known = -1;
+  if (known >= 0) return known;
+  known = 0;
+  int count = 0, first = -1;
+  if (!real_cuLibraryLoadData || !real_cuLibraryGetKernel || !real_cuKernelGetFunction || !real_cuDeviceGetCount ||
+      !real_cuDeviceGet || !real_cuDeviceGetAttribute || real_cuDeviceGetCount(&count) != CUDA_SUCCESS || count < 1)
+    return known;
+  for (int i = 0; i < count; i++) {
+    CUdevice dev;
+    int major = 0, minor = 0;
+    if (real_cuDeviceGet(&dev, i) != CUDA_SUCCESS ||
+        real_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+        real_cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+      return known;
+    if (first < 0) first = major * 10 + minor;
+    else if (first != major * 10 + minor) return known;
+  }
+  return known = 1;
+}
+
 /* First launch of a kernel: ask Python which recorded kernel it is. jit_lock held. */
 static void resolve(kinfo *ki) {
   if (atomic_load(&ki->state) != K_UNRESOLVED) return;
@@ -624,6 +662,7 @@ static void resolve(kinfo *ki) {
     py.GILStateRelease(g);
     if (read_kernel_info(ki, blob, n)) {
       state = K_ACTIVE;
+      ki->ctx_free = ki->nglobals == 0 && one_architecture();
       /* Events for sampling GPU time, made here (a miss) so the hit path never allocates them */
       CUcontext ctx = NULL;
       if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
@@ -637,12 +676,15 @@ static void resolve(kinfo *ki) {
   atomic_store(&ki->state, state);
 }
 
-static CUdeviceptr global_address(kinfo *ki, const char *name) {
+/* A device variable's address for a launch of `ki` through a handle from `owner` (its module
+ * or library; NULL: the kernel's first). */
+static CUdeviceptr global_address(kinfo *ki, void *owner, const char *name) {
   CUdeviceptr dptr = 0; size_t bytes = 0;
+  if (!owner) owner = ki->owner;
   if (ki->owner_kind == OWNER_LIBRARY && real_cuLibraryGetGlobal) {
-    if (real_cuLibraryGetGlobal(&dptr, &bytes, (CUlibrary)ki->owner, name) == CUDA_SUCCESS) return dptr;
+    if (real_cuLibraryGetGlobal(&dptr, &bytes, (CUlibrary)owner, name) == CUDA_SUCCESS) return dptr;
   } else if (ki->owner_kind == OWNER_MODULE && real_cuModuleGetGlobal) {
-    if (real_cuModuleGetGlobal(&dptr, &bytes, (CUmodule)ki->owner, name) == CUDA_SUCCESS) return dptr;
+    if (real_cuModuleGetGlobal(&dptr, &bytes, (CUmodule)owner, name) == CUDA_SUCCESS) return dptr;
   } else if (ki->owner_kind == OWNER_RUNTIME) {
     for (var_reg *v = all_vars; v; v = v->next)
       if (v->fatbin == ki->owner && !strcmp(v->name, name)) {
@@ -776,7 +818,7 @@ typedef struct job {
   uint32_t gen;            /* the policy generation of its key: a stale job is dropped */
 } job;
 
-static job *make_job(kinfo *ki, CUcontext ctx, void **params, dim3 grid, dim3 block) {
+static job *make_job(kinfo *ki, void *owner, CUcontext ctx, void **params, dim3 grid, dim3 block) {
   job *j = calloc(1, sizeof *j);
   if (!j) return NULL;
   for (uint32_t i = 0; i < ki->nparams; i++) j->nargs += ki->sizes[i];
@@ -785,7 +827,7 @@ static job *make_job(kinfo *ki, CUcontext ctx, void **params, dim3 grid, dim3 bl
   if (!j->args || !j->addrs) { free(j->args); free(j->addrs); free(j); return NULL; }
   pack_args(ki, params, j->args);
   j->gen = atomic_load(&ki->gen);
-  for (uint32_t i = 0; i < ki->nglobals; i++) j->addrs[i] = global_address(ki, ki->globals[i]);
+  for (uint32_t i = 0; i < ki->nglobals; i++) j->addrs[i] = global_address(ki, owner, ki->globals[i]);
   j->ki = ki; j->ctx = ctx; j->grid = grid; j->block = block; j->gpu_ms = gpu_ms(ki); j->arch = current_arch();
   return j;
 }
@@ -795,10 +837,31 @@ static void free_job(job *j) { free(j->args); free(j->addrs); free(j); }
 /* Load a variant's image (malloc'd; freed here): its function, or NULL (reported to Python). */
 static CUfunction load_image(kinfo *ki, uint8_t *image) {
   CUfunction fn = NULL;
-  CUmodule mod;
   const char *fault = getenv("PROTEUS_FAULT_INJECT");   /* tests only: see proteus_rewrite/faults.py */
-  CUresult r = fault && strstr(fault, "module-load") ? 200 /* CUDA_ERROR_INVALID_IMAGE */ : real_cuModuleLoadData(&mod, image);
-  if (r == CUDA_SUCCESS) r = real_cuModuleGetFunction(&fn, mod, ki->name);
+  CUresult r = 200;   /* CUDA_ERROR_INVALID_IMAGE */
+  if (fault && strstr(fault, "module-load")) {
+  } else if (ki->ctx_free) {
+    /* A library, launched by its CUkernel in any context; getting its function here loads it
+     * into this one now (the driver loads lazily), not on the launch that first uses it. */
+    CUlibrary lib;
+    CUkernel kern;
+    r = real_cuLibraryLoadData(&lib, image, NULL, NULL, 0, NULL, NULL, 0);
+    if (r == CUDA_SUCCESS) {
+      CUresult got = real_cuLibraryGetKernel(&kern, lib, ki->name);
+      if (got == CUDA_SUCCESS) got = real_cuKernelGetFunction(&fn, kern);
+      if (got == CUDA_SUCCESS) fn = (CUfunction)kern;
+      else if (real_cuLibraryUnload) real_cuLibraryUnload(lib);
+      r = got;
+    }
+  } else {
+    CUmodule mod;
+    r = real_cuModuleLoadData(&mod, image);
+    if (r == CUDA_SUCCESS) {
+      CUresult got = real_cuModuleGetFunction(&fn, mod, ki->name);
+      if (got != CUDA_SUCCESS && real_cuModuleUnload) real_cuModuleUnload(mod);
+      r = got;
+    }
+  }
   if (r != CUDA_SUCCESS) {
     fn = NULL;
     PyObject *res = py.CallFunction(f_load_failed, "ii", ki->kid, r);
@@ -1107,7 +1170,11 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   if (!ki) return NULL;
   int state = atomic_load_explicit(&ki->state, memory_order_acquire);
   CUcontext ctx = NULL;
-  if (state == K_DISABLED || !params || !real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) goto original;
+  if (state == K_DISABLED || !params) goto original;
+  /* A context-free kernel's hit needs no context: where there is none, the variant's launch
+   * fails as the original's would, and the original runs and answers. */
+  int ctx_free = state == K_ACTIVE && ki->ctx_free;
+  if (!ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
 
   uint8_t key[MAX_KEY];
   int len;
@@ -1123,6 +1190,7 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
     }
   }
   /* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
+  if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
   job *j = NULL;
   int asked_first = 0;
   uint64_t t0 = now_ns(), t = t0;
@@ -1131,6 +1199,7 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   read_async_env();
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
   stage(MISS_RESOLVE, &t);
+  CUcontext kctx = ki->ctx_free ? NULL : ctx;   /* the context in the key: none for a context-free kernel */
   /* The tracker sees the launch in the same call that asks the caches (miss_job); where it
    * changes the kernel's policy, the key is built again under the new one and asked for alone. */
   int tracked = 0;
@@ -1144,11 +1213,11 @@ again:;
     goto again;
   }
   if (len >= 0) {
-    sentry *e = find_variant(ki, ctx, key, len);   /* compiled or queued meanwhile? */
+    sentry *e = find_variant(ki, kctx, key, len);   /* compiled or queued meanwhile? */
     if (e) {
       fn = atomic_load(&e->fn);
       if (!fn && atomic_load(&e->pending)) compiling = e;
-    } else if ((j = make_job(ki, ctx, params, grid, block))) {
+    } else if ((j = make_job(ki, handle_owner(handle), ctx, params, grid, block))) {
       /* Where it compiles: here with PROTEUS_ASYNC_COMPILATION=0, as upstream's default does;
        * otherwise on a compile thread while the original runs (auto: later launches that ask
        * for it again wait for it, await_variant). A variant the caches hold loads here at once. */
@@ -1170,7 +1239,7 @@ again:;
         goto again;
       }
       if (uncached) {   /* queue it; with no compile thread (exiting, none could start), compile here */
-        sentry *ne = new_entry(ki, ctx, key, len, NULL, 1);
+        sentry *ne = new_entry(ki, kctx, key, len, NULL, 1);
         int ok = ne && (j->e = ne) && enqueue(j);
         stage(MISS_QUEUE, &t);
         if (ok) {
@@ -1188,7 +1257,7 @@ again:;
       }
       if (j) {
         free_job(j);
-        sentry *ne = new_entry(ki, ctx, key, len, fn, 0);
+        sentry *ne = new_entry(ki, kctx, key, len, fn, 0);
         if (ne) variant_insert(ne);
       }
     }
@@ -1381,7 +1450,7 @@ static CUresult w_cuLibraryUnload(CUlibrary l) {
 static CUresult w_cuKernelGetFunction(CUfunction *f, CUkernel k) {
   CUresult r = real_cuKernelGetFunction(f, k);
   kinfo *ki = r == CUDA_SUCCESS ? handle_lookup(k) : NULL;
-  if (ki) { pthread_mutex_lock(&reg_lock); handle_insert(*f, ki); pthread_mutex_unlock(&reg_lock); }
+  if (ki) { pthread_mutex_lock(&reg_lock); handle_insert(*f, ki, handle_owner(k)); pthread_mutex_unlock(&reg_lock); }
   return r;
 }
 

@@ -71,6 +71,12 @@ typedef struct kinfo {
   _Atomic uint32_t dims_in_key;
   uint32_t nglobals;
   char **globals;
+  /* Its variants serve every context (CUDA): loaded as libraries and launched by their
+   * CUkernel, they are keyed without the context, so a hit asks the driver nothing (a
+   * cuCtxGetCurrent cost 90 ns of a launch's 3.5 us on the H100 host). Not for a kernel
+   * whose variants hold a context's device-variable addresses, nor across GPUs of different
+   * architectures. Set before `state` turns K_ACTIVE. */
+  int ctx_free;
   _Atomic uint64_t launches, hits, fallbacks, launch_errors, pending_launches;
   /* The hash of the latest launch that found its variant not compiled yet: a launch that asks
    * for the same one again waits for it (PROTEUS_ASYNC_COMPILATION=auto). */
@@ -87,7 +93,10 @@ typedef struct kinfo {
   struct kinfo *next_all;
 } kinfo;
 
-typedef struct { const void *handle; kinfo *ki; } hentry;
+/* owner: the module (or library) this handle came from. The kernel's own `owner` is the first
+ * one; a context that loads the same image again has its module, and its device variables,
+ * of its own. */
+typedef struct { const void *handle; kinfo *ki; void *owner; } hentry;
 typedef struct {
   uint64_t hash;
   kinfo *ki;

@@ -36,7 +36,7 @@ static void test_hash(void) {
 static void test_handles(void) {
   static kinfo k1, k2;
   pthread_mutex_lock(&reg_lock);
-  for (uintptr_t i = 1; i <= 20000; i++) handle_insert((void *)(i * 64), (i & 1) ? &k1 : &k2);
+  for (uintptr_t i = 1; i <= 20000; i++) handle_insert((void *)(i * 64), (i & 1) ? &k1 : &k2, NULL);
   pthread_mutex_unlock(&reg_lock);
   int ok = 1;
   for (uintptr_t i = 1; i <= 20000; i++) ok &= handle_lookup((void *)(i * 64)) == ((i & 1) ? &k1 : &k2);

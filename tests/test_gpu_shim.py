@@ -99,6 +99,27 @@ def test_device_globals_are_shared_between_jit_and_aot_code(samples, recorded, t
     assert {k["name"] for k in doc["kernels"] if k["specialized_launches"]} == {"_Z10accumulatePKfi", "_Z5applyPfPKfi"}
 
 
+def test_contexts_share_variants_without_device_variables_and_keep_their_own_otherwise(samples, recorded, tmp_path):
+    """driver_api contexts: both kernels in the primary context, then in a second one that
+    loads the module again (the first still loaded) and sets its own `bias`. scale_plain's
+    variant is a library launched by its CUkernel: the second context's launches hit it, so it
+    is asked for once. scale_loop's holds the address of its context's `bias`: one variant per
+    context, each with its own module's address (output as native)."""
+    exe = samples / "driver_api"
+    native = run(exe, args=("contexts",))
+    assert native.returncode == 0, native.stderr
+    report = tmp_path / "report.json"
+    proc = run(exe, shim_env(recorded["driver_api"], tmp_path / "cache", report), ("contexts",))
+    assert proc.returncode == 0, proc.stderr
+    assert checksums(proc.stdout) == checksums(native.stdout) and len(checksums(native.stdout)) == 4
+    assert "warning" not in proc.stderr, proc.stderr
+    kernels = {k["name"]: k for k in json.loads(report.read_text())["kernels"]}
+    plain, loop = kernels["scale_plain"], kernels["scale_loop"]
+    assert plain["launches"] == plain["specialized_launches"] == 6 and len(plain["variants"]) == 1, plain
+    assert loop["launches"] == loop["specialized_launches"] == 6 and loop["specializations"] == 2, loop
+    assert len({v["launch"]["globals"]["bias"] for v in loop["variants"]}) == 2
+
+
 def test_disable_is_a_pure_pass_through(samples, recorded, tmp_path):
     native = run(samples / "loop_count")
     off = run(samples / "loop_count", shim_env(recorded["loop_count"], tmp_path / "c", tmp_path / "r.json", PROTEUS_DISABLE="1"))

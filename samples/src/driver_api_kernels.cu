@@ -11,3 +11,12 @@ extern "C" __global__ void scale_loop(float *v, int n, int reps, float factor) {
 }
 
 __device__ float bias;
+
+// The same without a device variable: its variants may serve every context (`contexts` mode).
+extern "C" __global__ void scale_plain(float *v, int n, int reps, float factor) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float x = v[i];
+  for (int r = 0; r < reps; ++r) x = x * factor + 0.25f;
+  v[i] = x;
+}
