@@ -8,6 +8,7 @@ one warning, and unchanged output. Points:
     cubin           the PTX compiler (nvJitLink / ptxas) fails
     codeobj         AMDGPU code generation fails (HIP)
     module-load     the driver refuses the specialized image (checked in the C shim)
+    compiler-crash  the compiler process dies (SIGKILL) on a compilation (jit/process.py)
     cache-unwritable, cache-full, cache-readonly
                     writing a disk cache entry fails with EACCES, ENOSPC or EROFS
 

@@ -40,6 +40,7 @@ from .policy import (BLOCK, GRID, POLICY_KIND, RUN_KIND, Budget, Tracker, compil
 from .cache import CacheChain, Entry, StorageCache, make_chain
 from .errors import ProteusError
 from .fatbin.table import KernelRecord, KernelTable, best_for_arch
+from .jit import process
 from .jit import specializer as spec_mod
 from .jit.config import Config
 from .jit.launch import Launch, foldable
@@ -88,6 +89,7 @@ class State:
     # variants the app's last run compiled (its note in the disk cache), once read; None: unknown
     last_run: tuple[int | None] | None = None
     warm_up_skipped: bool = False  # the prestart thread left the compiler cold: see policy.compiles_likely
+    compiler: process.Compilers | None = None  # None: compile in this process (PROTEUS_COMPILE_PROCESS=0)
 
 
 _state: State | None = None  # module-level on purpose: one per process, like the shim's tables
@@ -143,7 +145,22 @@ def init(shim_dir: str, driver_version: int) -> bool:
         print(f"proteus: warning: no kernel store (*.kstore) in {store_dir}; kernels run unspecialized", file=sys.stderr)
     _state = State(shim_dir, driver_version, config, make_chain(config.use_stored_cache, config.cache_dir, config.cache_max_mb),
                    tables, by_fatbin, by_entry)
+    if config.compile_process:
+        python = process.python_executable(_recorded_python(shim_dir))
+        if python:
+            _state.compiler = process.Compilers(python, config.async_threads, quiet="specialization" not in config.trace)
+        else:
+            _trace("specialization", "no Python executable to run the compiler in: compiling in the app's process")
     return True
+
+
+def _recorded_python(shim_dir: str) -> str | None:
+    """The `executable` line of the shim's proteus-python.cfg (older ones have none)."""
+    try:
+        with open(os.path.join(shim_dir, "proteus-python.cfg")) as f:
+            return next((line[len("executable "):].rstrip("\n") for line in f if line.startswith("executable ")), None)
+    except OSError:
+        return None
 
 
 def _image(ptr: int) -> tuple[KernelTable, int] | None:
@@ -352,7 +369,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         faults.check("specialize")
         result = spec_mod.specialize(table, record, launch, _state.config, _state.cache, keep_ir=keep_ir,
                                      driver_version=_state.driver_version or None,
-                                     may_compile=may_compile and not cached_only)
+                                     may_compile=may_compile and not cached_only, compiler=_state.compiler)
     except spec_mod.CompileBudgetSpent as exc:
         if cached_only and may_compile:  # not in a cache: the shim queues it for a compile thread
             if len(stats.queued) < MAX_QUEUED_RECORDS and exc.key not in stats.queued:
@@ -414,8 +431,14 @@ def prepare_compiler(arch: int, ahead: int = 0) -> bool:
             _trace("specialization", f"preparing cache keys: {type(exc).__name__}: {exc}")
         return False
     try:
-        ms = spec_mod.warm_up(arch or WARM_UP_ARCH, _state.config, _state.driver_version or None)
-        _trace("specialization", f"compiler ready ({ms:.0f} ms)")
+        if _state.compiler is not None:  # it warms up by itself, while this thread goes on
+            _state.compiler.start(arch or WARM_UP_ARCH, _state.config.for_kernel("proteus_warm_up"),
+                                  _state.driver_version or None)
+            spec_mod.prepare_keys(_state.config, _state.driver_version or None)
+            _trace("specialization", "compiler process started")
+        else:
+            ms = spec_mod.warm_up(arch or WARM_UP_ARCH, _state.config, _state.driver_version or None)
+            _trace("specialization", f"compiler ready ({ms:.0f} ms)")
     except Exception as exc:  # a real compilation will meet it again and report it per kernel
         _trace("specialization", f"preparing the compiler: {type(exc).__name__}: {exc}")
     return True
@@ -580,6 +603,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         **_wait_sections(waits),
         "stores": [t.app.name for t in _state.tables],
         "cache": {name: vars(s) for name, s in _state.cache.stats().items()},
+        # where variants compile: a process of its own (None: in the app's, PROTEUS_COMPILE_PROCESS=0)
+        "compiler_process": _state.compiler.report() if _state.compiler is not None else None,
         "kernels": kernels,
     }
     if doc["prestart"]:  # left cold ahead: the app's last run compiled nothing (policy.compiles_likely)

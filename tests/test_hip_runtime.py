@@ -454,6 +454,7 @@ def test_what_the_tracker_learned_is_where_the_next_run_starts(hip_runtime, tmp_
 def test_the_compiler_is_warmed_up_ahead_unless_the_last_run_compiled_nothing(hip_runtime, tmp_path, monkeypatch):
     """runtime.prepare_compiler(0, ahead=1), as the shim's prestart thread calls it, and
     runtime.finish at exit, over four processes sharing a disk cache."""
+    monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")  # warm-ups counted here (a compiler process's: test_process.py)
     warm_ups = []
     monkeypatch.setattr(specializer, "warm_up", lambda arch, *a, **k: warm_ups.append(arch) or 1.0)
     keys = []  # left cold, it still prepares what every cache key computes once

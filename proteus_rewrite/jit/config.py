@@ -83,6 +83,9 @@ class Config:
     # meanwhile (upstream's two); auto (ours, the default): in the background, and a launch that
     # asks again for a variant still compiling waits for it.
     async_compilation: str = "auto"  # PROTEUS_ASYNC_COMPILATION
+    async_threads: int = 1  # PROTEUS_ASYNC_THREADS
+    # ours: the run time compiles in a process of its own (jit/process.py); 0: in the app's
+    compile_process: bool = True  # PROTEUS_COMPILE_PROCESS
 
     def for_kernel(self, *names: str) -> CodegenConfig:
         for n in names:
@@ -125,7 +128,8 @@ class Config:
         mode = {"true": "1", "yes": "1", "on": "1", "false": "0", "no": "0", "off": "0"}.get(mode, mode)
         if mode not in ASYNC_MODES:
             raise SpecializeError(f"PROTEUS_ASYNC_COMPILATION={env['PROTEUS_ASYNC_COMPILATION']!r}: expected 0, 1 or auto")
-        if not 1 <= _number(env, "PROTEUS_ASYNC_THREADS", 1, integer=True) <= 64:
+        threads = int(_number(env, "PROTEUS_ASYNC_THREADS", 1, integer=True))
+        if not 1 <= threads <= 64:
             raise SpecializeError(f"PROTEUS_ASYNC_THREADS={env['PROTEUS_ASYNC_THREADS']!r}: expected 1 to 64")
         return cls(
             tracker=_bool(env, "PROTEUS_TRACKER", True),
@@ -134,6 +138,8 @@ class Config:
             compile_budget=_number(env, "PROTEUS_COMPILE_BUDGET", 0.1),
             compile_grace_ms=_number(env, "PROTEUS_COMPILE_GRACE_MS", 2000.0),
             async_compilation=mode,
+            async_threads=threads,
+            compile_process=_bool(env, "PROTEUS_COMPILE_PROCESS", True),
             codegen=codegen,
             tuned=_tuned(env.get("PROTEUS_TUNED_KERNELS"), codegen),
             disable=_bool(env, "PROTEUS_DISABLE", False),

@@ -173,7 +173,10 @@ def specialize(
     relink_globals: bool = True,
     driver_version: int | None = None,
     may_compile: bool = True,
+    compiler=None,
 ) -> Result:
+    """`compiler`: where compile_variant runs (None: here; the run time passes its compiler
+    process, jit/process.py)."""
     config = config or Config.from_env()
     cg = _resolve_compiler(config.for_kernel(kernel.name, kernel.demangled), driver_version)
     timings: dict[str, float] = {}
@@ -183,7 +186,7 @@ def specialize(
         raise SpecializeError(f"{kernel.demangled}: no bitcode was recorded for this kernel")
     plan = make_plan(kernel, launch, cg, relink_globals)
     if isinstance(launch.arch, str):  # an AMDGPU processor: HIP
-        return _specialize_amdgpu(table, kernel, launch, plan, cg, cache, keep_ir, may_compile, timings, t0)
+        return _specialize_amdgpu(table, kernel, launch, plan, cg, cache, keep_ir, may_compile, timings, t0, compiler)
     # The PTX ISA is bounded by the driver that will load the code; asking the compiler its version
     # costs a library load, so that bound is applied only when something is compiled.
     ptx_target = ("driver", codegen.driver_ptx_isa(driver_version)) if driver_version else \
@@ -201,16 +204,7 @@ def specialize(
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
-    isa = ptx_target[1]
-    if cg.ptx_compiler != "driver":  # an offline compiler may be older than the driver
-        isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
-    ptx, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
-                                      lambda: codegen.target_machine(launch.arch, isa, cg.codegen_opt_level),
-                                      lambda module, tm: codegen.emit_ptx(module, tm, launch.arch), "ptx", "ptx")
-    t = time.perf_counter()
-    faults.check("cubin")
-    image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
-    timings["cubin"] = _ms(t)
+    image, ptx, ir_text = (compiler or LOCAL).compile(table, kernel, plan, cg, launch.arch, ptx_target[1], keep_ir, timings)
     timings["total"] = _ms(t0)
 
     if cache is not None:
@@ -218,6 +212,43 @@ def specialize(
         cache.put(Entry(key, kind, launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
                                                             "tool": __version__}))
     return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, ptx, ir_text)
+
+
+def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, arch: int | str, isa: int | None,
+                    keep_ir: bool, timings: dict[str, float]):
+    """A plan -> loadable code: (image, PTX or None, optimized IR or None), the stages timed
+    into `timings`. What runs LLVM and the PTX compiler, and nothing else: `table` needs only
+    `modules[i].bitcode` for the kernel's modules. `isa`: the newest PTX ISA the driver reads
+    (CUDA; an offline compiler may read less: asking it loads it, so that is asked here)."""
+    if isinstance(arch, str):  # HIP
+        obj, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
+                                          lambda: codegen.amdgpu_target_machine(arch, cg.codegen_opt_level),
+                                          codegen.emit_amdgpu_object, "codeobj", "object")
+        t = time.perf_counter()
+        image = codegen.link_code_object(obj, arch)
+        timings["link"] = _ms(t)
+        return image, None, ir_text
+    if cg.ptx_compiler != "driver":
+        isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
+    ptx, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
+                                      lambda: codegen.target_machine(arch, isa, cg.codegen_opt_level),
+                                      lambda module, tm: codegen.emit_ptx(module, tm, arch), "ptx", "ptx")
+    t = time.perf_counter()
+    faults.check("cubin")
+    image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
+    timings["cubin"] = _ms(t)
+    return image, ptx, ir_text
+
+
+class _Local:
+    """compile_variant in this process."""
+
+    @staticmethod
+    def compile(*args):
+        return compile_variant(*args)
+
+
+LOCAL = _Local()
 
 
 def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, timings: dict[str, float],
@@ -300,7 +331,8 @@ done:
 """
 
 
-def warm_up(arch: int, config: Config | None = None, driver_version: int | None = None) -> float:
+def warm_up(arch: int, config: Config | None = None, driver_version: int | None = None,
+            cg: CodegenConfig | None = None) -> float:
     """Compile a small kernel through every step a specialization takes; returns milliseconds.
 
     The shim calls this before it starts compile threads. LLVM creates many of its static
@@ -312,8 +344,9 @@ def warm_up(arch: int, config: Config | None = None, driver_version: int | None 
     from . import ir
 
     t0 = time.perf_counter()
-    config = config or Config.from_env()
-    cg = _resolve_compiler(config.for_kernel("proteus_warm_up"), driver_version)
+    if cg is None:
+        cg = (config or Config.from_env()).for_kernel("proteus_warm_up")
+    cg = _resolve_compiler(cg, driver_version)
     isa = codegen.driver_ptx_isa(driver_version) if driver_version else codegen.LLVM_MAX_PTX
     if cg.ptx_compiler != "driver":
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
@@ -343,7 +376,7 @@ def _ms(t0: float) -> float:
 
 def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch, plan: Plan, cg: CodegenConfig,
                        cache: CacheChain | None, keep_ir: bool, may_compile: bool, timings: dict[str, float],
-                       t0: float) -> Result:
+                       t0: float, compiler) -> Result:
     """HIP: the plan compiled by llvmlite's AMDGPU backend for the device's processor and linked
     by ld.lld into a code object, what hipModuleLoadData takes (docs/hip.md). No CUDA tool is
     asked anything: the key names the linker where CUDA's names the PTX compiler."""
@@ -365,12 +398,7 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
-    obj, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
-                                      lambda: codegen.amdgpu_target_machine(launch.arch, cg.codegen_opt_level),
-                                      codegen.emit_amdgpu_object, "codeobj", "object")
-    t = time.perf_counter()
-    image = codegen.link_code_object(obj, launch.arch)
-    timings["link"] = _ms(t)
+    image, _, ir_text = (compiler or LOCAL).compile(table, kernel, plan, cg, launch.arch, None, keep_ir, timings)
     timings["total"] = _ms(t0)
 
     if cache is not None:
