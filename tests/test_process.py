@@ -80,7 +80,8 @@ def test_a_forked_child_starts_a_process_of_its_own(table, compilers):
 
 def test_the_shim_is_kept_out_of_the_compiler_process():
     env = process.child_environment({"LD_PRELOAD": "/a/libasan.so:/out/app/libproteus.so /b/libx.so", "HOME": "/h"}, ["/p", "", "/q"])
-    assert env == {"LD_PRELOAD": "/a/libasan.so /b/libx.so", "HOME": "/h", "PYTHONPATH": os.pathsep.join(["/p", "/q"])}
+    assert env == {"LD_PRELOAD": "/a/libasan.so /b/libx.so", "HOME": "/h", "PYTHONPATH": os.pathsep.join(["/p", "/q"]),
+                   "CUDA_VISIBLE_DEVICES": ""}  # and no GPU: it only compiles
     assert "LD_PRELOAD" not in process.child_environment({"LD_PRELOAD": "/out/libproteus.so"}, [])
 
 

@@ -245,8 +245,14 @@ class Compilers:
 
 def child_environment(environ, path: list[str]) -> dict[str, str]:
     """A compiler process's environment: the app's, without the shim in LD_PRELOAD (it would
-    start in the compiler too), with this interpreter's module path."""
+    start in the compiler too), with this interpreter's module path, and no GPU: nvJitLink
+    initializes the driver, which opened the GPU's device files in the compiler (H100,
+    scratch check of /proc/PID/fd), and with the GPU held open by another process the app's
+    own exit skipped the driver's teardown (about 40 ms shorter than native): that cost went
+    to the compiler's exit, after the app's, where the next GPU process would meet it. It
+    compiles the same without a device."""
     env = dict(environ)
+    env["CUDA_VISIBLE_DEVICES"] = ""
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if not os.path.basename(p).startswith("libproteus")]
     if preload:
         env["LD_PRELOAD"] = " ".join(preload)
