@@ -81,12 +81,13 @@ def shim_costs(reports: list[dict]) -> dict:
 
 
 DEFAULT_SAMPLE_MODES = ("disabled", "cold", "cold, sync", "warm", "cold, async")
-SAMPLE_MODES = (*DEFAULT_SAMPLE_MODES, "warm, compiler loaded")  # the last on request only
+SAMPLE_MODES = (*DEFAULT_SAMPLE_MODES, "warm, compiler loaded", "cold, in-process compiler")  # the last two on request only
 WORKLOAD_MODES = ("cold", "cold, sync", "cold, async", "prewarmed")
 COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the defaults
     "cold": {},
     "cold, sync": {"PROTEUS_ASYNC_COMPILATION": "0"},
     "cold, async": {"PROTEUS_ASYNC_COMPILATION": "1"},
+    "cold, in-process compiler": {"PROTEUS_COMPILE_PROCESS": "0"},  # as before the compiler process (4158404)
 }
 # Over the warm cache: "warm, compiler loaded" warms the compiler up at start (as every run with
 # PROTEUS_ASYNC_COMPILATION=0 does, where the app's thread would otherwise compile), which a warm
@@ -345,7 +346,7 @@ def markdown(doc: dict) -> str:
              "thread (PROTEUS_ASYNC_COMPILATION=0, upstream's synchronous mode); warm = a cache an earlier run "
              "filled; warm, compiler loaded = the same cache, the compiler warmed up at start nonetheless "
              "(PROTEUS_ASYNC_COMPILATION=0: what a cold run pays for the compiler's presence beyond its misses and "
-             "compilations); cold, async = PROTEUS_ASYNC_COMPILATION=1 (upstream's: never waits for a variant); the default, "
+             "compilations); cold, in-process compiler = PROTEUS_COMPILE_PROCESS=0 (LLVM and nvJitLink in the app's process, as before 4158404); cold, async = PROTEUS_ASYNC_COMPILATION=1 (upstream's: never waits for a variant); the default, "
              "auto, compiles in the background too but waits for a variant asked for again while the GPU is busy; "
              "prewarmed = a cache `proteus-rewrite prewarm` "
              "filled from an earlier run's report.", "",
