@@ -83,6 +83,7 @@ def shim_costs(reports: list[dict]) -> dict:
 DEFAULT_SAMPLE_MODES = ("disabled", "cold", "cold, sync", "warm", "cold, async")
 SAMPLE_MODES = (*DEFAULT_SAMPLE_MODES, "warm, compiler loaded", "cold, in-process compiler")  # the last two on request only
 WORKLOAD_MODES = ("cold", "cold, sync", "cold, async", "prewarmed")
+ALL_WORKLOAD_MODES = (*WORKLOAD_MODES, "cold, in-process compiler")  # the last on request only
 COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the defaults
     "cold": {},
     "cold, sync": {"PROTEUS_ASYNC_COMPILATION": "0"},
@@ -250,7 +251,7 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
     return out
 
 
-def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
+def workloads(work: Path, scales: dict, reps: int, timeout: float, modes: tuple[str, ...] = WORKLOAD_MODES) -> dict:
     out = {}
     for app, scale in scales.items():
         store = suite.record(app, work)
@@ -266,9 +267,9 @@ def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
         prewarmed = work / "cache" / f"{app}-prewarmed"
         t0 = time.perf_counter()
         pre = subprocess.run([sys.executable, "-m", "proteus_rewrite.cli", "prewarm", str(store), "--from", str(report),
-                              "--cache-dir", str(prewarmed)], capture_output=True, text=True, cwd=ROOT)
+                              "--cache-dir", str(prewarmed)], capture_output=True, text=True, cwd=ROOT) if "prewarmed" in modes else None
         prewarm_s = time.perf_counter() - t0
-        times = {m: [] for m in ("native", *WORKLOAD_MODES)}
+        times = {m: [] for m in ("native", *modes)}
         walls: dict[int, dict[str, float]] = {}
         reports = {m: [] for m in times}
         mismatches, bit_differences = [], []
@@ -292,9 +293,9 @@ def workloads(work: Path, scales: dict, reps: int, timeout: float) -> dict:
         native = med["native"].get("median")
         out[app] = {"scale": scale, "modes": med, "mismatches": mismatches, "bit_differences": bit_differences,
                     "shim": {m: shim_costs(rs) for m, rs in reports.items() if rs}, "prewarm_s": round(prewarm_s, 3),
-                    "prewarm_output": pre.stderr.strip().splitlines()[-1:] if pre.stderr else [],
+                    "prewarm_output": pre.stderr.strip().splitlines()[-1:] if pre and pre.stderr else [],
                     "speedup": {m: round(native / s["median"], 3) for m, s in med.items() if m != "native" and s and native},
-                    "paired": {m: p for m in WORKLOAD_MODES if (p := paired(walls, m))}}
+                    "paired": {m: p for m in modes if (p := paired(walls, m))}}
         suite.log(f"{app}: " + ", ".join(f"{m} {v}x" for m, v in out[app]["speedup"].items()))
     return out
 
@@ -404,15 +405,16 @@ def markdown(doc: dict) -> str:
         for mode, g in (r.get("segments_ms") or {}).items():
             lines.append(f"| {name} | {mode} | " + " | ".join(str(g.get(f, '—')) for f in
                                                               ("to_shim", "static_init", "main", "exit_handlers", "teardown")) + " |")
+    wmodes = doc.get("workload_modes") or WORKLOAD_MODES
     lines += ["", "## Workloads: cold (default, synchronous, asynchronous) vs prewarmed", "",
               "Each cell: speedup of medians; paired median [95% interval].", "",
-              "| workload | native s | " + " | ".join(WORKLOAD_MODES) + " | prewarm s | mismatches |",
-              "|---|---:|" + "---:|" * len(WORKLOAD_MODES) + "---:|---:|"]
+              "| workload | native s | " + " | ".join(wmodes) + " | prewarm s | mismatches |",
+              "|---|---:|" + "---:|" * len(wmodes) + "---:|---:|"]
     for app, r in doc["workloads"].items():
         if "error" in r:
-            lines.append(f"| {app} | {r['error'][:80]} |" + " |" * (len(WORKLOAD_MODES) + 2))
+            lines.append(f"| {app} | {r['error'][:80]} |" + " |" * (len(wmodes) + 2))
             continue
-        cells = " | ".join(f"{_x(r['speedup'].get(m))}; {_p(r, m)}" for m in WORKLOAD_MODES)
+        cells = " | ".join(f"{_x(r['speedup'].get(m))}; {_p(r, m)}" for m in wmodes)
         lines.append(f"| {app} | {r['modes']['native'].get('median')} | {cells} | {r['prewarm_s']} | {len(r['mismatches'])} |"
                      + (f" ({len(r['bit_differences'])} runs differ in the last bits, the app's own check passed)"
                         if r.get("bit_differences") else ""))
@@ -461,6 +463,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-modes", default=";".join(DEFAULT_SAMPLE_MODES),
                     help=f"changing_scalars' modes besides native, ';'-separated, of {';'.join(SAMPLE_MODES)} "
                          f"(default {';'.join(DEFAULT_SAMPLE_MODES)})")
+    ap.add_argument("--workload-modes", default=";".join(WORKLOAD_MODES),
+                    help=f"the workloads' modes besides native, ';'-separated, of {';'.join(ALL_WORKLOAD_MODES)} "
+                         f"(default {';'.join(WORKLOAD_MODES)})")
+    ap.add_argument("--apps", default=None, help="the workloads to run, ';'-separated (default all)")
     ap.add_argument("--configs", default=None,
                     help="changing_scalars' configurations, ';'-separated (default all: " + "; ".join(changing_configs(1)) + ")")
     ap.add_argument("--tag", default="", help="appended to the results' file name")
@@ -482,9 +488,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     modes = tuple(m.strip() for m in args.sample_modes.split(";") if m.strip())
     configs = tuple(c.strip() for c in args.configs.split(";") if c.strip()) if args.configs else None
-    bad = [m for m in modes if m not in SAMPLE_MODES] + [c for c in configs or () if c not in changing_configs(1)]
-    if bad or not modes:
-        print(f"policy_bench: unknown mode or configuration: {', '.join(bad) or '(none given)'}", file=sys.stderr)
+    wmodes = tuple(m.strip() for m in args.workload_modes.split(";") if m.strip())
+    apps = tuple(a.strip() for a in args.apps.split(";") if a.strip()) if args.apps else None
+    bad = ([m for m in modes if m not in SAMPLE_MODES] + [c for c in configs or () if c not in changing_configs(1)]
+           + [m for m in wmodes if m not in ALL_WORKLOAD_MODES] + [a for a in apps or () if a not in suite.ALL_APPS])
+    if bad or not modes or not wmodes:
+        print(f"policy_bench: unknown mode, configuration or workload: {', '.join(bad) or '(none given)'}", file=sys.stderr)
         return 2
     if not (SAMPLES / "changing_scalars").exists() or not suite.APPS_DIR.is_dir():
         print("policy_bench: build the samples and the workloads first (samples/build.py, bench/apps/build.py)", file=sys.stderr)
@@ -495,12 +504,15 @@ def main(argv: list[str] | None = None) -> int:
     env = suite.environment()
     doc = {"benchmark": "specialization policy", "date": datetime.date.today().isoformat(),
            "command": "python3 bench/policy_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-           "environment": env, "scales_from": str(scales_from), "reps": args.reps, "sample_reps": args.sample_reps}
+           "environment": env, "scales_from": str(scales_from), "reps": args.reps, "sample_reps": args.sample_reps,
+           "workload_modes": list(wmodes)}
+    if apps:
+        scales = {a: s for a, s in scales.items() if a in apps}
     with tempfile.TemporaryDirectory(prefix="proteus-policy-") as tmp:
         work = Path(tmp)
         doc["changing_scalars"] = (changing_scalars(work, args.sample_reps, args.launches, modes, configs)
                                    if args.only != "workloads" else {})
-        doc["workloads"] = workloads(work, scales, args.reps, args.run_timeout) if args.only != "changing_scalars" else {}
+        doc["workloads"] = workloads(work, scales, args.reps, args.run_timeout, wmodes) if args.only != "changing_scalars" else {}
     base = (f"policy-{doc['date']}-{suite.gpu_tag(env)}" + (f"-{args.only}" if args.only else "")
             + (f"-{args.launches}" if args.launches != 20000 and args.only != "workloads" else "")
             + (f"-{args.tag}" if args.tag else ""))

@@ -201,7 +201,9 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(pb, "SAMPLES", tmp_path / "missing")
     assert pb.main(["--out", str(tmp_path)]) == 2 and "build the samples" in capsys.readouterr().err
     assert pb.main(["--out", str(tmp_path), "--sample-modes", "cold;lukewarm"]) == 2
-    assert "unknown mode or configuration: lukewarm" in capsys.readouterr().err
+    assert "unknown mode, configuration or workload: lukewarm" in capsys.readouterr().err
+    assert pb.main(["--out", str(tmp_path), "--workload-modes", "cold;tepid", "--apps", "adam;nbody"]) == 2
+    assert "unknown mode, configuration or workload: tepid, nbody" in capsys.readouterr().err
 
 
 def test_pool_policy_pairs_each_repetition_across_series(tmp_path, capsys):
