@@ -60,6 +60,19 @@ def test_a_crash_fails_one_variant_and_repeated_crashes_stop_compiling(table, co
     assert compilers.report()["deaths"] == 3
 
 
+def test_a_compiler_that_cannot_start_says_how_to_see_why(table, tmp_path):
+    fake = tmp_path / "python3"
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    with pytest.raises(SpecializeError, match=r"^the compiler process exited with status 3 before answering "
+                                              r"\(PROTEUS_TRACE_OUTPUT=specialization shows its errors; "
+                                              r"PROTEUS_COMPILE_PROCESS=0 compiles in the app\)$"):
+        specializer.specialize(t, k, launch_for(k, {1: "4"}), Config(), driver_version=13000,
+                               compiler=process.Compilers(str(fake), 1))
+
+
 def test_a_forked_child_starts_a_process_of_its_own(table, compilers):
     t = table("loop_count")
     k = kernel(t, "axpy_loop")

@@ -50,6 +50,10 @@ def serve(sock: socket.socket) -> None:
     from . import specializer
 
     known: dict[str, object] = {}  # module sha256 -> ModuleRecord
+    try:
+        _send(sock, {"id": 0})  # started: a death from here on is not a failure to start
+    except OSError:
+        return
     while True:
         msg = _receive(sock)
         if msg is None:
@@ -112,6 +116,7 @@ class _Worker:
         self.pid = os.getpid()  # of the app process that started it (a fork's child must not share it)
         self.modules: set[str] = set()  # sha256 of the modules it has
         self.next_id = 0
+        self.answered = 0
 
     def call(self, msg: dict) -> dict:
         self.next_id += 1
@@ -122,6 +127,7 @@ class _Worker:
             answer = _receive(self.sock)
             if answer is None:
                 raise EOFError
+            self.answered += 1
             if answer["id"] == self.next_id:
                 return answer
 
@@ -134,10 +140,15 @@ class _Worker:
             code = self.proc.wait()
         if code < 0:
             try:
-                return f"killed by {signal.Signals(-code).name}"
+                how = f"killed by {signal.Signals(-code).name}"
             except ValueError:
-                return f"killed by signal {-code}"
-        return f"exited with status {code}"
+                how = f"killed by signal {-code}"
+        else:
+            how = f"exited with status {code}"
+        if not self.answered:  # not even its first frame: it never started (its errors: stderr, with the trace on)
+            how += (" before answering (PROTEUS_TRACE_OUTPUT=specialization shows its errors; "
+                    "PROTEUS_COMPILE_PROCESS=0 compiles in the app)")
+        return how
 
 
 class Compilers:
