@@ -367,9 +367,10 @@ def report(report_file, as_json):
     waits = doc.get("shim_wait_ms") if isinstance(doc.get("shim_wait_ms"), dict) else {}
     threads = doc.get("threads_ms") if isinstance(doc.get("threads_ms"), dict) else {}
     threads = {k: v for k, v in threads.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    proc = doc.get("compiler_process") if isinstance(doc.get("compiler_process"), dict) else None
     if as_json:
         click.echo(json.dumps({"report": report_file, "shim_wait_ms": waits, "prestart": doc.get("prestart") or {},
-                               "threads_ms": threads, "kernels": rows}, indent=2))
+                               "threads_ms": threads, "compiler_process": proc, "kernels": rows}, indent=2))
         return
     head = [f"{doc.get('tool', 'proteus-rewrite')}, pid {doc.get('pid', '?')}, {doc.get('seconds', '?')} s"]
     if doc.get("python") is False:
@@ -384,7 +385,7 @@ def report(report_file, as_json):
                 f"and {waits.get('exit', 0)} ms at exit; Python started in {waits.get('python_start', 0)} ms "
                 + ("on the prestart thread, beside the app" if pre.get("python") else "on the first launch that missed (part of that wait)"))
         if pre.get("compiler"):
-            line += "; the compiler was warmed up there too"
+            line += "; the compiler process was started there" if proc else "; the compiler was warmed up there too"
         elif waits.get("prepare_compiler"):
             line += f"; compiler warm-up on an app thread: {waits['prepare_compiler']} ms"
         if waits.get("compiling_count"):
@@ -392,6 +393,8 @@ def report(report_file, as_json):
             line += (f"; {n:,} launch{'es' if n != 1 else ''} waited {waits.get('compiling', 0)} ms in all for a variant "
                      "compiling in the background, the GPU busy meanwhile")
         click.echo(line)
+    if proc and proc.get("deaths"):
+        click.echo(f"{proc['deaths']} compiler process(es) died; their variants ran the original kernels")
     if threads.get("app_main_wall"):  # the shim wrapped main: the app's own time against the shim's threads'
         click.echo(f"main() ran {threads['app_main_wall']} ms ({threads.get('app_main_cpu', 0)} ms of its thread's CPU); "
                    f"the compile threads used {threads.get('compile_threads_cpu', 0)} ms of CPU and the prestart thread "

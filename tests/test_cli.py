@@ -167,6 +167,13 @@ def test_report_summarizes_a_run_per_kernel(tmp_path):
     assert r.returncode == 0 and "main() ran" not in r.stdout, r.stderr
     rows = summary["kernels"]
     assert rows[0]["specialized"] == 900 and rows[0]["unfolded_by_tracker"] == ["1"] and rows[1]["launches"] == 0
+    # where the variants compiled: a compiler process started by the prestart thread, one of which died
+    path.write_text(json.dumps({**REPORT, "prestart": {"python": True, "compiler": True},
+                                "compiler_process": {"python": "/usr/bin/python3", "processes_started": 2, "deaths": 1}}))
+    r = run_cli("report", str(path))
+    assert "beside the app; the compiler process was started there" in r.stdout
+    assert "1 compiler process(es) died; their variants ran the original kernels" in r.stdout
+    assert json.loads(run_cli("report", "--json", str(path)).stdout)["compiler_process"]["deaths"] == 1
 
 
 def test_report_refuses_what_is_not_a_report(tmp_path):
