@@ -192,6 +192,9 @@ class Compilers:
             answer = worker.call(msg)
         except (OSError, EOFError, pickle.UnpicklingError):
             raise SpecializeError(f"the compiler process {self._lost(worker)}") from None
+        except BaseException:  # not its death (a request that would not pickle): its stream is in doubt all the same
+            self._lost(worker, death=False)
+            raise
         worker.modules.update(msg["bitcode"])
         self._release(worker)
         timings.update(answer.get("timings", {}))
@@ -203,7 +206,7 @@ class Compilers:
     def _acquire(self) -> _Worker:
         with self._cond:
             if os.getpid() != self._pid:  # a fork's child: its parent's processes are not its own
-                self._pid, self._idle, self._count = os.getpid(), [], 0
+                self._pid, self._idle, self._count, self._deaths, self.started_ms = os.getpid(), [], 0, 0, []
             while True:
                 if self._deaths >= MAX_DEATHS:
                     raise SpecializeError(f"{MAX_DEATHS} compiler processes died; this run compiles no more")
@@ -227,12 +230,14 @@ class Compilers:
                 self._idle.append(worker)
                 self._cond.notify()
 
-    def _lost(self, worker: _Worker) -> str:
+    def _lost(self, worker: _Worker, death: bool = True) -> str:
+        if not death:
+            worker.proc.kill()
         how = worker.died()
         with self._cond:
             if worker.pid == self._pid:
                 self._count -= 1
-                self._deaths += 1
+                self._deaths += death
                 self._cond.notify()
         return how
 
