@@ -193,12 +193,15 @@ static void hip_resolve(kinfo *ki, int dev) {   /* jit_lock held */
   atomic_store(&ki->state, state);
 }
 
-static uint64_t hip_global_address(kinfo *ki, const char *name) {   /* jit_lock held */
+/* A device variable's address for a launch through a handle of `owner` (the module it came
+ * from: each device that loads the image has its own; NULL: the kernel's first). */
+static uint64_t hip_global_address(kinfo *ki, void *owner, const char *name) {   /* jit_lock held */
   void *p = NULL;
   hipError_t before = pending_error();
   if (ki->owner_kind == OWNER_HIP_MODULE && HIP_REAL(hipModuleGetGlobal)) {
     size_t bytes = 0;
-    if (real_hipModuleGetGlobal((hipDeviceptr_t *)&p, &bytes, (hipModule_t)ki->owner, name) == HIP_SUCCESS) return (uintptr_t)p;
+    if (real_hipModuleGetGlobal((hipDeviceptr_t *)&p, &bytes, (hipModule_t)(owner ? owner : ki->owner), name) == HIP_SUCCESS)
+      return (uintptr_t)p;
     clear_our_error(before);
   } else if (ki->owner_kind == OWNER_HIP_RUNTIME && HIP_REAL(hipGetSymbolAddress)) {
     const void *host = NULL;
@@ -213,14 +216,14 @@ static uint64_t hip_global_address(kinfo *ki, const char *name) {   /* jit_lock 
 }
 
 /* A new variant: Python specializes, the real runtime loads. NULL: run the original. */
-static hipFunction_t hip_compile(kinfo *ki, int dev, void **params, dim3 grid, dim3 block) {   /* jit_lock held */
+static hipFunction_t hip_compile(kinfo *ki, void *owner, int dev, void **params, dim3 grid, dim3 block) {   /* jit_lock held */
   size_t nargs = pack_args(ki, params, NULL);
   uint8_t *args = malloc(nargs ? nargs : 1);
   uint64_t *addrs = calloc(ki->nglobals + 1, sizeof(uint64_t));
   hipFunction_t fn = NULL;
   if (!args || !addrs) goto done;
   pack_args(ki, params, args);
-  for (uint32_t i = 0; i < ki->nglobals; i++) addrs[i] = hip_global_address(ki, ki->globals[i]);
+  for (uint32_t i = 0; i < ki->nglobals; i++) addrs[i] = hip_global_address(ki, owner, ki->globals[i]);
   int g = py.GILStateEnsure();
   ssize_t n = 0;
   uint8_t *image = py_bytes(py.CallFunction(f_specialize, "iy#(III)(III)y#sd", ki->kid, (const char *)args, (ssize_t)nargs,
@@ -290,7 +293,7 @@ static hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3
     if (e) {
       fn = (hipFunction_t)atomic_load(&e->fn);
     } else {
-      fn = hip_compile(ki, dev, params, grid, block);
+      fn = hip_compile(ki, handle_owner(handle), dev, params, grid, block);
       sentry *ne = new_entry(ki, ctx, key, len, (CUfunction)fn, 0);
       if (ne) variant_insert(ne);
     }

@@ -223,7 +223,7 @@ kinfo *handle_lookup(const void *h) {
 }
 
 /* The module or library a launch handle came from (NULL: unknown). Lock-free. */
-static void *handle_owner(const void *h) {
+void *handle_owner(const void *h) {
   uint32_t i = (uint32_t)mix64((uint64_t)(uintptr_t)h) & (HSLOTS - 1);
   for (uint32_t n = 0; n < HSLOTS; n++, i = (i + 1) & (HSLOTS - 1)) {
     hentry *e = atomic_load_explicit(&handles[i], memory_order_acquire);

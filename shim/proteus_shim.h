@@ -145,6 +145,7 @@ HIDDEN extern _Atomic uint64_t unknown_launches;
 HIDDEN extern _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns, n_awaits;
 HIDDEN uint64_t now_ns(void);
 HIDDEN kinfo *handle_lookup(const void *h);   /* lock-free */
+HIDDEN void *handle_owner(const void *h);     /* lock-free: the module or library the handle came from */
 HIDDEN kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block);   /* lock-free; counts the launch */
 HIDDEN void remember(const void *handle, const void *image, const char *name, int owner_kind, void *owner);
 HIDDEN void remember_image(void *owner, const void *image);
