@@ -838,8 +838,9 @@ static void free_job(job *j) { free(j->args); free(j->addrs); free(j); }
 static CUfunction load_image(kinfo *ki, uint8_t *image) {
   CUfunction fn = NULL;
   const char *fault = getenv("PROTEUS_FAULT_INJECT");   /* tests only: see proteus_rewrite/faults.py */
-  CUresult r = 200;   /* CUDA_ERROR_INVALID_IMAGE */
+  CUresult r = 200;   /* CUDA_ERROR_INVALID_IMAGE, also what the injected fault answers */
   if (fault && strstr(fault, "module-load")) {
+    /* the driver refused it */
   } else if (ki->ctx_free) {
     /* A library, launched by its CUkernel in any context; getting its function here loads it
      * into this one now (the driver loads lazily), not on the launch that first uses it. */

@@ -1,7 +1,7 @@
 """The run time's compiler, in a process of its own.
 
-Inside the app, LLVM and nvJitLink cost more than their compilations: their ~110 MB of library
-pages are torn down at every exit (a warm run that loaded the compiler spent ~3 ms more outside
+Inside the app, LLVM and nvJitLink cost more than their compilations: their ~130 MB of resident
+library pages (bench/results/exitcost-2026-11-23-vm.json: 21 -> 150 MB) are torn down at every exit (a warm run that loaded the compiler spent ~3 ms more outside
 its work than one that did not, H100: bench/results/policy-2026-11-23-h100-changing_scalars-
 compiler-loaded.md), a compile thread holds the GIL that the app's misses wait for, and an LLVM
 assertion (llvmlite's build keeps them) would abort the app itself. Here a crash is one failed
@@ -118,11 +118,15 @@ class _Worker:
         self.next_id = 0
         self.answered = 0
 
-    def call(self, msg: dict) -> dict:
+    def post(self, msg: dict) -> None:
+        """Send a request; its answer is read by the next call()."""
         self.next_id += 1
         msg["id"] = self.next_id
         msg["faults"] = os.environ.get("PROTEUS_FAULT_INJECT", "")
         _send(self.sock, msg)
+
+    def call(self, msg: dict) -> dict:
+        self.post(msg)
         while True:  # answers to one-way requests (the warm-up) come first
             answer = _receive(self.sock)
             if answer is None:
@@ -172,9 +176,7 @@ class Compilers:
         """Start one process now and let it warm its compiler up by itself; returns at once."""
         worker = self._acquire()
         try:
-            worker.next_id += 1
-            _send(worker.sock, {"op": "warm_up", "id": worker.next_id, "arch": arch, "cg": cg,
-                                "driver_version": driver_version, "faults": ""})
+            worker.post({"op": "warm_up", "arch": arch, "cg": cg, "driver_version": driver_version})
         except OSError:
             self._lost(worker)
             return

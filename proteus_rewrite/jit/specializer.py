@@ -204,7 +204,8 @@ def specialize(
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
-    image, ptx, ir_text = (compiler or LOCAL).compile(table, kernel, plan, cg, launch.arch, ptx_target[1], keep_ir, timings)
+    run = compiler.compile if compiler is not None else compile_variant
+    image, ptx, ir_text = run(table, kernel, plan, cg, launch.arch, ptx_target[1], keep_ir, timings)
     timings["total"] = _ms(t0)
 
     if cache is not None:
@@ -238,17 +239,6 @@ def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, 
     image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
     timings["cubin"] = _ms(t)
     return image, ptx, ir_text
-
-
-class _Local:
-    """compile_variant in this process."""
-
-    @staticmethod
-    def compile(*args):
-        return compile_variant(*args)
-
-
-LOCAL = _Local()
 
 
 def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, timings: dict[str, float],
@@ -398,7 +388,8 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
-    image, _, ir_text = (compiler or LOCAL).compile(table, kernel, plan, cg, launch.arch, None, keep_ir, timings)
+    run = compiler.compile if compiler is not None else compile_variant
+    image, _, ir_text = run(table, kernel, plan, cg, launch.arch, None, keep_ir, timings)
     timings["total"] = _ms(t0)
 
     if cache is not None:
