@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """The shim's hit path on the CPU (bench/hitpath.c): pick() for a launch its table serves,
-without the driver, for a few key shapes. What a launch costs beyond this is the driver's.
+without the driver, for a few key shapes: back to back, and with megabytes written between
+two launches, as the driver's launch call and the app's work do in a real run.
 
-    python3 bench/hitpath_bench.py [--iterations 5000000] [--out bench/results] [--tag T]
+    python3 bench/hitpath_bench.py [--iterations 5000000] [--shim DIR] [--out bench/results] [--tag T]
 
-Builds bench/hitpath.c from shim/proteus_shim.c with the shim's flags, runs each shape (the
-median of five timings) and writes bench/results/hitpath-<date>-<host>.json, printing a
-markdown table.
+Builds bench/hitpath.c from shim/proteus_shim.c (or DIR/proteus_shim.c: another version of
+the shim, to compare) with the shim's flags, runs each shape (the median of five timings) and
+writes bench/results/hitpath-<date>-<host>.json, printing a markdown table.
 """
 
 from __future__ import annotations
@@ -22,19 +23,28 @@ from pathlib import Path
 import run as suite  # bench/run.py: the results files' header
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPES = {  # name: folded arguments, bytes each, dims in the key (bit 0 block, bit 1 grid)
-    "changing_scalars (2 folded i32, block and grid)": (2, 4, 3),
-    "nothing folded, block only": (0, 4, 1),
-    "8 folded 8-byte, block and grid": (8, 8, 3),
-    "24 folded 8-byte, block and grid": (24, 8, 3),
+SHAPES = {  # name: folded arguments, bytes each, dims in the key (bit 0 block, bit 1 grid), KiB evicted per launch
+    "changing_scalars (2 folded i32, block and grid)": (2, 4, 3, 0),
+    "nothing folded, block only": (0, 4, 1, 0),
+    "8 folded 8-byte, block and grid": (8, 8, 3, 0),
+    "24 folded 8-byte, block and grid": (24, 8, 3, 0),
+    # as in an app: the driver's launch call and the app's work between two hits (bench/hitpath.c)
+    "changing_scalars, 1 MiB written between launches": (2, 4, 3, 1024),
+    "changing_scalars, 4 MiB written between launches": (2, 4, 3, 4096),
+    "changing_scalars, 16 MiB written between launches": (2, 4, 3, 16384),
 }
+EVICTING_ITERATIONS = 20_000  # each launch writes megabytes: fewer of them
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iterations", type=int, default=5_000_000, help="hits per timing (default 5,000,000)")
+    ap.add_argument("--shim", type=Path, default=ROOT / "shim", help="the shim sources to build against (default shim/)")
     suite.cpu_arguments(ap)
     args = ap.parse_args(argv)
+    if not (args.shim / "proteus_shim.c").is_file():
+        print(f"hitpath_bench: {args.shim}: no proteus_shim.c there", file=sys.stderr)
+        return 2
     if args.iterations < 1:
         print("hitpath_bench: --iterations must be positive", file=sys.stderr)
         return 2
@@ -45,20 +55,23 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     with tempfile.TemporaryDirectory(prefix="proteus-hitpath-") as tmp:
         exe = Path(tmp) / "hitpath"
-        build = subprocess.run([cc, "-std=gnu11", "-O2", "-Wall", "-I", str(ROOT / "shim"), str(ROOT / "bench" / "hitpath.c"),
+        build = subprocess.run([cc, "-std=gnu11", "-O2", "-Wall", "-I", str(args.shim), str(ROOT / "bench" / "hitpath.c"),
                                 "-o", str(exe), "-ldl", "-lpthread"], capture_output=True, text=True)
         if build.returncode != 0:
             print(f"hitpath_bench: bench/hitpath.c does not build: {build.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
             return 1
-        for name, (folded, size, dims) in SHAPES.items():
-            proc = subprocess.run([str(exe), str(args.iterations), str(folded), str(size), str(dims)], capture_output=True, text=True)
+        for name, (folded, size, dims, evict_kb) in SHAPES.items():
+            iterations = min(args.iterations, EVICTING_ITERATIONS) if evict_kb else args.iterations
+            proc = subprocess.run([str(exe), str(iterations), str(folded), str(size), str(dims), str(evict_kb)],
+                                  capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"hitpath_bench: {name}: {proc.stderr.strip() or f'exit {proc.returncode}'}", file=sys.stderr)
                 return 1
             times = [float(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("ns_per_hit ")]
             key = next(int(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("key_bytes "))
-            rows[name] = {"ns_per_hit": round(statistics.median(times), 1), "timings": times, "key_bytes": key}
-    doc = suite.cpu_results("hitpath", "hitpath_bench.py", argv, iterations=args.iterations,
+            rows[name] = {"ns_per_hit": round(statistics.median(times), 1), "timings": times, "key_bytes": key,
+                          "iterations": iterations, "evicted_kib_per_launch": evict_kb}
+    doc = suite.cpu_results("hitpath", "hitpath_bench.py", argv, iterations=args.iterations, shim=str(args.shim),
                             compiler=subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0],
                             shapes=rows)
     suite.publish_cpu_results(doc, args, "hitpath", "hitpath_bench", ["key shape", "key bytes", "ns per hit (median of 5)"],

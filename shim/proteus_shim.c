@@ -142,7 +142,15 @@ enum { ASYNC_OFF, ASYNC_ON, ASYNC_AUTO };
 
 #define HSLOTS (1u << 16)
 #define SSLOTS (1u << 16)
-static _Atomic(hentry *) handles[HSLOTS];
+/* Launch handles, open addressing: the handle and its kernel in the slot itself, so a hit finds
+ * the kernel in the one line it probes. A slot is claimed once (handle written last, with
+ * release) and never emptied; a handle registered again gets its new kernel in place. */
+typedef struct { _Atomic(const void *) handle; _Atomic(kinfo *) ki; } hslot;
+static hslot handles[HSLOTS];
+/* The module (or library) each slot's handle came from, read on misses only. The kernel's own
+ * `owner` is the first one; a context that loads the same image again has its module, and its
+ * device variables, of its own. */
+static _Atomic(void *) handle_owners[HSLOTS];
 static _Atomic(sentry *) variants[SSLOTS];
 pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;   /* registration and inserts */
 pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;   /* one compilation at a time */
@@ -212,40 +220,49 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t n, uint64_t h) {
   return mix64(a ^ (b * 0xc2b2ae3d27d4eb4full) ^ tail ^ (len << 56));
 }
 
-kinfo *handle_lookup(const void *h) {
+/* The slot holding h, or NULL. Lock-free. */
+static inline hslot *find_handle(const void *h) {
   uint32_t i = (uint32_t)mix64((uint64_t)(uintptr_t)h) & (HSLOTS - 1);
   for (uint32_t n = 0; n < HSLOTS; n++, i = (i + 1) & (HSLOTS - 1)) {
-    hentry *e = atomic_load_explicit(&handles[i], memory_order_acquire);
-    if (!e) return NULL;
-    if (e->handle == h) return e->ki;
+    const void *k = atomic_load_explicit(&handles[i].handle, memory_order_acquire);
+    if (k == h) return &handles[i];
+    if (!k) return NULL;
   }
   return NULL;
 }
 
+kinfo *handle_lookup(const void *h) {
+  hslot *e = find_handle(h);
+  return e ? atomic_load_explicit(&e->ki, memory_order_acquire) : NULL;
+}
+
 /* The module or library a launch handle came from (NULL: unknown). Lock-free. */
 void *handle_owner(const void *h) {
-  uint32_t i = (uint32_t)mix64((uint64_t)(uintptr_t)h) & (HSLOTS - 1);
-  for (uint32_t n = 0; n < HSLOTS; n++, i = (i + 1) & (HSLOTS - 1)) {
-    hentry *e = atomic_load_explicit(&handles[i], memory_order_acquire);
-    if (!e) return NULL;
-    if (e->handle == h) return e->owner;
-  }
-  return NULL;
+  hslot *e = find_handle(h);
+  return e ? atomic_load_explicit(&handle_owners[e - handles], memory_order_acquire) : NULL;
 }
 
 static void handle_insert(const void *h, kinfo *ki, void *owner) {   /* caller holds reg_lock */
   uint32_t i = (uint32_t)mix64((uint64_t)(uintptr_t)h) & (HSLOTS - 1);
   for (uint32_t n = 0; n < HSLOTS; n++, i = (i + 1) & (HSLOTS - 1)) {
-    hentry *e = atomic_load_explicit(&handles[i], memory_order_acquire);
-    if (e && e->handle == h) { e->ki = ki; e->owner = owner; return; }
-    if (!e) {
-      hentry *ne = malloc(sizeof *ne);
-      if (!ne) return;
-      ne->handle = h; ne->ki = ki; ne->owner = owner;
-      atomic_store_explicit(&handles[i], ne, memory_order_release);
-      return;
-    }
+    const void *k = atomic_load_explicit(&handles[i].handle, memory_order_relaxed);
+    if (k && k != h) continue;
+    atomic_store_explicit(&handle_owners[i], owner, memory_order_release);
+    atomic_store_explicit(&handles[i].ki, ki, memory_order_release);
+    if (!k) atomic_store_explicit(&handles[i].handle, h, memory_order_release);
+    return;
   }
+}
+
+/* After a launch: bring back what the kernel's next hit reads, while the app works on. */
+static inline void prefetch_hit(const void *h, kinfo *ki) {
+  __builtin_prefetch(&handles[(uint32_t)mix64((uint64_t)(uintptr_t)h) & (HSLOTS - 1)]);
+  if (!ki) return;
+  __builtin_prefetch(ki);
+  __builtin_prefetch(ki->fold);
+  __builtin_prefetch(ki->sizes);
+  sentry *e = atomic_load_explicit(&ki->last, memory_order_relaxed);
+  if (e) { __builtin_prefetch(e); __builtin_prefetch((const char *)e + 64); }
 }
 
 static kinfo *find_kernel(const void *image, const char *name) {
@@ -260,8 +277,9 @@ void remember(const void *handle, const void *image, const char *name, int owner
   pthread_mutex_lock(&reg_lock);
   kinfo *ki = find_kernel(image, name);
   if (!ki) {
-    ki = calloc(1, sizeof *ki);
+    ki = aligned_alloc(_Alignof(kinfo), sizeof *ki);
     if (ki) {
+      memset(ki, 0, sizeof *ki);
       ki->image = image; ki->name = strdup(name); ki->owner_kind = owner_kind; ki->owner = owner;
       ki->next_all = all_kernels; all_kernels = ki;
     }
@@ -754,8 +772,14 @@ uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t l
   return hash_bytes(key, len, (uint64_t)(uintptr_t)ki ^ mix64((uint64_t)(uintptr_t)ctx));
 }
 
+/* A launch asks for the variant its kernel's latest hit found first: a loop that launches one
+ * variant over and over (every argument it changes unfolded) skips the hash and the table's line. */
 sentry *find_variant(kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
-  return variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len);
+  sentry *e = atomic_load_explicit(&ki->last, memory_order_acquire);
+  if (e && e->ctx == ctx && e->keylen == len && !memcmp(e->key, key, len)) return e;
+  if ((e = variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len)))
+    atomic_store_explicit(&ki->last, e, memory_order_release);
+  return e;
 }
 
 static void apply_policy(kinfo *ki, const uint8_t *pol, ssize_t n) {   /* jit_lock held */
@@ -1078,7 +1102,8 @@ static int enqueue(job *j) {   /* jit_lock held */
 }
 
 sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending) {
-  sentry *ne = malloc(sizeof *ne + len);
+  /* on a line of its own: a hit reads the header and a short key in one */
+  sentry *ne = aligned_alloc(64, (sizeof *ne + (size_t)len + 63) & ~(size_t)63);
   if (!ne) return NULL;
   ne->hash = key_hash(ki, ctx, key, len); ne->ki = ki; ne->ctx = ctx; ne->keylen = len;
   atomic_init(&ne->fn, fn); atomic_init(&ne->pending, pending);
@@ -1350,6 +1375,7 @@ static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, uns
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
   sample_end(ki, es, sampled);
+  prefetch_hit(f, ki);
   return r;
 }
 
@@ -1367,11 +1393,11 @@ static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfuncti
   kinfo *ki = NULL;
   CUstream es = c && !c->hStream && real == real_cuLaunchKernelEx_ptsz ? (CUstream)0x2 : c ? c->hStream : NULL;
   CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki) : NULL;
-  if (sf) {
-    if (real(c, sf, params, extra) == CUDA_SUCCESS) return CUDA_SUCCESS;
-    launch_error(f);
-  }
-  return real(c, f, params, extra);
+  CUresult r = sf ? real(c, sf, params, extra) : 1;
+  if (sf && r != CUDA_SUCCESS) launch_error(f);
+  if (r != CUDA_SUCCESS) r = real(c, f, params, extra);
+  prefetch_hit(f, ki);
+  return r;
 }
 static CUresult w_cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { return launch_ex_with(real_cuLaunchKernelEx, c, f, p, e); }
 static CUresult w_cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { return launch_ex_with(real_cuLaunchKernelEx_ptsz, c, f, p, e); }
@@ -1382,11 +1408,11 @@ static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsig
   kinfo *ki = NULL;
   CUstream es = !s && real == real_cuLaunchCooperativeKernel_ptsz ? (CUstream)0x2 : s;
   CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
-  if (sf) {
-    if (real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) == CUDA_SUCCESS) return CUDA_SUCCESS;
-    launch_error(f);
-  }
-  return real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) : 1;
+  if (sf && r != CUDA_SUCCESS) launch_error(f);
+  if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  prefetch_hit(f, ki);
+  return r;
 }
 static CUresult w_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                             unsigned shmem, CUstream s, void **params) {
@@ -1575,6 +1601,7 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   if (sf) {
     if (drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) {
       sample_end(ki, es, sampled);
+      prefetch_hit(func, ki);
       return 0;
     }
     launch_error(func);
@@ -1583,6 +1610,7 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   cudaError_t r = real(func, grid, block, args, shmem, stream);
   in_runtime_launch = 0;
   sample_end(ki, es, sampled);
+  prefetch_hit(func, ki);
   return r;
 }
 EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {

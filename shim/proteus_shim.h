@@ -54,30 +54,43 @@ enum { SAMPLE_IDLE, SAMPLE_RECORDING, SAMPLE_PENDING, SAMPLE_OFF };
 
 typedef struct var_reg { struct var_reg *next; const void *fatbin; const void *host; char *name; } var_reg;
 
-typedef struct kinfo {
+struct sentry;
+
+/* A hit reads this in the app's launch call, between the driver's work for the previous launch
+ * and the app's own, which push it out of the near caches: each line it touches and each
+ * pointer it follows cost a cache miss then (bench/hitpath.c, EVICT_KB). So what a hit reads
+ * comes first, in one line, and the hit follows at most three pointers: the handle's slot, this,
+ * and the variant (`last`, or the table's). */
+typedef struct __attribute__((aligned(64))) kinfo {
   _Atomic int state;
-  int kid;                 /* Python's id for the recorded kernel */
-  const void *image;       /* fat binary / cubin / offload bundle / code object the kernel came from */
-  char *name;
-  int owner_kind;
-  void *owner;             /* CUmodule, CUlibrary, the runtime's fat binary handle, or HIP's */
-  uint32_t nparams;
-  uint32_t sizes[MAX_PARAMS];
-  /* What the key holds: folded arguments, block (bit 0) and grid (bit 1). The value tracker
-   * may fold less later; `gen` is a sequence lock around such a change (odd while it happens),
-   * so the lock-free hit path never builds a key from half of an old and half of a new policy. */
-  _Atomic uint32_t gen;
-  _Atomic uint8_t fold[MAX_PARAMS];
-  _Atomic uint32_t dims_in_key;
-  uint32_t nglobals;
-  char **globals;
   /* Its variants serve every context (CUDA): loaded as libraries and launched by their
    * CUkernel, they are keyed without the context, so a hit asks the driver nothing (a
    * cuCtxGetCurrent cost 90 ns of a launch's 3.5 us on the H100 host). Not for a kernel
    * whose variants hold a context's device-variable addresses, nor across GPUs of different
    * architectures. Set before `state` turns K_ACTIVE. */
   int ctx_free;
-  _Atomic uint64_t launches, hits, fallbacks, launch_errors, pending_launches;
+  uint32_t nparams;
+  /* What the key holds: folded arguments (fold), block (bit 0) and grid (bit 1). The value
+   * tracker may fold less later; `gen` is a sequence lock around such a change (odd while it
+   * happens), so the lock-free hit path never builds a key from half of an old and half of a
+   * new policy. */
+  _Atomic uint32_t gen;
+  _Atomic uint32_t dims_in_key;
+  _Atomic int sample_state;   /* SAMPLE_*: GPU time, sampled with a pair of events on a few launches */
+  /* The variant the latest hit found: a launch with the same key takes it without hashing
+   * or probing the table. Entries are never freed, so it is always safe to read. */
+  _Atomic(struct sentry *) last;
+  _Atomic uint64_t launches, hits, fallbacks, samples;
+  _Atomic uint8_t fold[MAX_PARAMS];
+  uint32_t sizes[MAX_PARAMS];
+  int kid;                 /* Python's id for the recorded kernel */
+  const void *image;       /* fat binary / cubin / offload bundle / code object the kernel came from */
+  char *name;
+  int owner_kind;
+  void *owner;             /* CUmodule, CUlibrary, the runtime's fat binary handle, or HIP's */
+  uint32_t nglobals;
+  char **globals;
+  _Atomic uint64_t launch_errors, pending_launches;
   /* The hash of the latest launch that found its variant not compiled yet: a launch that asks
    * for the same one again waits for it (PROTEUS_ASYNC_COMPILATION=auto). */
   _Atomic uint64_t unserved;
@@ -85,19 +98,14 @@ typedef struct kinfo {
    * original without asking the stream; the gap doubles up to a cap, and goes back to none
    * when a launch finds the stream busy (see await_variant). */
   _Atomic uint32_t check_skip, check_gap;
-  /* GPU time, sampled with a pair of events on a few launches, for the compile budget */
   void *ev[2];
   CUcontext ev_ctx;
-  _Atomic int sample_state;   /* SAMPLE_* */
-  _Atomic uint64_t sampled_ns, samples;
+  _Atomic uint64_t sampled_ns;
   struct kinfo *next_all;
 } kinfo;
+_Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cache line");
 
-/* owner: the module (or library) this handle came from. The kernel's own `owner` is the first
- * one; a context that loads the same image again has its module, and its device variables,
- * of its own. */
-typedef struct { const void *handle; kinfo *ki; void *owner; } hentry;
-typedef struct {
+typedef struct sentry {
   uint64_t hash;
   kinfo *ki;
   CUcontext ctx;           /* CUDA: the context; HIP: the device (its ordinal + 1) */

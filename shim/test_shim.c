@@ -42,6 +42,51 @@ static void test_handles(void) {
   for (uintptr_t i = 1; i <= 20000; i++) ok &= handle_lookup((void *)(i * 64)) == ((i & 1) ? &k1 : &k2);
   EXPECT(ok);
   EXPECT(handle_lookup((void *)12345) == NULL);
+  /* A handle registered again (another module loaded at the same address) takes its new
+   * kernel and owner in place; its neighbours keep theirs. */
+  static kinfo k3;
+  pthread_mutex_lock(&reg_lock);
+  handle_insert((void *)(7 * 64), &k3, (void *)0x5000);
+  pthread_mutex_unlock(&reg_lock);
+  EXPECT(handle_lookup((void *)(7 * 64)) == &k3 && handle_owner((void *)(7 * 64)) == (void *)0x5000);
+  EXPECT(handle_lookup((void *)(9 * 64)) == &k1 && handle_owner((void *)(9 * 64)) == NULL);
+  EXPECT(handle_owner((void *)12345) == NULL);
+}
+
+/* find_variant asks the kernel's last hit first: it must answer exactly what the table would,
+ * whatever the key's length, context or generation, as launches alternate between variants. */
+static void test_last_hit(void) {
+  static kinfo ki;
+  ki.nparams = 2; ki.sizes[0] = 4; ki.sizes[1] = 8;
+  atomic_store(&ki.fold[0], 1); atomic_store(&ki.fold[1], 1);
+  CUcontext c1 = (CUcontext)0x10, c2 = (CUcontext)0x20;
+  sentry *made[3][2];
+  uint8_t keys[3][MAX_KEY];
+  int lens[3];
+  for (int v = 0; v < 3; v++) {
+    int a = 100 + v; uint64_t b = 7;
+    void *params[2] = {&a, &b};
+    dim3 d = {1, 1, 1};
+    lens[v] = stable_key(&ki, params, d, d, keys[v]);
+    for (int c = 0; c < 2; c++) {
+      made[v][c] = new_entry(&ki, c ? c2 : c1, keys[v], lens[v], (CUfunction)(uintptr_t)(0x100 + 2 * v + c), 0);
+      variant_insert(made[v][c]);
+    }
+  }
+  int ok = 1;
+  for (int i = 0; i < 60; i++) {   /* the same key twice in a row, then another, then another context */
+    int v = (i / 2) % 3, c = (i / 6) % 2;
+    ok &= find_variant(&ki, c ? c2 : c1, keys[v], lens[v]) == made[v][c];
+  }
+  EXPECT(ok);
+  EXPECT(find_variant(&ki, c1, keys[1], lens[1]) == made[1][0] && atomic_load(&ki.last) == made[1][0]);
+  EXPECT(find_variant(&ki, c1, keys[1], lens[1] - 1) == NULL);   /* a prefix of the last key */
+  uint8_t other[MAX_KEY];
+  memcpy(other, keys[1], lens[1]);
+  other[0] += 2;   /* the same values under a later policy generation */
+  EXPECT(find_variant(&ki, c1, other, lens[1]) == NULL);
+  EXPECT(find_variant(&ki, (CUcontext)0x30, keys[1], lens[1]) == NULL);
+  EXPECT(((uintptr_t)made[0][0] & 63) == 0);   /* entries start a cache line */
 }
 
 static void test_keys_and_variants(void) {
@@ -308,6 +353,7 @@ int main(void) {
   test_hash();
   test_handles();
   test_keys_and_variants();
+  test_last_hit();
   test_policy_race();
   test_async_env();
   test_exit_drains_the_queue();
