@@ -772,11 +772,23 @@ uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t l
   return hash_bytes(key, len, (uint64_t)(uintptr_t)ki ^ mix64((uint64_t)(uintptr_t)ctx));
 }
 
+/* Keys are short: compared in place, not through a call into libc. */
+static inline int key_equal(const uint8_t *a, const uint8_t *b, uint32_t n) {
+  for (; n >= 8; a += 8, b += 8, n -= 8) {
+    uint64_t x, y;
+    memcpy(&x, a, 8);
+    memcpy(&y, b, 8);
+    if (x != y) return 0;
+  }
+  for (; n; a++, b++, n--) if (*a != *b) return 0;
+  return 1;
+}
+
 /* A launch asks for the variant its kernel's latest hit found first: a loop that launches one
  * variant over and over (every argument it changes unfolded) skips the hash and the table's line. */
 sentry *find_variant(kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
   sentry *e = atomic_load_explicit(&ki->last, memory_order_acquire);
-  if (e && e->ctx == ctx && e->keylen == len && !memcmp(e->key, key, len)) return e;
+  if (e && e->ctx == ctx && e->keylen == len && key_equal(e->key, key, len)) return e;
   if ((e = variant_lookup(key_hash(ki, ctx, key, len), ki, ctx, key, len)))
     atomic_store_explicit(&ki->last, e, memory_order_release);
   return e;
@@ -1187,7 +1199,30 @@ static CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
   return atomic_load_explicit(&e->fn, memory_order_acquire);
 }
 
-/* The specialized function for this launch, or NULL to run the original. */
+/* A launch whose variant is compiling in the background: wait for it where that is free
+ * (await_variant), else run the original and count it. */
+static __attribute__((noinline)) CUfunction pick_compiling(kinfo *ki, sentry *e, CUstream stream, int asked_first) {
+  CUfunction fn;
+  if (!asked_first) {   /* the launch that asked for it runs the original */
+    if ((fn = await_variant(ki, e, stream))) {
+      atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
+      return fn;
+    }
+    if (!atomic_load_explicit(&e->pending, memory_order_acquire)) {
+      atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
+      return NULL;
+    }
+  }
+  atomic_fetch_add_explicit(&ki->pending_launches, 1, memory_order_relaxed);
+  return NULL;
+}
+
+static CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo *ki,
+                            CUcontext ctx, int ctx_free);
+
+/* The specialized function for this launch, or NULL to run the original. A hit stays in this
+ * function and what it inlines (the hit path: lock-free, no allocation, no Python); a miss or
+ * a variant still compiling goes out of line, so the hit's code stays short and together. */
 static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo **kio) {
   read_env();
   if (g_disable) return NULL;
@@ -1201,21 +1236,34 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
    * fails as the original's would, and the original runs and answers. */
   int ctx_free = state == K_ACTIVE && ki->ctx_free;
   if (!ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
+  if (state == K_ACTIVE) {   /* the hot path: key, last hit or probe, launch */
+    uint8_t key[MAX_KEY];
+    int len = stable_key(ki, params, grid, block, key);
+    if (len == -1) goto original;
+    sentry *e = len < 0 ? NULL : find_variant(ki, ctx, key, len);
+    if (e) {
+      CUfunction fn = atomic_load_explicit(&e->fn, memory_order_acquire);
+      if (__builtin_expect(fn != NULL, 1)) {
+        atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
+        return fn;
+      }
+      if (atomic_load_explicit(&e->pending, memory_order_acquire)) return pick_compiling(ki, e, stream, 0);
+      goto original;
+    }
+  }
+  return pick_miss(handle, params, grid, block, stream, ki, ctx, ctx_free);
+original:
+  atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
+  return NULL;
+}
 
+/* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
+static __attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block,
+                                                            CUstream stream, kinfo *ki, CUcontext ctx, int ctx_free) {
   uint8_t key[MAX_KEY];
   int len;
   CUfunction fn = NULL;
   sentry *compiling = NULL;
-  if (state == K_ACTIVE) {   /* the hot path: hash, probe, launch */
-    if ((len = stable_key(ki, params, grid, block, key)) == -1) goto original;
-    sentry *e = len < 0 ? NULL : find_variant(ki, ctx, key, len);
-    if (e) {
-      if ((fn = atomic_load_explicit(&e->fn, memory_order_acquire))) goto hit;
-      if (atomic_load_explicit(&e->pending, memory_order_acquire)) { compiling = e; goto wait; }
-      goto original;
-    }
-  }
-  /* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
   if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
   job *j = NULL;
   int asked_first = 0;
@@ -1292,17 +1340,7 @@ again:;
   atomic_fetch_add(&t_miss_ns, now_ns() - t0);
   atomic_fetch_add(&n_misses, 1);
   if (fn) return fn;
-  if (!compiling) goto original;
-  if (asked_first) goto queued;   /* the launch that asked for it runs the original */
-wait:
-  if ((fn = await_variant(ki, compiling, stream))) goto hit;
-  if (!atomic_load_explicit(&compiling->pending, memory_order_acquire)) goto original;
-queued:
-  atomic_fetch_add_explicit(&ki->pending_launches, 1, memory_order_relaxed);
-  return NULL;
-hit:
-  atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
-  return fn;
+  if (compiling) return pick_compiling(ki, compiling, stream, asked_first);
 original:
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
   return NULL;
@@ -1359,7 +1397,7 @@ void launch_error(const void *handle) {
 
 /* Set while the runtime launches a kernel we left to it: its driver-level launch is then
  * the same launch, already decided, and passes straight through. */
-static __thread int in_runtime_launch;
+static __thread int in_runtime_launch __attribute__((tls_model("initial-exec")));   /* read on every launch: no __tls_get_addr call */
 
 static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **),
                             CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
