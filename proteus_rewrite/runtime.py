@@ -347,6 +347,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
     try:
         if not cached_only:
             _save_policies()
+            if _state.compiler is not None:  # before the tracker's policy is read: see Compilers.ready
+                _state.compiler.ready()
         raw, off = [], 0
         for p in record.params:
             raw.append(args[off : off + p.size])

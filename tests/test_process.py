@@ -38,6 +38,22 @@ def test_a_variant_compiled_in_the_process_is_the_one_compiled_here(table, compi
     assert again.key != here.key and compilers.report()["processes_started"] == 1
 
 
+def test_ready_waits_for_the_warm_up_and_the_next_request_reads_its_own_answer(table, compilers):
+    """A compile thread waits for the process's warm-up before it reads the tracker's policy
+    (runtime.specialize): after ready() every request posted has its answer read, and the
+    compilation that follows gets its own answer, not the warm-up's."""
+    compilers.start(75, Config().for_kernel("proteus_warm_up"), 13000)
+    worker = compilers._idle[0]
+    assert worker.last_id < worker.next_id  # the warm-up is posted, not answered yet
+    compilers.ready()
+    assert compilers._idle == [worker] and worker.last_id == worker.next_id == 1
+    compilers.ready()  # nothing outstanding: returns at once
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    there = specializer.specialize(t, k, launch_for(k, {1: "5"}), Config(), driver_version=13000, compiler=compilers)
+    assert there.image and worker.last_id == worker.next_id == 2 and compilers.report()["processes_started"] == 1
+
+
 def test_a_failure_in_the_process_is_the_error_it_would_be_here(table, compilers, monkeypatch):
     t = table("loop_count")
     k = kernel(t, "axpy_loop")

@@ -117,6 +117,7 @@ class _Worker:
         self.modules: set[str] = set()  # sha256 of the modules it has
         self.next_id = 0
         self.answered = 0
+        self.last_id = 0  # of the latest answer read
 
     def post(self, msg: dict) -> None:
         """Send a request; its answer is read by the next call()."""
@@ -127,11 +128,16 @@ class _Worker:
 
     def call(self, msg: dict) -> dict:
         self.post(msg)
-        while True:  # answers to one-way requests (the warm-up) come first
+        return self.settle()
+
+    def settle(self) -> dict:
+        """Read answers up to the latest request's: one-way requests (the warm-up) come first."""
+        while True:
             answer = _receive(self.sock)
             if answer is None:
                 raise EOFError
             self.answered += 1
+            self.last_id = answer["id"]
             if answer["id"] == self.next_id:
                 return answer
 
@@ -178,6 +184,21 @@ class Compilers:
         try:
             worker.post({"op": "warm_up", "arch": arch, "cg": cg, "driver_version": driver_version})
         except OSError:
+            self._lost(worker)
+            return
+        self._release(worker)
+
+    def ready(self) -> None:
+        """Wait until a process has answered what it was sent (its warm-up). A compile thread
+        waits here before it decides what to fold: a value tracker that stops folding a step
+        counter meanwhile (a dozen launches) then gets the general variant compiled first, not
+        the first launch's, which no launch asks for any more. A process gone is left to the
+        compilation that follows, which reports it."""
+        worker = self._acquire()
+        try:
+            if worker.last_id < worker.next_id:
+                worker.settle()
+        except (OSError, EOFError, pickle.UnpicklingError):
             self._lost(worker)
             return
         self._release(worker)
