@@ -246,10 +246,13 @@ def test_hitpath_bench_times_every_key_shape(tmp_path):
     assert r.returncode == 0, r.stderr
     (path,) = tmp_path.glob("hitpath-*-t.json")
     shapes = json.loads(path.read_text())["shapes"]
-    assert len(shapes) == 4 and all(s["ns_per_hit"] > 0 and len(s["timings"]) == 5 for s in shapes.values())
-    assert [s["key_bytes"] for s in shapes.values()] == [36, 16, 92, 220]  # gen + folded args + block/grid
+    assert len(shapes) == 7 and all(s["ns_per_hit"] > 0 and len(s["timings"]) == 5 for s in shapes.values())
+    assert [s["key_bytes"] for s in shapes.values()] == [36, 16, 92, 220, 36, 36, 36]  # gen + folded args + block/grid
+    assert [s["evicted_kib_per_launch"] for s in shapes.values()] == [0, 0, 0, 0, 1024, 4096, 16384]
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "hitpath_bench.py"), "--iterations", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--iterations must be positive" in bad.stderr
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "hitpath_bench.py"), "--shim", str(tmp_path)], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no proteus_shim.c there" in bad.stderr
 
 
 def test_exit_cost_times_every_stage(tmp_path):
