@@ -1,7 +1,7 @@
 /* The shim's hit path on the CPU: what pick() costs for a launch its table serves, apart from
  * the driver (a fake cuCtxGetCurrent; no launch). Built from shim/proteus_shim.c as the shim
  * is (-O2) by bench/hitpath_bench.py, which runs it and records the results.
- *   hitpath ITERATIONS FOLDED_ARGS ARG_BYTES DIMS_IN_KEY [EVICT_KB]
+ *   hitpath ITERATIONS FOLDED_ARGS ARG_BYTES DIMS_IN_KEY [EVICT_KB [COMPILING]]
  * One kernel of FOLDED_ARGS folded arguments of ARG_BYTES each (plus one unfolded pointer),
  * block (bit 0) and grid (bit 1) in the key as DIMS_IN_KEY says; every launch a new value of
  * the pointer, as a step counter's unfolded argument. Prints "ns_per_hit X" five times.
@@ -12,7 +12,9 @@
  * launch goes through the shim's whole launch wrapper into a stand-in for the driver that writes
  * EVICT_KB KiB of other memory, one byte per cache line, then the "app" computes for 2 us; the
  * time from the wrapper's entry to the stand-in's (pick(), the clock's own cost taken off) is
- * what is counted. */
+ * what is counted. With COMPILING=1 the launches' variant is still compiling in the background
+ * (PROTEUS_ASYNC_COMPILATION=auto, the default): each runs the original, through what a cold
+ * run's launches go through until the variant arrives (await_variant; the stream never busy). */
 #include "proteus_shim.c"
 
 static CUresult fake_ctx(CUcontext *c) { *c = (CUcontext)0x77; return CUDA_SUCCESS; }
@@ -21,10 +23,11 @@ static size_t evict_bytes;
 static volatile uint8_t *junk;
 static uint64_t entered_ns;
 static long served;
+static CUfunction served_fn = (CUfunction)0x42;
 static CUresult fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, CUstream s, void **params, void **extra) {
   entered_ns = now_ns();
-  served += f == (CUfunction)0x42;
+  served += f == served_fn;
   for (size_t off = 0; off < evict_bytes; off += 64) junk[off]++;
   return CUDA_SUCCESS;
 }
@@ -36,11 +39,13 @@ static void app_work(uint64_t ns) {   /* the host's computation between launches
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5 && argc != 6) { fprintf(stderr, "usage: hitpath ITERATIONS FOLDED_ARGS ARG_BYTES DIMS_IN_KEY [EVICT_KB]\n"); return 2; }
+  if (argc < 5 || argc > 7) { fprintf(stderr, "usage: hitpath ITERATIONS FOLDED_ARGS ARG_BYTES DIMS_IN_KEY [EVICT_KB [COMPILING]]\n"); return 2; }
   long iters = atol(argv[1]);
   int folded = atoi(argv[2]), bytes = atoi(argv[3]), dims = atoi(argv[4]);
-  long evict_kb = argc == 6 ? atol(argv[5]) : 0;
-  if (iters < 1 || folded < 0 || folded + 1 > MAX_PARAMS || (bytes != 4 && bytes != 8) || dims < 0 || dims > 3 || evict_kb < 0) {
+  long evict_kb = argc >= 6 ? atol(argv[5]) : 0;
+  int compiling = argc == 7 ? atoi(argv[6]) : 0;
+  if (iters < 1 || folded < 0 || folded + 1 > MAX_PARAMS || (bytes != 4 && bytes != 8) || dims < 0 || dims > 3 || evict_kb < 0 ||
+      compiling < 0 || compiling > 1 || (compiling && !evict_kb)) {
     fprintf(stderr, "hitpath: bad arguments\n");
     return 2;
   }
@@ -62,8 +67,11 @@ int main(int argc, char **argv) {
   uint8_t key[MAX_KEY];
   int len = stable_key(&ki, params, grid, block, key);
   if (len < 0) { fprintf(stderr, "hitpath: key too long\n"); return 2; }
-  variant_insert(new_entry(&ki, (CUcontext)0x77, key, len, (CUfunction)0x42, 0));
+  variant_insert(new_entry(&ki, (CUcontext)0x77, key, len, compiling ? NULL : (CUfunction)0x42, compiling));
+  g_async = ASYNC_AUTO;
+  CUfunction want = compiling ? (CUfunction)0x1000 : (CUfunction)0x42;   /* the original, or the variant */
   kinfo *out;
+  served_fn = want;
   evict_bytes = (size_t)evict_kb * 1024;
   if (evict_bytes && !(junk = calloc(1, evict_bytes))) return 2;
   uint64_t clock_ns = UINT64_MAX;   /* two clock reads back to back, at their fastest */

@@ -23,15 +23,19 @@ from pathlib import Path
 import run as suite  # bench/run.py: the results files' header
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPES = {  # name: folded arguments, bytes each, dims in the key (bit 0 block, bit 1 grid), KiB evicted per launch
-    "changing_scalars (2 folded i32, block and grid)": (2, 4, 3, 0),
-    "nothing folded, block only": (0, 4, 1, 0),
-    "8 folded 8-byte, block and grid": (8, 8, 3, 0),
-    "24 folded 8-byte, block and grid": (24, 8, 3, 0),
+SHAPES = {  # name: folded arguments, bytes each, dims in the key (bit 0 block, bit 1 grid), KiB evicted per launch,
+    # and whether the variant is still compiling (the launch runs the original through await_variant)
+    "changing_scalars (2 folded i32, block and grid)": (2, 4, 3, 0, 0),
+    "nothing folded, block only": (0, 4, 1, 0, 0),
+    "8 folded 8-byte, block and grid": (8, 8, 3, 0, 0),
+    "24 folded 8-byte, block and grid": (24, 8, 3, 0, 0),
     # as in an app: the driver's launch call and the app's work between two hits (bench/hitpath.c)
-    "changing_scalars, 1 MiB written between launches": (2, 4, 3, 1024),
-    "changing_scalars, 4 MiB written between launches": (2, 4, 3, 4096),
-    "changing_scalars, 16 MiB written between launches": (2, 4, 3, 16384),
+    "changing_scalars, 1 MiB written between launches": (2, 4, 3, 1024, 0),
+    "changing_scalars, 4 MiB written between launches": (2, 4, 3, 4096, 0),
+    "changing_scalars, 16 MiB written between launches": (2, 4, 3, 16384, 0),
+    # a cold run's launches until their variant arrives
+    "changing_scalars, variant compiling, 1 MiB between launches": (2, 4, 3, 1024, 1),
+    "changing_scalars, variant compiling, 16 MiB between launches": (2, 4, 3, 16384, 1),
 }
 EVICTING_ITERATIONS = 20_000  # each launch writes megabytes: fewer of them
 
@@ -60,9 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         if build.returncode != 0:
             print(f"hitpath_bench: bench/hitpath.c does not build: {build.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
             return 1
-        for name, (folded, size, dims, evict_kb) in SHAPES.items():
+        for name, (folded, size, dims, evict_kb, compiling) in SHAPES.items():
             iterations = min(args.iterations, EVICTING_ITERATIONS) if evict_kb else args.iterations
-            proc = subprocess.run([str(exe), str(iterations), str(folded), str(size), str(dims), str(evict_kb)],
+            proc = subprocess.run([str(exe), str(iterations), str(folded), str(size), str(dims), str(evict_kb), str(compiling)],
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 print(f"hitpath_bench: {name}: {proc.stderr.strip() or f'exit {proc.returncode}'}", file=sys.stderr)
@@ -70,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             times = [float(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("ns_per_hit ")]
             key = next(int(ln.split()[1]) for ln in proc.stdout.splitlines() if ln.startswith("key_bytes "))
             rows[name] = {"ns_per_hit": round(statistics.median(times), 1), "timings": times, "key_bytes": key,
-                          "iterations": iterations, "evicted_kib_per_launch": evict_kb}
+                          "iterations": iterations, "evicted_kib_per_launch": evict_kb,
+                          "variant_compiling": bool(compiling)}
     doc = suite.cpu_results("hitpath", "hitpath_bench.py", argv, iterations=args.iterations, shim=str(args.shim),
                             compiler=subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.splitlines()[0],
                             shapes=rows)

@@ -30,6 +30,7 @@ import os
 import random
 import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -81,7 +82,8 @@ def shim_costs(reports: list[dict]) -> dict:
 
 
 DEFAULT_SAMPLE_MODES = ("disabled", "cold", "cold, sync", "warm", "cold, async")
-SAMPLE_MODES = (*DEFAULT_SAMPLE_MODES, "warm, compiler loaded", "cold, in-process compiler")  # the last two on request only
+SAMPLE_MODES = (*DEFAULT_SAMPLE_MODES, "warm, compiler loaded", "cold, in-process compiler",
+                "cold, tracker learned")  # the last three on request only
 WORKLOAD_MODES = ("cold", "cold, sync", "cold, async", "prewarmed")
 ALL_WORKLOAD_MODES = (*WORKLOAD_MODES, "cold, in-process compiler")  # the last on request only
 COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the defaults
@@ -96,6 +98,22 @@ COLD_MODES = {  # what each cold mode sets beyond an empty cache; "cold" is the 
 # (its warm-up beside the context's creation, its pages and destructors at exit) apart from its
 # misses and compilations.
 WARM_MODES = {"warm": {}, "warm, compiler loaded": {"PROTEUS_ASYNC_COMPILATION": "0"}}
+# "cold, tracker learned": each run gets a fresh copy of the warm cache without its variants, the
+# value tracker's saved decisions left: a cold run that skips the tracker's learning misses
+# (one miss, not T + 2), so its difference to "cold" is what learning costs the app.
+LEARNED_MODES = {"cold, tracker learned": {}}
+
+
+def policies_only(src: Path, dst: Path) -> None:
+    """A copy of the cache directory `src` with only the tracker's saved decisions in it."""
+    from proteus_rewrite.cache import StorageCache, decode
+    from proteus_rewrite.policy import POLICY_KIND
+
+    shutil.copytree(src, dst)
+    for path, _ in StorageCache(dst).entries():
+        entry = decode(path.read_bytes())
+        if entry is None or entry.kind != POLICY_KIND:
+            path.unlink()
 
 
 def segments(r: dict, report: dict) -> dict:
@@ -124,6 +142,10 @@ def mode_env(mode: str, shim: dict, work: Path, tag: str, reused: dict[str, Path
     if mode in reused:
         env["PROTEUS_CACHE_DIR"] = str(reused[mode])
         env.update(WARM_MODES.get(mode, {}))
+    elif mode in LEARNED_MODES:
+        env["PROTEUS_CACHE_DIR"] = str(work / "cache" / tag)
+        policies_only(reused["learned"], work / "cache" / tag)
+        env.update(LEARNED_MODES[mode])
     else:
         env["PROTEUS_CACHE_DIR"] = str(work / "cache" / tag)
         env.update(COLD_MODES[mode])
@@ -201,7 +223,7 @@ def changing_scalars(work: Path, reps: int, launches: int = 20000, modes: tuple[
         for rep in range(reps):  # interleaved, so drift hits every mode alike
             for mode in order.sample(list(times), len(times)):  # in a new order each time: no mode always follows another
                 env = mode_env(mode, shim, work, f"changing-{slug}-{mode}-{rep}".replace(", ", "-"),
-                               {m: warm_dir for m in WARM_MODES})
+                               {**{m: warm_dir for m in WARM_MODES}, "learned": warm_dir})
                 r = run_sample(args, env, 300)
                 if not r["ok"] or r["stdout"] != ref["stdout"]:
                     mismatches.append({"mode": mode, "rep": rep, "error": r["error"] or "output differs from native"})
@@ -347,7 +369,7 @@ def markdown(doc: dict) -> str:
              "thread (PROTEUS_ASYNC_COMPILATION=0, upstream's synchronous mode); warm = a cache an earlier run "
              "filled; warm, compiler loaded = the same cache, the compiler warmed up at start nonetheless "
              "(PROTEUS_ASYNC_COMPILATION=0: what a cold run pays for the compiler's presence beyond its misses and "
-             "compilations); cold, in-process compiler = PROTEUS_COMPILE_PROCESS=0 (LLVM and nvJitLink in the app's process, as before 4158404); cold, async = PROTEUS_ASYNC_COMPILATION=1 (upstream's: never waits for a variant); the default, "
+             "compilations); cold, in-process compiler = PROTEUS_COMPILE_PROCESS=0 (LLVM and nvJitLink in the app's process, as before 4158404); cold, tracker learned = an empty cache but for the value tracker's decisions from an earlier run (one miss where cold has the tracker's T + 2: what learning costs); cold, async = PROTEUS_ASYNC_COMPILATION=1 (upstream's: never waits for a variant); the default, "
              "auto, compiles in the background too but waits for a variant asked for again while the GPU is busy; "
              "prewarmed = a cache `proteus-rewrite prewarm` "
              "filled from an earlier run's report.", "",

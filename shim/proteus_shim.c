@@ -254,7 +254,9 @@ static void handle_insert(const void *h, kinfo *ki, void *owner) {   /* caller h
   }
 }
 
-/* After a launch: bring back what the kernel's next hit reads, while the app works on. */
+/* After a launch: bring back what the kernel's next hit reads, while the app works on. While
+ * its variant compiles, the next launch runs the original through await_variant, which reads
+ * the line of `unserved` too (a cold run's first thousands of launches). */
 static inline void prefetch_hit(const void *h, kinfo *ki) {
   __builtin_prefetch(&handles[(uint32_t)mix64((uint64_t)(uintptr_t)h) & (HSLOTS - 1)]);
   if (!ki) return;
@@ -262,7 +264,11 @@ static inline void prefetch_hit(const void *h, kinfo *ki) {
   __builtin_prefetch(ki->fold);
   __builtin_prefetch(ki->sizes);
   sentry *e = atomic_load_explicit(&ki->last, memory_order_relaxed);
-  if (e) { __builtin_prefetch(e); __builtin_prefetch((const char *)e + 64); }
+  if (e) {
+    __builtin_prefetch(e);
+    __builtin_prefetch((const char *)e + 64);
+    if (!atomic_load_explicit(&e->fn, memory_order_relaxed)) __builtin_prefetch(&ki->unserved);   /* e: read by this launch */
+  }
 }
 
 static kinfo *find_kernel(const void *image, const char *name) {

@@ -246,9 +246,11 @@ def test_hitpath_bench_times_every_key_shape(tmp_path):
     assert r.returncode == 0, r.stderr
     (path,) = tmp_path.glob("hitpath-*-t.json")
     shapes = json.loads(path.read_text())["shapes"]
-    assert len(shapes) == 7 and all(s["ns_per_hit"] > 0 and len(s["timings"]) == 5 for s in shapes.values())
-    assert [s["key_bytes"] for s in shapes.values()] == [36, 16, 92, 220, 36, 36, 36]  # gen + folded args + block/grid
-    assert [s["evicted_kib_per_launch"] for s in shapes.values()] == [0, 0, 0, 0, 1024, 4096, 16384]
+    assert len(shapes) == 9 and all(s["ns_per_hit"] > 0 and len(s["timings"]) == 5 for s in shapes.values())
+    assert [s["key_bytes"] for s in shapes.values()] == [36, 16, 92, 220, 36, 36, 36, 36, 36]  # gen + folded args + block/grid
+    assert [s["evicted_kib_per_launch"] for s in shapes.values()] == [0, 0, 0, 0, 1024, 4096, 16384, 1024, 16384]
+    # the last two: the variant still compiling, each launch runs the original (hitpath exits 1 otherwise)
+    assert [s["variant_compiling"] for s in shapes.values()] == [False] * 7 + [True] * 2
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "hitpath_bench.py"), "--iterations", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--iterations must be positive" in bad.stderr
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "hitpath_bench.py"), "--shim", str(tmp_path)], capture_output=True, text=True)
@@ -284,3 +286,27 @@ def test_miss_bench_times_both_shapes(tmp_path):
     for args, message in ((["--reps", "0"], "must be positive"), (["--shapes", "three calls"], "unknown shape 'three calls'")):
         bad = subprocess.run([sys.executable, str(ROOT / "bench" / "miss_bench.py"), *args], capture_output=True, text=True)
         assert bad.returncode == 2 and message in bad.stderr
+
+
+def test_policy_bench_learned_mode_keeps_only_the_trackers_decisions(tmp_path):
+    import importlib
+
+    from proteus_rewrite.cache import Entry, StorageCache
+    from proteus_rewrite.policy import POLICY_KIND, RUN_KIND, encode_learned, encode_run
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        pb = importlib.import_module("policy_bench")
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    warm = StorageCache(tmp_path / "warm")
+    warm.put(Entry("a" * 64, "cubin", 90, b"\x7fELF variant", {}))
+    warm.put(Entry("b" * 64, POLICY_KIND, 90, encode_learned(["2"]), {}))
+    warm.put(Entry("c" * 64, RUN_KIND, 0, encode_run(1), {}))
+    env = pb.mode_env("cold, tracker learned", {"LD_PRELOAD": "libproteus.so"}, tmp_path, "rep-0",
+                      {"warm": tmp_path / "warm", "learned": tmp_path / "warm"})
+    seeded = StorageCache(env["PROTEUS_CACHE_DIR"])
+    assert env["PROTEUS_CACHE_DIR"] == str(tmp_path / "cache" / "rep-0")
+    assert [p.name[:64] for p, _ in seeded.entries()] == ["b" * 64]
+    assert seeded.get("b" * 64).data == encode_learned(["2"])
+    assert len(warm.entries()) == 3  # the warm cache itself is left whole
