@@ -8,7 +8,9 @@ made in the same invocation:
      PROTEUS_ASYNC_COMPILATION=0); warm cache (default settings, the tracker's saved
      decisions included); cold with upstream's asynchronous compilation (=1). The value tracker
      is what keeps these near native. A control, the shim loaded with PROTEUS_DISABLE=1, shows
-     what noise alone reads as.
+     what noise alone reads as. On request (--sample-modes): warm with the compiler loaded
+     anyway, cold with the compiler in the app's process, and cold with the tracker's saved
+     decisions only (what its learning misses cost).
   2. The benchmark workloads (bench/apps/), cold cache: the default (auto), synchronous, asynchronous.
   3. The benchmark workloads: cold cache vs a cache prewarmed with `proteus-rewrite prewarm`
      from an earlier run's report.
