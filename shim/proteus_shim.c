@@ -116,7 +116,12 @@ REAL(cudaError_t, cudaLaunchKernelExC, (const cudaLaunchConfig_t *, const void *
 REAL(cudaError_t, cudaGetSymbolAddress, (void **, const void *));
 
 /* Functions this file calls itself, straight from libcuda. */
+/* Called on every launch of the driver-API and dynamic-runtime paths: once the driver's
+ * launch is found, so is everything else this driver has, and a symbol it lacks stays NULL
+ * rather than costing a dlopen and a dlsym on each launch. */
+static _Atomic int driver_calls_loaded;
 static void init_driver_calls(void) {
+  if (atomic_load_explicit(&driver_calls_loaded, memory_order_acquire)) return;
 #define LOAD(n) if (!real_##n) real_##n = cuda_sym(#n)
   LOAD(cuLaunchKernel); LOAD(cuLaunchKernel_ptsz); LOAD(cuLaunchKernelEx); LOAD(cuLaunchKernelEx_ptsz);
   LOAD(cuLaunchCooperativeKernel); LOAD(cuLaunchCooperativeKernel_ptsz);
@@ -127,6 +132,7 @@ static void init_driver_calls(void) {
   LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery);
   LOAD(cuLibraryLoadData); LOAD(cuLibraryGetKernel); LOAD(cuKernelGetFunction); LOAD(cuDeviceGetCount); LOAD(cuDeviceGet);
 #undef LOAD
+  if (real_cuLaunchKernel) atomic_store_explicit(&driver_calls_loaded, 1, memory_order_release);
 }
 
 /* The runtime's own function, found on first use (these are only called when it is loaded). */
