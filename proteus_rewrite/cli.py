@@ -381,8 +381,10 @@ def report(report_file, as_json):
     if waits:
         pre = doc.get("prestart") if isinstance(doc.get("prestart"), dict) else {}
         n = waits.get("miss_count", 0)
+        kept = waits.get("deferred_count", 0)
         line = (f"the app waited on the shim {waits.get('misses', 0)} ms over {n:,} miss{'es' if n != 1 else ''} "
-                f"and {waits.get('exit', 0)} ms at exit; Python started in {waits.get('python_start', 0)} ms "
+                + (f"({kept:,} kept for the value tracker, with no call into Python) " if isinstance(kept, int) and kept else "")
+                + f"and {waits.get('exit', 0)} ms at exit; Python started in {waits.get('python_start', 0)} ms "
                 + ("on the prestart thread, beside the app" if pre.get("python") else "on the first launch that missed (part of that wait)"))
         if pre.get("compiler"):
             line += "; the compiler process was started there" if proc else "; the compiler was warmed up there too"

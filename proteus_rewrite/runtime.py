@@ -4,9 +4,10 @@
     kernel_info(image_ptr, name, arch)        which recorded kernel a launch handle is
     specialize(kid, args, grid, block, globals, arch, gpu_ms) -> cubin/PTX bytes (HIP: a code object), or None
                                               to run the original
-    track(kid, args, grid, block)             a launch the shim's table missed: the value tracker's policy
-    miss(kid, args, grid, block, globals, arch, gpu_ms, cached_only)  track, then (unless the policy changed)
-                                              specialize, in one call
+    track(kid, args, grid, block, earlier)    a launch the shim's table missed: the value tracker's policy
+    miss(kid, args, grid, block, globals, arch, gpu_ms, cached_only, earlier)  track, then (unless the
+                                              policy changed) specialize, in one call
+    track_deferred(kid, earlier)              at exit: the launches the shim deferred and no miss took
     load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
     prepare_compiler(arch, ahead) -> bool     the compiler's first use, ahead of the first specialization
     finish()                                  at exit: notes whether this run compiled (the next run's guess)
@@ -192,8 +193,9 @@ def _image(ptr: int) -> tuple[KernelTable, int] | None:
 
 
 def kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
-    """The C side's view of a kernel: u32 kid, nparams, dims flags, nglobals; u32 sizes[];
-    u8 fold[]; NUL-terminated global names. None: run this kernel's original code, always."""
+    """The C side's view of a kernel: u32 kid, nparams, dims flags, nglobals, defer (how many
+    launches the shim may hand to the value tracker later: DEFERRED); u32 sizes[]; u8 fold[];
+    NUL-terminated global names. None: run this kernel's original code, always."""
     try:
         return _kernel_info(image_ptr, name, arch)
     except Exception as exc:  # never let an exception reach the C caller
@@ -246,7 +248,9 @@ def _kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
     _state.stats.append(stats)
     sizes = struct.pack(f"<{len(record.params)}I", *(p.size for p in record.params))
     names = b"".join(g.encode() + b"\0" for g in record.globals)
-    return struct.pack("<4I", kid, len(record.params), dims, len(record.globals)) + sizes + fold + names
+    # T + 2: enough for a step counter's learning to pass without a Python call on the launching thread
+    defer = config.tracker_threshold + 2 if stats.tracker is not None else 0
+    return struct.pack("<5I", kid, len(record.params), dims, len(record.globals), defer) + sizes + fold + names
 
 
 def _policy_key(table: KernelTable, record: KernelRecord) -> str:
@@ -257,33 +261,54 @@ def _policy_key(table: KernelTable, record: KernelRecord) -> str:
     return policy_key(fatbin.sha256, record.name, record.arch, _state.config.tracker_threshold, _state.config.tracker_ratio)
 
 
-def track(kid: int, args: bytes, grid: tuple, block: tuple) -> bytes:
+def track(kid: int, args: bytes, grid: tuple, block: tuple, earlier: bytes = b"") -> bytes:
     """A launch whose key the shim's table lacks. Returns the kernel's policy, which the shim's
-    key follows from now on: u32 dims (bit 0 block, bit 1 grid); u8 fold[nparams]."""
-    return _track(kid, args, grid, block)[0]
+    key follows from now on: u32 dims (bit 0 block, bit 1 grid); u8 fold[nparams]. `earlier`:
+    launches of the kernel the shim deferred (DEFERRED), seen first, in order."""
+    return _track(kid, (args, grid, block), earlier)[0]
 
 
-def _track(kid: int, args: bytes, grid: tuple, block: tuple) -> tuple[bytes, bool]:
-    """The policy (as track), and whether this launch changed it."""
+def track_deferred(kid: int, earlier: bytes) -> bytes:
+    """The deferred launches no miss took before exit: the report and the saved decisions count them."""
+    return _track(kid, None, earlier)[0]
+
+
+# A launch the shim handed to the tracker later rather than ask Python on the launching thread
+# (a new key while a variant of its kernel is queued: see defer() in the shim): u32 grid[3],
+# u32 block[3], then the arguments' bytes as specialize takes them.
+DEFERRED = struct.Struct("<6I")
+
+
+def _track(kid: int, launch: tuple[bytes, tuple, tuple] | None, earlier: bytes = b"") -> tuple[bytes, bool]:
+    """The policy (as track), and whether these launches changed it: the deferred ones in
+    `earlier`, then `launch` (args, grid, block; None: none)."""
     assert _state is not None
     record, stats = _state.kernels[kid][1], _state.stats[kid]
     tracker = stats.tracker
     if tracker is None:
         return b"", False  # no tracker: the policy never changes (the shim ignores an empty answer)
-    changed = False
+    before = len(tracker.dropped)
     try:
-        before = len(tracker.dropped)
         offsets, off = [], 0
         for p in record.params:
             offsets.append(off)
             off += p.size
-        tracker.before({**{i: args[offsets[i] : offsets[i] + record.params[i].size] for i in tracker.folded},
-                        BLOCK: struct.pack("<3I", *block), GRID: struct.pack("<3I", *grid)})
-        changed = len(tracker.dropped) != before
-        if changed and stats.policy_key:  # the next run starts from here: saved off this thread (_save_policies)
-            stats.policy_unsaved = True
+
+        def see(args: bytes, grid: tuple, block: tuple) -> None:
+            tracker.before({**{i: args[offsets[i] : offsets[i] + record.params[i].size] for i in tracker.folded},
+                            BLOCK: struct.pack("<3I", *block), GRID: struct.pack("<3I", *grid)})
+
+        step = DEFERRED.size + off
+        for at in range(0, len(earlier) - step + 1, step):
+            dims = DEFERRED.unpack_from(earlier, at)
+            see(earlier[at + DEFERRED.size : at + step], dims[:3], dims[3:])
+        if launch is not None:
+            see(*launch)
     except Exception as exc:  # never into C; the policy simply stays as it was
         _warn_once(f"track:{record.name}", f"{record.demangled}: value tracker: {type(exc).__name__}: {exc}")
+    changed = len(tracker.dropped) != before
+    if changed and stats.policy_key:  # the next run starts from here: saved off this thread (_save_policies)
+        stats.policy_unsaved = True
     policy = struct.pack("<I", tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
     return policy, changed
 
@@ -309,16 +334,17 @@ MISS_POLICY_CHANGED, MISS_IMAGE, MISS_ORIGINAL = 0, 1, 2
 
 
 def miss(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int, gpu_ms: float = 0.0,
-         cached_only: int = 0) -> bytes:
+         cached_only: int = 0, earlier: bytes = b"") -> bytes:
     """A launch whose key the shim's table lacks, in one call: one wait for the GIL on the
     launching thread where track and specialize took two (at a cold start, while the prestart
     or a compile thread runs Python, each such wait was up to the switch interval or longer).
-    The tracker sees the launch; if that changed the kernel's policy, the launch's key is stale
+    The tracker sees the launch, after the ones the shim deferred (`earlier`, as track); if that
+    changed the kernel's policy, the launch's key is stale
     and nothing more is done (MISS_POLICY_CHANGED: the shim builds the key anew and calls
     specialize); otherwise specialize answers (MISS_IMAGE, with the image, empty when it needs
     compiling; MISS_ORIGINAL for None). Layout: MISS_HEADER, the policy (as track), the image."""
     t0 = time.perf_counter_ns()
-    policy, changed = _track(kid, args, grid, block)
+    policy, changed = _track(kid, (args, grid, block), earlier)
     tracked = min(time.perf_counter_ns() - t0, 0xFFFFFFFF)
     if changed:
         return MISS_HEADER.pack(MISS_POLICY_CHANGED, tracked, len(policy)) + policy
@@ -507,7 +533,7 @@ def load_failed(kid: int, code: int) -> None:
 # shim does not wrap main; an app that ends with exit() has no main CPU) and the report began.
 WAIT_FIELDS = ("python_start", "misses", "miss_count", "prepare_compiler", "exit", "prestart", "compiling",
                "compiling_count", "lock", "resolve", "track", "specialize", "queue", "gil", "compiling_checks",
-               "compiling_check_count", "app_main_cpu", "compile_threads_cpu", "prestart_cpu",
+               "compiling_check_count", "app_main_cpu", "compile_threads_cpu", "prestart_cpu", "deferred_count",
                "shim_loaded", "main_start", "main_end", "report")
 MISS_STAGES = ("lock", "resolve", "track", "specialize", "queue", "gil")
 
@@ -534,7 +560,9 @@ def _wait_sections(waits: tuple[int, ...]) -> dict:
                          "compiling": ms(w["compiling"]), "compiling_count": w["compiling_count"],
                          "miss_stages": {f: ms(w[f]) for f in MISS_STAGES},
                          "compiling_checks": ms(w["compiling_checks"]),
-                         "compiling_check_count": w["compiling_check_count"]},
+                         "compiling_check_count": w["compiling_check_count"],
+                         # of miss_count, launches handed to the tracker later, with no Python call
+                         "deferred_count": w["deferred_count"]},
         # where the CPU went: the app's main() against the shim's own threads, and what came
         # between main's return and this report (exit handlers, destructors)
         "threads_ms": {"app_main_wall": ms(end - start) if start and end else 0.0, "app_main_cpu": ms(w["app_main_cpu"]),

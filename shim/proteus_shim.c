@@ -166,6 +166,7 @@ static _Atomic uint64_t n_variants;
 _Atomic uint64_t unknown_launches;
 _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns, n_awaits;
 static _Atomic uint64_t t_check_ns, n_checks;   /* await_variant's checks that did not wait */
+static _Atomic uint64_t n_deferred;   /* misses handed to the value tracker later (defer) */
 /* Where the CPU went (the report's threads_ms): the app's main() (wall and its thread's CPU,
  * where the shim wraps main), and the CPU of the shim's own threads. A cold run that is slower
  * than a warm one with no more counted waits shows here whether the app's thread did more work
@@ -324,7 +325,7 @@ const void *image_of(void *owner) {
 py_api py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
 PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed;
-static PyObject *f_write_report, *f_prepare_compiler, *f_finish, *f_miss;
+static PyObject *f_write_report, *f_prepare_compiler, *f_finish, *f_miss, *f_track_deferred;
 static int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 static char shim_dir[4096];
@@ -449,7 +450,9 @@ static int start_python(void) {
     f_prepare_compiler = py.GetAttrString(rt, "prepare_compiler");
     f_finish = py.GetAttrString(rt, "finish");
     f_miss = py.GetAttrString(rt, "miss");
-    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish && f_miss) {
+    f_track_deferred = py.GetAttrString(rt, "track_deferred");
+    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish && f_miss &&
+        f_track_deferred) {
       ok = py.LongAsLongLong(r) == 1;   /* False: a bad setting, which init has reported in one line */
       py.DecRef(r);
     } else py.ErrPrint();
@@ -638,20 +641,20 @@ static int current_arch(void) {
   return major * 10 + minor;
 }
 
-/* Python's kernel_info reply: u32 kid, nparams, dims_in_key, nglobals; u32 sizes[nparams];
+/* Python's kernel_info reply: u32 kid, nparams, dims_in_key, nglobals, defer_max; u32 sizes[nparams];
  * u8 fold[nparams]; names\0... Returns 1 when it describes the kernel (which may then be
  * specialized), 0 for None or a malformed reply. */
 int read_kernel_info(kinfo *ki, const uint8_t *blob, ssize_t n) {
-  uint32_t hdr[4];
-  if (!blob || n < 16) return 0;
-  memcpy(hdr, blob, 16);
-  if (hdr[1] > MAX_PARAMS || (size_t)n < 16 + hdr[1] * 5u) return 0;
-  ki->kid = (int)hdr[0]; ki->nparams = hdr[1]; ki->nglobals = hdr[3];
+  uint32_t hdr[5];
+  if (!blob || n < 20) return 0;
+  memcpy(hdr, blob, 20);
+  if (hdr[1] > MAX_PARAMS || (size_t)n < 20 + hdr[1] * 5u) return 0;
+  ki->kid = (int)hdr[0]; ki->nparams = hdr[1]; ki->nglobals = hdr[3]; ki->defer_max = hdr[4];
   atomic_store(&ki->dims_in_key, hdr[2]);
-  memcpy(ki->sizes, blob + 16, hdr[1] * 4u);
-  for (uint32_t i = 0; i < hdr[1]; i++) atomic_store(&ki->fold[i], blob[16 + hdr[1] * 4u + i]);
+  memcpy(ki->sizes, blob + 20, hdr[1] * 4u);
+  for (uint32_t i = 0; i < hdr[1]; i++) atomic_store(&ki->fold[i], blob[20 + hdr[1] * 4u + i]);
   ki->globals = calloc(ki->nglobals + 1, sizeof(char *));
-  const char *p = (const char *)blob + 16 + hdr[1] * 5u, *end = (const char *)blob + n;
+  const char *p = (const char *)blob + 20 + hdr[1] * 5u, *end = (const char *)blob + n;
   for (uint32_t i = 0; ki->globals && i < ki->nglobals && p < end; i++) { ki->globals[i] = strdup(p); p += strlen(p) + 1; }
   return 1;
 }
@@ -828,8 +831,14 @@ size_t pack_args(kinfo *ki, void **params, uint8_t *out) {
   return off;
 }
 
-/* A launch with a key the table does not have: the value tracker sees it and answers the
- * kernel's policy (u32 dims; u8 fold[nparams]), which may now fold less. jit_lock held. */
+/* The launches defer() kept for the tracker: their records' bytes. jit_lock held. */
+#define DEFER_HEAD 24   /* u32 grid[3], u32 block[3], then the arguments: runtime.DEFERRED */
+static ssize_t deferred_bytes(kinfo *ki) { return (ssize_t)(ki->ndeferred * (DEFER_HEAD + pack_args(ki, NULL, NULL))); }
+static const char *deferred_of(kinfo *ki) { return ki->deferred ? (const char *)ki->deferred : ""; }   /* NULL: None */
+
+/* A launch with a key the table does not have: the value tracker sees it (after the launches
+ * deferred before it) and answers the kernel's policy (u32 dims; u8 fold[nparams]), which may
+ * now fold less. jit_lock held. */
 void track(kinfo *ki, void **params, dim3 grid, dim3 block) {
   size_t n = pack_args(ki, params, NULL);
   uint8_t *args = malloc(n ? n : 1);
@@ -837,9 +846,11 @@ void track(kinfo *ki, void **params, dim3 grid, dim3 block) {
   pack_args(ki, params, args);
   int g = py.GILStateEnsure();
   ssize_t npol = 0;
-  uint8_t *pol = py_bytes(py.CallFunction(f_track, "iy#(III)(III)", ki->kid, (const char *)args, (ssize_t)n,
-                                          grid.x, grid.y, grid.z, block.x, block.y, block.z), &npol);
+  uint8_t *pol = py_bytes(py.CallFunction(f_track, "iy#(III)(III)y#", ki->kid, (const char *)args, (ssize_t)n,
+                                          grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                          deferred_of(ki), deferred_bytes(ki)), &npol);
   py.GILStateRelease(g);
+  ki->ndeferred = 0;   /* the tracker has seen them, in order, before this launch */
   apply_policy(ki, pol, npol);
   free(pol);
   free(args);
@@ -920,8 +931,18 @@ static CUfunction load_image(kinfo *ki, uint8_t *image) {
   return fn;
 }
 
-/* runtime.specialize or runtime.miss, which take the same arguments: the job's launch. */
+/* runtime.specialize or runtime.miss, which take the same arguments: the job's launch (and,
+ * for miss, the kernel's deferred launches, which the tracker sees first; jit_lock held). */
 static uint8_t *call_job(PyObject *f, job *j, int cached_only, ssize_t *n) {
+  if (f == f_miss) {
+    uint8_t *ans = py_bytes(py.CallFunction(f, "iy#(III)(III)y#idiy#", j->ki->kid, (const char *)j->args, (ssize_t)j->nargs,
+                                            j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
+                                            (const char *)j->addrs, (ssize_t)(j->ki->nglobals * 8), j->arch, j->gpu_ms,
+                                            cached_only, deferred_of(j->ki), deferred_bytes(j->ki)),
+                            n);
+    j->ki->ndeferred = 0;
+    return ans;
+  }
   return py_bytes(py.CallFunction(f, "iy#(III)(III)y#idi", j->ki->kid, (const char *)j->args, (ssize_t)j->nargs,
                                   j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
                                   (const char *)j->addrs, (ssize_t)(j->ki->nglobals * 8), j->arch, j->gpu_ms, cached_only),
@@ -1005,6 +1026,7 @@ static void *worker(void *arg) {
     }
     atomic_store_explicit(&j->e->fn, fn, memory_order_release);
     atomic_store_explicit(&j->e->pending, 0, memory_order_release);
+    atomic_fetch_sub(&j->ki->jobs, 1);
     free_job(j);
     atomic_fetch_add(&t_worker_cpu_ns, thread_cpu_ns() - c0);
 
@@ -1038,6 +1060,7 @@ static void stop_workers(void) {
     job *j = q_head;
     q_head = j->next;
     atomic_store_explicit(&j->e->pending, 0, memory_order_release);
+    atomic_fetch_sub(&j->ki->jobs, 1);
     free_job(j);
   }
   q_tail = NULL;
@@ -1095,6 +1118,7 @@ static void atfork_child(void) {
   q_cond = fresh_cond;
   q_head = q_tail = NULL;
   q_busy = q_workers = 0;
+  for (kinfo *k = all_kernels; k; k = k->next_all) atomic_store_explicit(&k->jobs, 0, memory_order_relaxed);
   for (uint32_t i = 0; i < SSLOTS; i++) {
     sentry *e = atomic_load_explicit(&variants[i], memory_order_relaxed);
     if (e) atomic_store_explicit(&e->pending, 0, memory_order_relaxed);
@@ -1120,6 +1144,7 @@ static int enqueue(job *j) {   /* jit_lock held */
   j->next = NULL;
   if (q_tail) q_tail->next = j; else q_head = j;
   q_tail = j;
+  atomic_fetch_add(&j->ki->jobs, 1);
   pthread_cond_signal(&q_cond);
   pthread_mutex_unlock(&q_lock);
   return 1;
@@ -1269,6 +1294,25 @@ original:
   return NULL;
 }
 
+/* A launch with a new key while a variant of its kernel is queued or compiling: kept for the
+ * value tracker, which sees it, in order, at the kernel's next miss that asks Python (or at
+ * exit), and the original runs. That is a step counter's learning: T + 2 misses, each a Python
+ * call on the launching thread (0.3 ms in the app on the H100 host, cache-cold, against 0.12 ms
+ * alone), now one. Not past defer_max records, after which a miss asks Python as before: a
+ * value whose variant is worth compiling is queued at most defer_max launches late. Not in
+ * synchronous mode (nothing is queued there). jit_lock held. */
+static int defer(kinfo *ki, void **params, dim3 grid, dim3 block) {
+  if (g_async == ASYNC_OFF || ki->ndeferred >= ki->defer_max || !atomic_load(&ki->jobs)) return 0;
+  size_t size = DEFER_HEAD + pack_args(ki, NULL, NULL);
+  if (!ki->deferred && !(ki->deferred = malloc(size * ki->defer_max))) return 0;
+  uint8_t *r = ki->deferred + size * ki->ndeferred++;
+  uint32_t dims[6] = {grid.x, grid.y, grid.z, block.x, block.y, block.z};
+  memcpy(r, dims, DEFER_HEAD);
+  pack_args(ki, params, r + DEFER_HEAD);
+  atomic_fetch_add(&n_deferred, 1);
+  return 1;
+}
+
 /* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
 static __attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block,
                                                             CUstream stream, kinfo *ki, CUcontext ctx, int ctx_free) {
@@ -1303,6 +1347,8 @@ again:;
     if (e) {
       fn = atomic_load(&e->fn);
       if (!fn && atomic_load(&e->pending)) compiling = e;
+    } else if (!tracked && defer(ki, params, grid, block)) {
+      /* the original runs; the tracker sees this launch later */
     } else if ((j = make_job(ki, handle_owner(handle), ctx, params, grid, block))) {
       /* Where it compiles: here with PROTEUS_ASYNC_COMPILATION=0, as upstream's default does;
        * otherwise on a compile thread while the original runs (auto: later launches that ask
@@ -1697,7 +1743,15 @@ __attribute__((constructor)) static void proteus_init(void) {
 
 __attribute__((destructor)) static void proteus_fini(void) {
   if (py_state > 0 && py.IsInitialized()) {   /* the next run's guess whether it compiles: runtime.finish */
+    int locked = pthread_mutex_trylock(&jit_lock) == 0;   /* (a thread stopped inside a miss keeps it) */
     int g = py.GILStateEnsure();
+    for (kinfo *k = all_kernels; locked && k; k = k->next_all) {   /* deferred launches no miss took: the report counts them */
+      if (!k->ndeferred) continue;
+      PyObject *d = py.CallFunction(f_track_deferred, "iy#", k->kid, deferred_of(k), deferred_bytes(k));
+      if (d) py.DecRef(d); else py.ErrPrint();
+      k->ndeferred = 0;
+    }
+    if (locked) pthread_mutex_unlock(&jit_lock);
     PyObject *r = py.CallFunction(f_finish, NULL);
     if (r) py.DecRef(r); else py.ErrPrint();
     py.GILStateRelease(g);
@@ -1725,7 +1779,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
+    PyObject *r = py.CallFunction(f_write_report, "sy#K(KKKKKKKKKKKKKKKKKKKKKKKK)", path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches),
                                   (unsigned long long)atomic_load(&t_python_ns), (unsigned long long)atomic_load(&t_miss_ns),
                                   (unsigned long long)atomic_load(&n_misses), (unsigned long long)atomic_load(&t_prepare_ns),
@@ -1737,6 +1791,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
                                   (unsigned long long)atomic_load(&t_check_ns), (unsigned long long)atomic_load(&n_checks),
                                   (unsigned long long)atomic_load(&t_main_cpu_ns),   /* runtime.WAIT_FIELDS, in order */
                                   (unsigned long long)atomic_load(&t_worker_cpu_ns), (unsigned long long)atomic_load(&t_prestart_cpu_ns),
+                                  (unsigned long long)atomic_load(&n_deferred),
                                   timeline[0], timeline[1], timeline[2], timeline[3]);
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);

@@ -255,10 +255,11 @@ static void test_await_variant(void) {
   EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 3);
   g_async = ASYNC_AUTO;   /* exiting: a dropped job's entry stops pending, and waiters stop */
   job *j = calloc(1, sizeof *j);
-  j->e = a; j->args = malloc(1); j->addrs = malloc(8);
+  j->e = a; j->ki = &ki; j->args = malloc(1); j->addrs = malloc(8);
   q_head = q_tail = j;
+  atomic_store(&ki.jobs, 1);
   stop_workers();
-  EXPECT(atomic_load(&a->pending) == 0 && q_head == NULL);
+  EXPECT(atomic_load(&a->pending) == 0 && q_head == NULL && atomic_load(&ki.jobs) == 0);
   atomic_store(&a->pending, 1);   /* as if still compiling: q_stop ends the wait at once */
   t0 = now_ns();
   EXPECT(await_variant(&ki, a, s) == NULL && now_ns() - t0 < 5 * 1000 * 1000);
@@ -279,16 +280,52 @@ static void test_exit_drains_the_queue(void) {
     if (q_tail) q_tail->next = j; else q_head = j;
     q_tail = j;
   }
+  atomic_store(&k.jobs, 3);
   pthread_t w;
   q_workers = 1;
   pthread_create(&w, NULL, worker, NULL);
   stop_workers();
   pthread_join(w, NULL);
   for (int i = 0; i < 3; i++) EXPECT(atomic_load(&e[i]->pending) == 0 && atomic_load(&e[i]->fn) == NULL);
-  EXPECT(q_head == NULL && q_busy == 0 && q_stop == 1);
+  EXPECT(q_head == NULL && q_busy == 0 && q_stop == 1 && atomic_load(&k.jobs) == 0);
   q_stop = 0;
   q_workers = 0;
   for (int i = 0; i < 3; i++) free(e[i]);
+}
+
+/* defer(): a launch with a new key while a variant of its kernel is queued is kept for the
+ * tracker (runtime.DEFERRED records, in order), up to defer_max; not with nothing queued, not
+ * for a kernel without a tracker (defer_max 0), not in synchronous mode. */
+static void test_defer(void) {
+  static kinfo ki;
+  ki.nparams = 2; ki.sizes[0] = 4; ki.sizes[1] = 8; ki.defer_max = 3;
+  uint32_t a = 0;
+  uint64_t b = 0x1122334455667788ull;
+  void *params[2] = {&a, &b};
+  dim3 grid = {1, 2, 3}, block = {4, 5, 6};
+  g_async = ASYNC_AUTO;
+  EXPECT(!defer(&ki, params, grid, block));   /* nothing queued: the miss asks Python */
+  atomic_store(&ki.jobs, 1);
+  for (a = 0; a < 3; a++) EXPECT(defer(&ki, params, grid, block));
+  EXPECT(!defer(&ki, params, grid, block) && ki.ndeferred == 3 && atomic_load(&n_deferred) == 3);   /* full */
+  EXPECT(deferred_bytes(&ki) == 3 * (24 + 12));
+  for (uint32_t i = 0; i < 3; i++) {
+    const uint8_t *r = ki.deferred + i * 36;
+    uint32_t dims[6], got_a;
+    uint64_t got_b;
+    memcpy(dims, r, 24); memcpy(&got_a, r + 24, 4); memcpy(&got_b, r + 28, 8);
+    EXPECT(dims[0] == 1 && dims[2] == 3 && dims[3] == 4 && dims[5] == 6 && got_a == i && got_b == b);
+  }
+  ki.ndeferred = 0;   /* (what a miss that passed them to Python does) */
+  g_async = ASYNC_OFF;
+  EXPECT(!defer(&ki, params, grid, block));
+  g_async = ASYNC_ON;
+  EXPECT(defer(&ki, params, grid, block));
+  ki.ndeferred = 0;
+  ki.defer_max = 0;
+  EXPECT(!defer(&ki, params, grid, block));
+  g_async = -1;
+  free(ki.deferred);
 }
 
 /* PROTEUS_ASYNC_COMPILATION as config.py reads it: unset, blank or auto; 1/true/yes/on; 0/off. */
@@ -356,6 +393,7 @@ int main(void) {
   test_last_hit();
   test_policy_race();
   test_async_env();
+  test_defer();
   test_exit_drains_the_queue();
   test_await_variant();
   test_gpu_time_samples();

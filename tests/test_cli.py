@@ -129,7 +129,7 @@ def test_cache_commands(samples, tmp_path):
 REPORT = {
     "tool": "proteus-rewrite 0.1.0", "pid": 42, "seconds": 1.5, "driver_version": 13000, "unknown_handle_launches": 3,
     "shim_wait_ms": {"python_start": 61.5, "misses": 310.25, "miss_count": 12, "prepare_compiler": 0.0, "exit": 4.5,
-                     "compiling": 93.5, "compiling_count": 5},
+                     "compiling": 93.5, "compiling_count": 5, "deferred_count": 10},
     "prestart": {"python": True, "compiler": False},
     "threads_ms": {"app_main_wall": 1400.5, "app_main_cpu": 900.25, "compile_threads_cpu": 120.0, "prestart_cpu": 210.0,
                    "after_main": 4.5, "report": 0.2},
@@ -154,7 +154,8 @@ def test_report_summarizes_a_run_per_kernel(tmp_path):
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("step(float*, int)"))
     assert "1,000" in line and "90.0%" in line and "1/2" in line and "123.4" in line and "40 / 50 / 10" in line
     assert "step(float*, int): 2 x ptx: injected fault" in r.stdout
-    assert ("the app waited on the shim 310.25 ms over 12 misses and 4.5 ms at exit; Python started in 61.5 ms on the "
+    assert ("the app waited on the shim 310.25 ms over 12 misses (10 kept for the value tracker, with no call into "
+            "Python) and 4.5 ms at exit; Python started in 61.5 ms on the "
             "prestart thread, beside the app") in r.stdout and "compiler" not in r.stdout.splitlines()[1]
     assert "; 5 launches waited 93.5 ms in all for a variant compiling in the background" in r.stdout
     assert "step(float*, int): 1 variant(s) queued but never compiled (the tracker moved past them" in r.stdout

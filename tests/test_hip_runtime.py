@@ -257,9 +257,9 @@ def hip_runtime(tmp_path, monkeypatch):
 
 
 def _info(blob: bytes) -> tuple[int, int, int, int, list[int], bytes]:
-    kid, nparams, dims, nglobals = struct.unpack_from("<4I", blob)
-    sizes = list(struct.unpack_from(f"<{nparams}I", blob, 16))
-    return kid, nparams, dims, nglobals, sizes, blob[16 + 4 * nparams : 16 + 5 * nparams]
+    kid, nparams, dims, nglobals, _defer = struct.unpack_from("<5I", blob)
+    sizes = list(struct.unpack_from(f"<{nparams}I", blob, 20))
+    return kid, nparams, dims, nglobals, sizes, blob[20 + 4 * nparams : 20 + 5 * nparams]
 
 
 def test_kernel_info_finds_a_registered_bundle_by_its_bytes(hip_runtime):
@@ -298,7 +298,7 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     runtime.write_report(str(tmp_path / "report.json"), counters, 0, (60_000_000, 90_500_000, 2, 0, 1_250_000, 1, 7_500_000, 3,
                                                                        500_000, 20_000_000, 1_000_000, 69_000_000, 0,
                                                                        250_000, 2_000_000, 400, 700_250_000, 48_000_000, 300_000_000,
-                                                                       10, 20, 750_000_020, 753_500_020))
+                                                                       0, 10, 20, 750_000_020, 753_500_020))
     doc = json.loads((tmp_path / "report.json").read_text())
     t = doc["threads_ms"]
     assert t.pop("report") >= 0
@@ -309,7 +309,7 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
                                    "compiling": 7.5, "compiling_count": 3,
                                    "miss_stages": {"lock": 0.5, "resolve": 20.0, "track": 1.0, "specialize": 69.0, "queue": 0.0,
                                                   "gil": 0.25},
-                                   "compiling_checks": 2.0, "compiling_check_count": 400}
+                                   "compiling_checks": 2.0, "compiling_check_count": 400, "deferred_count": 0}
     assert doc["async_compilation"] == "auto"
     assert doc["prestart"] == {"python": True, "compiler": False, "compiler_skipped": False}
     (k,) = doc["kernels"]
@@ -379,6 +379,39 @@ def test_one_miss_call_tracks_then_asks_the_caches_unless_the_policy_changed(hip
     # the tracker's decision was saved by that compilation, off the launching thread
     saved = [describe(p)["kind"] for p, _ in StorageCache(tmp_path / "cache").entries()]
     assert "policy" in saved and not stats.policy_unsaved
+
+
+def test_launches_the_shim_deferred_reach_the_tracker_first_and_in_order(hip_runtime, tmp_path):
+    """While a variant of a kernel is queued, the shim keeps launches with a new key for the
+    tracker (defer(): up to kernel_info's `defer`, T + 2) and passes them with the kernel's next
+    miss, or at exit (track_deferred): the tracker sees them first, in order, as if each had
+    been a miss of its own; none of them is queued."""
+    blob = runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a")
+    kid = _info(blob)[0]
+    assert struct.unpack_from("<5I", blob)[4] == 8 + 2  # T + 2, the defaults
+    stats = runtime._state.stats[kid]
+    grid, block = (16, 1, 1), (256, 1, 1)
+
+    def launch(i: int) -> bytes:
+        return struct.pack("<iif", 4096, i, 0.5) + bytes(16)
+
+    def deferred(values) -> bytes:
+        return b"".join(runtime.DEFERRED.pack(*grid, *block) + launch(i) for i in values)
+
+    assert _miss(runtime.miss(kid, launch(0), grid, block, b"", "gfx90a", 0.0, 1))[0] == runtime.MISS_IMAGE  # queued
+    # 1..7 deferred: with 8, nine distinct values, not yet more than T
+    status, policy, _ = _miss(runtime.miss(kid, launch(8), grid, block, b"", "gfx90a", 0.0, 1, deferred(range(1, 8))))
+    assert (status, policy[4:7], stats.tracker.variants) == (runtime.MISS_IMAGE, b"\x01\x01\x01", 9)
+    assert len(stats.queued) == 2  # launches 0 and 8, not the deferred ones
+    # the tenth value, deferred, stops argument 1's folding: the miss that passes it has a stale key
+    status, policy, image = _miss(runtime.miss(kid, launch(10), grid, block, b"", "gfx90a", 0.0, 1, deferred([9])))
+    assert (status, policy[4:7], image) == (runtime.MISS_POLICY_CHANGED, b"\x01\x00\x01", b"")
+    assert stats.tracker.dropped == ["1"] and stats.policy_unsaved
+    # at exit, what no miss took: counted, the policy as it is
+    before = stats.tracker.variants
+    assert runtime.track_deferred(kid, deferred([11]) + runtime.DEFERRED.pack(*grid, 512, 1, 1) + launch(12)) == policy
+    assert stats.tracker.variants == before + 1  # block 512 is new; 11 is not, argument 1 being a parameter now
+    assert runtime.track_deferred(kid, b"") == policy
 
 
 def test_stored_size_of_bundles_in_memory_agrees_with_the_parser():
