@@ -69,6 +69,7 @@ def shim_costs(reports: list[dict]) -> dict:
         "wait_ms": {f: med([w.get(f) for w in waits])
                     for f in ("python_start", "misses", "prepare_compiler", "exit", "compiling", "compiling_checks")},
         "misses": med([w.get("miss_count") for w in waits]),
+        "deferred": med([w.get("deferred_count") for w in waits]),  # of those, kept for the tracker (none before 782747a)
         "compiling_waits": med([w.get("compiling_count") for w in waits]),
         "compiling_checks": med([w.get("compiling_check_count") for w in waits]),
         "miss_stages": {f: med([(w.get("miss_stages") or {}).get(f) for w in waits])
@@ -447,7 +448,8 @@ def markdown(doc: dict) -> str:
               "\"misses\" is what launches that missed the shim's table waited, that start included where a launch "
               "came before it finished; \"waited for a variant\" is what launches that asked again for a variant "
               "still compiling waited while the GPU was busy (auto), and how many did (and, in parentheses, those "
-              "that checked their stream, found it idle and did not wait); the misses by stage: "
+              "that checked their stream, found it idle and did not wait); the miss count, and in parentheses "
+              "those the shim kept for the value tracker without a call into Python; the misses by stage: "
               "the compile lock / resolving a kernel / waiting for Python's GIL (held by the prestart or a compile thread) / "
               "the value tracker / the caches or a compilation / queueing.", "",
               "| run | mode | misses (ms) | miss count | by stage (ms) | waited for a variant (ms; launches) | Python start | compiler warm-up | exit | variants compiled | disk hits | specialized |",
@@ -461,7 +463,8 @@ def markdown(doc: dict) -> str:
                 share = c.get("specialized_share")
                 st = c.get("miss_stages") or {}
                 stages = " / ".join("—" if st.get(f) is None else str(st[f]) for f in ("lock", "resolve", "gil", "track", "specialize", "queue")) if st else "—"
-                lines.append(f"| {name} | {mode} | {w.get('misses')} | {c.get('misses')} | {stages} | "
+                kept = f" ({c['deferred']})" if c.get("deferred") else ""
+                lines.append(f"| {name} | {mode} | {w.get('misses')} | {c.get('misses')}{kept} | {stages} | "
                              f"{w.get('compiling') or 0}; {c.get('compiling_waits') or 0}"
                              + (f" ({w['compiling_checks']}; {c.get('compiling_checks')})" if w.get("compiling_checks") else "")
                              + f" | {w.get('python_start')} | "

@@ -119,7 +119,8 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
                                                                     "host_compute_s": 0.3, "slow_launches": 3.5,
                                                                     "slow_launches_s": 0.0045, "longest_launch_s": 0.00225}},
                                                  "paired_phases": {"work_s": {"cold": {"median": 0.99, "ci95": [0.98, 1.0], "n": 9}}},
-                                                 "shim": {"warm": {"wait_ms": {"python_start": 90.0, "misses": 1.5,
+                                                 "shim": {"cold": {"wait_ms": {"misses": 1.2}, "misses": 12, "deferred": 10},
+                                                          "warm": {"wait_ms": {"python_start": 90.0, "misses": 1.5,
                                                                                "prepare_compiler": 0.0, "exit": 0.0},
                                                                    "misses": 1, "variants_compiled": 0, "disk_hits": 1,
                                                                    "specialized_share": 1.0,
@@ -141,6 +142,7 @@ def test_policy_bench_tables_and_missing_builds(tmp_path, monkeypatch, capsys):
     assert "| step counter (20000 20000 1) | cold, sync | 1.5 | — | — | — / — | — | — | 1 |" in md
     assert "| step counter (20000 20000 1) | warm | 1.5 | 0.99× | — | — / — | 0 | 100.0% | 0 |" in md
     assert "| step counter | warm | 1.5 | 1 | — | 0; 0 | 90.0 | 0.0 | 0.0 | 0 | 1 | 100.0% |" in md
+    assert "| step counter | cold | 1.2 | 12 (10) | — |" in md  # 10 of the 12 kept for the tracker
     assert "| step counter (20000 20000 1) | cold, async |" not in md  # a mode not run has no row
     assert "| step counter | native | 0.7 | 0.2 | 40 / 3 | — | — | — | — | — |" in md  # no shim, no threads
     assert "| step counter | warm | 2.0 | 10.0 | 800.0 | 1.5 | 85.5 |" in md
