@@ -7,7 +7,8 @@
     track(kid, args, grid, block, earlier)    a launch the shim's table missed: the value tracker's policy
     miss(kid, args, grid, block, globals, arch, gpu_ms, cached_only, earlier)  track, then (unless the
                                               policy changed) specialize, in one call
-    track_deferred(kid, earlier)              at exit: the launches the shim deferred and no miss took
+    track_deferred(kid, earlier)              launches the shim deferred: on a compile thread before
+                                              it takes a job, and at exit
     load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
     prepare_compiler(arch, ahead) -> bool     the compiler's first use, ahead of the first specialization
     finish()                                  at exit: notes whether this run compiled (the next run's guess)
@@ -269,11 +270,12 @@ def track(kid: int, args: bytes, grid: tuple, block: tuple, earlier: bytes = b""
 
 
 def track_deferred(kid: int, earlier: bytes) -> bytes:
-    """The deferred launches no miss took before exit: the report and the saved decisions count them."""
+    """Launches the shim deferred (their variants queued unasked), from a compile thread before
+    it takes a job, which a policy they change makes stale, and at exit. Returns the policy."""
     return _track(kid, None, earlier)[0]
 
 
-# A launch the shim handed to the tracker later rather than ask Python on the launching thread
+# A launch the shim handed to the tracker later rather than call Python on the launching thread
 # (a new key while a variant of its kernel is queued: see defer() in the shim): u32 grid[3],
 # u32 block[3], then the arguments' bytes as specialize takes them.
 DEFERRED = struct.Struct("<6I")

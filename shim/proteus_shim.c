@@ -1000,6 +1000,23 @@ static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
 static job *q_head, *q_tail;
 static int q_stop, q_busy, q_workers;
 
+/* The tracker sees the launches defer() kept, and the kernel's policy follows. On a compile
+ * thread before it takes a job: one of them may make that job stale. Neither jit_lock nor the
+ * GIL held, taken in that order as on a miss. */
+static void drain_deferred(kinfo *ki) {
+  pthread_mutex_lock(&jit_lock);
+  if (ki->ndeferred) {
+    ssize_t npol = 0;
+    int g = py.GILStateEnsure();
+    uint8_t *pol = py_bytes(py.CallFunction(f_track_deferred, "iy#", ki->kid, deferred_of(ki), deferred_bytes(ki)), &npol);
+    py.GILStateRelease(g);
+    ki->ndeferred = 0;
+    apply_policy(ki, pol, npol);
+    free(pol);
+  }
+  pthread_mutex_unlock(&jit_lock);
+}
+
 static void *worker(void *arg) {
   (void)arg;
   for (;;) {
@@ -1015,6 +1032,7 @@ static void *worker(void *arg) {
     CUfunction fn = NULL;
     int compiled = 0;
     uint64_t c0 = thread_cpu_ns();
+    drain_deferred(j->ki);
     /* A job queued before the tracker changed the kernel's policy has a key no launch makes
      * any more: skip it, so the variant the launches now ask for is not stuck behind it. */
     if (j->gen == atomic_load(&j->ki->gen) && real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
@@ -1294,13 +1312,14 @@ original:
   return NULL;
 }
 
-/* A launch with a new key while a variant of its kernel is queued or compiling: kept for the
- * value tracker, which sees it, in order, at the kernel's next miss that asks Python (or at
- * exit), and the original runs. That is a step counter's learning: T + 2 misses, each a Python
- * call on the launching thread (0.3 ms in the app on the H100 host, cache-cold, against 0.12 ms
- * alone), now one. Not past defer_max records, after which a miss asks Python as before: a
- * value whose variant is worth compiling is queued at most defer_max launches late. Not in
- * synchronous mode (nothing is queued there). jit_lock held. */
+/* A launch with a new key while a variant of its kernel is queued or compiling: its variant
+ * is queued without a call into Python (the compile thread asks the caches), and the launch is
+ * kept for the value tracker, which sees it, in order, before the compile thread takes the next
+ * job (drain_deferred) or with the kernel's next miss that calls Python, whichever comes first.
+ * A policy it changes makes its job stale, dropped unread. That is a step counter's learning:
+ * T + 2 misses, each a Python call on the launching thread (0.3 ms in the app on the H100 host,
+ * cache-cold, against 0.12 ms alone), now one. Not past defer_max records, after which a miss
+ * calls Python as before. Not in synchronous mode (nothing is queued there). jit_lock held. */
 static int defer(kinfo *ki, void **params, dim3 grid, dim3 block) {
   if (g_async == ASYNC_OFF || ki->ndeferred >= ki->defer_max || !atomic_load(&ki->jobs)) return 0;
   size_t size = DEFER_HEAD + pack_args(ki, NULL, NULL);
@@ -1347,28 +1366,31 @@ again:;
     if (e) {
       fn = atomic_load(&e->fn);
       if (!fn && atomic_load(&e->pending)) compiling = e;
-    } else if (!tracked && defer(ki, params, grid, block)) {
-      /* the original runs; the tracker sees this launch later */
     } else if ((j = make_job(ki, handle_owner(handle), ctx, params, grid, block))) {
       /* Where it compiles: here with PROTEUS_ASYNC_COMPILATION=0, as upstream's default does;
        * otherwise on a compile thread while the original runs (auto: later launches that ask
-       * for it again wait for it, await_variant). A variant the caches hold loads here at once. */
+       * for it again wait for it, await_variant). A variant the caches hold loads here at once,
+       * but for a deferred launch: queued unasked, the compile thread asks the caches. */
       int background = g_async != ASYNC_OFF, uncached = 0, changed = 0;
-      uint64_t track_ns = 0;
-      int g = py.GILStateEnsure();
-      stage(MISS_GIL, &t);
-      fn = tracked ? run_job(j, background, &uncached) : miss_job(j, background, &uncached, &changed, &track_ns);
-      py.GILStateRelease(g);
-      uint64_t call_start = t;
-      t = now_ns();   /* the call's time: the tracker's share, then the caches' (or a compilation's) */
-      if (track_ns > t - call_start) track_ns = t - call_start;
-      atomic_fetch_add_explicit(&t_stage_ns[MISS_TRACK], track_ns, memory_order_relaxed);
-      atomic_fetch_add_explicit(&t_stage_ns[MISS_SPECIALIZE], t - call_start - track_ns, memory_order_relaxed);
-      tracked = 1;
-      if (changed) {
-        free_job(j);
-        j = NULL;
-        goto again;
+      if (!tracked && defer(ki, params, grid, block)) {
+        uncached = 1;
+      } else {
+        uint64_t track_ns = 0;
+        int g = py.GILStateEnsure();
+        stage(MISS_GIL, &t);
+        fn = tracked ? run_job(j, background, &uncached) : miss_job(j, background, &uncached, &changed, &track_ns);
+        py.GILStateRelease(g);
+        uint64_t call_start = t;
+        t = now_ns();   /* the call's time: the tracker's share, then the caches' (or a compilation's) */
+        if (track_ns > t - call_start) track_ns = t - call_start;
+        atomic_fetch_add_explicit(&t_stage_ns[MISS_TRACK], track_ns, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t_stage_ns[MISS_SPECIALIZE], t - call_start - track_ns, memory_order_relaxed);
+        tracked = 1;
+        if (changed) {
+          free_job(j);
+          j = NULL;
+          goto again;
+        }
       }
       if (uncached) {   /* queue it; with no compile thread (exiting, none could start), compile here */
         sentry *ne = new_entry(ki, kctx, key, len, NULL, 1);
@@ -1382,7 +1404,7 @@ again:;
           j = NULL;
         } else {
           free(ne);
-          g = py.GILStateEnsure();
+          int g = py.GILStateEnsure();
           fn = run_job(j, 0, NULL);
           py.GILStateRelease(g);
         }
