@@ -250,7 +250,7 @@ def _kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
     sizes = struct.pack(f"<{len(record.params)}I", *(p.size for p in record.params))
     names = b"".join(g.encode() + b"\0" for g in record.globals)
     # T + 2: enough for a step counter's learning to pass without a Python call on the launching thread
-    defer = config.tracker_threshold + 2 if stats.tracker is not None else 0
+    defer = min(config.tracker_threshold + 2, MAX_DEFERRED) if stats.tracker is not None else 0
     return struct.pack("<5I", kid, len(record.params), dims, len(record.globals), defer) + sizes + fold + names
 
 
@@ -279,6 +279,7 @@ def track_deferred(kid: int, earlier: bytes) -> bytes:
 # (a new key while a variant of its kernel is queued: see defer() in the shim): u32 grid[3],
 # u32 block[3], then the arguments' bytes as specialize takes them.
 DEFERRED = struct.Struct("<6I")
+MAX_DEFERRED = 64  # kept per kernel at most, whatever T: the shim holds them until a drain
 
 
 def _track(kid: int, launch: tuple[bytes, tuple, tuple] | None, earlier: bytes = b"") -> tuple[bytes, bool]:

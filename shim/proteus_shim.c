@@ -1001,20 +1001,28 @@ static job *q_head, *q_tail;
 static int q_stop, q_busy, q_workers;
 
 /* The tracker sees the launches defer() kept, and the kernel's policy follows. On a compile
- * thread before it takes a job: one of them may make that job stale. Neither jit_lock nor the
- * GIL held, taken in that order as on a miss. */
+ * thread before it takes a job: one of them may make that job stale. The GIL first, then
+ * jit_lock only if it is free: a Python app's launching thread holds the GIL when it waits for
+ * jit_lock, so waiting for the GIL while holding jit_lock could deadlock. Where jit_lock stays
+ * taken, the launches wait for the next drain or miss (the job then reads an older policy). */
 static void drain_deferred(kinfo *ki) {
-  pthread_mutex_lock(&jit_lock);
-  if (ki->ndeferred) {
-    ssize_t npol = 0;
+  for (int tries = 0; tries < 8 && atomic_load_explicit(&ki->ndeferred, memory_order_relaxed); tries++) {
     int g = py.GILStateEnsure();
-    uint8_t *pol = py_bytes(py.CallFunction(f_track_deferred, "iy#", ki->kid, deferred_of(ki), deferred_bytes(ki)), &npol);
+    int locked = pthread_mutex_trylock(&jit_lock) == 0;
+    if (locked) {
+      if (ki->ndeferred) {
+        ssize_t npol = 0;
+        uint8_t *pol = py_bytes(py.CallFunction(f_track_deferred, "iy#", ki->kid, deferred_of(ki), deferred_bytes(ki)), &npol);
+        ki->ndeferred = 0;
+        apply_policy(ki, pol, npol);
+        free(pol);
+      }
+      pthread_mutex_unlock(&jit_lock);
+    }
     py.GILStateRelease(g);
-    ki->ndeferred = 0;
-    apply_policy(ki, pol, npol);
-    free(pol);
+    if (locked) return;
+    sched_yield();
   }
-  pthread_mutex_unlock(&jit_lock);
 }
 
 static void *worker(void *arg) {
@@ -1765,8 +1773,8 @@ __attribute__((constructor)) static void proteus_init(void) {
 
 __attribute__((destructor)) static void proteus_fini(void) {
   if (py_state > 0 && py.IsInitialized()) {   /* the next run's guess whether it compiles: runtime.finish */
-    int locked = pthread_mutex_trylock(&jit_lock) == 0;   /* (a thread stopped inside a miss keeps it) */
     int g = py.GILStateEnsure();
+    int locked = pthread_mutex_trylock(&jit_lock) == 0;   /* (a thread stopped inside a miss keeps it) */
     for (kinfo *k = all_kernels; locked && k; k = k->next_all) {   /* deferred launches no miss took: the report counts them */
       if (!k->ndeferred) continue;
       PyObject *d = py.CallFunction(f_track_deferred, "iy#", k->kid, deferred_of(k), deferred_bytes(k));

@@ -105,8 +105,8 @@ typedef struct __attribute__((aligned(64))) kinfo {
   /* Launches with a new key handed to the value tracker later (defer()), under jit_lock: at most
    * defer_max (from kernel_info: T + 2 with the tracker, else 0) records of DEFER_HEAD + the
    * arguments' bytes each. `jobs`: its variants queued or compiling. */
-  _Atomic uint32_t jobs;
-  uint32_t defer_max, ndeferred;
+  _Atomic uint32_t jobs, ndeferred;   /* ndeferred: written under jit_lock; read unlocked as a hint */
+  uint32_t defer_max;
   uint8_t *deferred;
 } kinfo;
 _Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cache line");
