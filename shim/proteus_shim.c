@@ -1326,8 +1326,9 @@ original:
  * job (drain_deferred) or with the kernel's next miss that calls Python, whichever comes first.
  * A policy it changes makes its job stale, dropped unread. That is a step counter's learning:
  * T + 2 misses, each a Python call on the launching thread (0.3 ms in the app on the H100 host,
- * cache-cold, against 0.12 ms alone), now one. Not past defer_max records, after which a miss
- * calls Python as before. Not in synchronous mode (nothing is queued there). jit_lock held. */
+ * cache-cold, against 0.12 ms alone), now two: the miss that passes them on, whose key the
+ * policy they change makes stale, and that launch's key built anew. Not past defer_max records,
+ * after which a miss calls Python as before. Not in synchronous mode (nothing is queued there). jit_lock held. */
 static int defer(kinfo *ki, void **params, dim3 grid, dim3 block) {
   if (g_async == ASYNC_OFF || ki->ndeferred >= ki->defer_max || !atomic_load(&ki->jobs)) return 0;
   size_t size = DEFER_HEAD + pack_args(ki, NULL, NULL);
