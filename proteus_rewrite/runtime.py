@@ -89,7 +89,8 @@ class State:
     warned: set[str] = field(default_factory=set)
     started: float = field(default_factory=time.time)
     # variants the app's last run compiled (its note in the disk cache), once read; None: unknown
-    last_run: tuple[int | None] | None = None
+    last_run: int | None = None
+    last_run_read: bool = False
     warm_up_skipped: bool = False  # the prestart thread left the compiler cold: see policy.compiles_likely
     compiler: process.Compilers | None = None  # None: compile in this process (PROTEUS_COMPILE_PROCESS=0)
 
@@ -483,15 +484,14 @@ def _run_key() -> str:
 def _last_run() -> int | None:
     """How many variants the app's last run compiled, from its note in the disk cache."""
     assert _state is not None
-    if _state.last_run is None:
-        found = None
+    if not _state.last_run_read:
         disk = next((level for level in _state.cache.levels if isinstance(level, StorageCache)), None)
         if disk is not None and _state.tables:
             entry = disk.get(_run_key(), counted=False)
             if entry is not None and entry.kind == RUN_KIND:
-                found = decode_run(entry.data)
-        _state.last_run = (found,)
-    return _state.last_run[0]
+                _state.last_run = decode_run(entry.data)
+        _state.last_run_read = True
+    return _state.last_run
 
 
 def compiled_this_run() -> int:
