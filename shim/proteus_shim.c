@@ -934,19 +934,15 @@ static CUfunction load_image(kinfo *ki, uint8_t *image) {
 /* runtime.specialize or runtime.miss, which take the same arguments: the job's launch (and,
  * for miss, the kernel's deferred launches, which the tracker sees first; jit_lock held). */
 static uint8_t *call_job(PyObject *f, job *j, int cached_only, ssize_t *n) {
-  if (f == f_miss) {
-    uint8_t *ans = py_bytes(py.CallFunction(f, "iy#(III)(III)y#idiy#", j->ki->kid, (const char *)j->args, (ssize_t)j->nargs,
-                                            j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
-                                            (const char *)j->addrs, (ssize_t)(j->ki->nglobals * 8), j->arch, j->gpu_ms,
-                                            cached_only, deferred_of(j->ki), deferred_bytes(j->ki)),
-                            n);
-    j->ki->ndeferred = 0;
-    return ans;
-  }
-  return py_bytes(py.CallFunction(f, "iy#(III)(III)y#idi", j->ki->kid, (const char *)j->args, (ssize_t)j->nargs,
-                                  j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
-                                  (const char *)j->addrs, (ssize_t)(j->ki->nglobals * 8), j->arch, j->gpu_ms, cached_only),
-                  n);
+  int passes_deferred = f == f_miss;   /* (specialize's format leaves the last two arguments unread) */
+  uint8_t *ans = py_bytes(py.CallFunction(f, passes_deferred ? "iy#(III)(III)y#idiy#" : "iy#(III)(III)y#idi", j->ki->kid,
+                                          (const char *)j->args, (ssize_t)j->nargs,
+                                          j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
+                                          (const char *)j->addrs, (ssize_t)(j->ki->nglobals * 8), j->arch, j->gpu_ms,
+                                          cached_only, deferred_of(j->ki), deferred_bytes(j->ki)),
+                          n);
+  if (passes_deferred) j->ki->ndeferred = 0;
+  return ans;
 }
 
 /* Specialize and load one variant. The caller holds the GIL; the context is current. With
@@ -1000,9 +996,19 @@ static pthread_cond_t q_cond = PTHREAD_COND_INITIALIZER;
 static job *q_head, *q_tail;
 static int q_stop, q_busy, q_workers;
 
-/* The tracker sees the launches defer() kept, and the kernel's policy follows. On a compile
- * thread before it takes a job: one of them may make that job stale. The GIL first, then
- * jit_lock only if it is free: a Python app's launching thread holds the GIL when it waits for
+/* The tracker sees the launches defer() kept, and the kernel's policy follows. The GIL and
+ * jit_lock held. */
+static void pass_deferred(kinfo *ki) {
+  if (!ki->ndeferred) return;
+  ssize_t npol = 0;
+  uint8_t *pol = py_bytes(py.CallFunction(f_track_deferred, "iy#", ki->kid, deferred_of(ki), deferred_bytes(ki)), &npol);
+  ki->ndeferred = 0;
+  apply_policy(ki, pol, npol);
+  free(pol);
+}
+
+/* pass_deferred on a compile thread before it takes a job: one of the launches may make that
+ * job stale. The GIL first, then jit_lock only if it is free: a Python app's launching thread holds the GIL when it waits for
  * jit_lock, so waiting for the GIL while holding jit_lock could deadlock. Where jit_lock stays
  * taken, the launches wait for the next drain or miss (the job then reads an older policy). */
 static void drain_deferred(kinfo *ki) {
@@ -1010,13 +1016,7 @@ static void drain_deferred(kinfo *ki) {
     int g = py.GILStateEnsure();
     int locked = pthread_mutex_trylock(&jit_lock) == 0;
     if (locked) {
-      if (ki->ndeferred) {
-        ssize_t npol = 0;
-        uint8_t *pol = py_bytes(py.CallFunction(f_track_deferred, "iy#", ki->kid, deferred_of(ki), deferred_bytes(ki)), &npol);
-        ki->ndeferred = 0;
-        apply_policy(ki, pol, npol);
-        free(pol);
-      }
+      pass_deferred(ki);
       pthread_mutex_unlock(&jit_lock);
     }
     py.GILStateRelease(g);
@@ -1776,12 +1776,7 @@ __attribute__((destructor)) static void proteus_fini(void) {
   if (py_state > 0 && py.IsInitialized()) {   /* the next run's guess whether it compiles: runtime.finish */
     int g = py.GILStateEnsure();
     int locked = pthread_mutex_trylock(&jit_lock) == 0;   /* (a thread stopped inside a miss keeps it) */
-    for (kinfo *k = all_kernels; locked && k; k = k->next_all) {   /* deferred launches no miss took: the report counts them */
-      if (!k->ndeferred) continue;
-      PyObject *d = py.CallFunction(f_track_deferred, "iy#", k->kid, deferred_of(k), deferred_bytes(k));
-      if (d) py.DecRef(d); else py.ErrPrint();
-      k->ndeferred = 0;
-    }
+    for (kinfo *k = all_kernels; locked && k; k = k->next_all) pass_deferred(k);   /* what no miss took: the report counts it */
     if (locked) pthread_mutex_unlock(&jit_lock);
     PyObject *r = py.CallFunction(f_finish, NULL);
     if (r) py.DecRef(r); else py.ErrPrint();
