@@ -2,21 +2,38 @@
 #   make demo   install, build the samples, record each one with proteus-rewrite (and run
 #               them on the GPU when one is present)
 #   make test   install, build the samples, run the test suite (what .ci/run calls)
+#
+# Python packages come from requirements.lock (pinned, with hashes) into $(VENV). Where no
+# package index is reachable (a GPU host), WHEELS=DIR installs from a directory of wheels that
+# `make wheels PYVER=3.12` filled elsewhere, and SYSTEM_DEPS=0 skips the apt step (the
+# samples are then built elsewhere and copied). `make lock` refreshes the lock file.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 ARCH ?= sm_90
+WHEELS ?=
+SYSTEM_DEPS ?= 1
+PYVER ?= 3.12
+ifneq ($(WHEELS),)
+# pip reads these, here and in the tests that install into a venv of their own
+export PIP_NO_INDEX := 1
+export PIP_FIND_LINKS := $(abspath $(WHEELS))
+endif
 
-.PHONY: demo test samples install bench clean
+.PHONY: demo test samples install venv system-deps wheels lock bench clean
 
-$(VENV)/.installed: pyproject.toml scripts/install-deps
-	scripts/install-deps
+$(VENV)/.installed: pyproject.toml requirements.lock setup.py $(wildcard shim/*.c shim/*.h)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
-install: $(VENV)/.installed
+venv: $(VENV)/.installed
+
+system-deps:
+	@if [ "$(SYSTEM_DEPS)" = 1 ]; then scripts/install-deps; fi
+
+install: system-deps venv
 
 samples: install
 	$(PY) samples/build.py --arch $(ARCH)
@@ -27,6 +44,19 @@ demo: samples
 
 test: samples
 	$(PY) -m pytest
+
+# Wheels of every locked package for another Python (default 3.12, x86-64 Linux), for a
+# machine that reaches no index: copy .whl/ there and run `make test WHEELS=.whl SYSTEM_DEPS=0`.
+wheels:
+	$(PYTHON) -m pip download -q --disable-pip-version-check --only-binary=:all: --no-deps \
+	  --python-version $(PYVER) --implementation cp --platform manylinux_2_28_x86_64 \
+	  --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 \
+	  --platform manylinux1_x86_64 --require-hashes -r requirements.lock -d .whl
+
+# Re-resolve every dependency (runtime, test, build) to its newest allowed version.
+lock:
+	scripts/lock
 
 # CPU benchmarks; the GPU ones run through scripts/gpu-run.sh on a machine with a GPU
 bench: samples

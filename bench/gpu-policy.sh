@@ -5,5 +5,5 @@
 # markdown) and the log go to $OUT (default ./gpu-out); extra arguments go to policy_bench.py.
 set -uo pipefail
 source "$(dirname "$0")/gpu-env.sh"
-python3 bench/policy_bench.py --out "$OUT" "$@" 2>&1 | tee "$OUT/policy.log" | tail -40
+python bench/policy_bench.py --out "$OUT" "$@" 2>&1 | tee "$OUT/policy.log" | tail -40
 exit "${PIPESTATUS[0]}"

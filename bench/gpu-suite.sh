@@ -5,5 +5,5 @@
 # extra arguments go to bench/run.py.
 set -uo pipefail
 source "$(dirname "$0")/gpu-env.sh"
-python3 bench/run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/run.log" | tail -70
+python bench/run.py --out "$OUT" "$@" 2>&1 | tee "$OUT/run.log" | tail -70
 exit "${PIPESTATUS[0]}"

@@ -144,6 +144,7 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     The PROTEUS_* variables apply as at run time.
     """
     from . import jit
+    from .jit import process
     from .jit.launch import parse_value
 
     table = _load(store_or_app)
@@ -177,7 +178,11 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
         block = str(min(256, bound))
     launch = jit.Launch(raw, _dim3(grid, "--grid"), _dim3(block, "--block"), sm, addresses,
                         frozenset(i for i in range(len(record.params)) if i not in given))
-    result = jit.specialize(table, record, launch, jit.Config.from_env(), keep_ir=True, relink_globals=relink)
+    config = jit.Config.from_env()
+    # As at run time: LLVM and the PTX compiler run in a compiler process unless
+    # PROTEUS_COMPILE_PROCESS=0, so that this command shows what an app would get.
+    compiler = process.Compilers(sys.executable, quiet=False) if config.compile_process else None
+    result = jit.specialize(table, record, launch, config, keep_ir=True, relink_globals=relink, compiler=compiler)
 
     info = [f"kernel   {record.demangled} ({arch_name(sm)})", f"key      {result.key}"]
     info.append("folded   " + (", ".join(f"arg {i} = {v!r}" for i, v in sorted(result.folded.items())) or "nothing"))
@@ -189,6 +194,8 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     if record.globals and not relink:
         info.append(f"globals  {', '.join(record.globals)} keep their own copies here (pass --global NAME=ADDR to redirect)")
     info.append("time     " + ", ".join(f"{k} {v:.1f} ms" for k, v in result.timings_ms.items()))
+    if compiler is not None and compiler.nvjitlink:
+        info.append(f"compiler process, {compiler.nvjitlink}")
     for line in info:
         err_console.print(line, markup=False)
     if emit in ("cubin", "codeobj"):

@@ -230,15 +230,19 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [a for a in args.apps if a not in APPS]
     if unknown:
         parser.error(f"unknown app(s): {', '.join(unknown)}")
+    out = Path(args.out).resolve()
+    names = args.apps or list(APPS)
     for tool, hint in ((args.clang, "apt-get install clang-19 llvm-19 lld-19"),
                        (str(Path(args.cuda_path) / "bin" / "nvcc"), "install the CUDA toolkit or pass --cuda-path")):
         if shutil.which(tool) is None:
+            # A GPU host has no clang: the samples are built elsewhere and copied with the tree.
+            if all((out / n).exists() for n in names):
+                log(f"samples/build.py: {tool} not found; using the {len(names)} apps already in {out}")
+                return 0
             raise SystemExit(f"samples/build.py: {tool} not found ({hint})")
 
-    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     tree, stubs = make_compat_tree(out, Path(args.cuda_path))
-    names = args.apps or list(APPS)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for line in pool.map(lambda n: build_app(n, APPS[n], out, args, tree, stubs), names):
             log(line)

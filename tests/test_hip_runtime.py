@@ -537,6 +537,6 @@ def test_prepare_keys_computes_what_a_cache_key_needs_without_a_compiler():
     code = ("from proteus_rewrite.jit import Config, codegen, specializer\n"
             "specializer.prepare_keys(Config.from_env(), 13000)\n"
             "maps = open('/proc/self/maps').read()\n"
-            "print(codegen.nvjitlink_available.cache_info().currsize, 'libllvmlite' in maps, 'nvJitLink' in maps)")
+            "print(codegen.locate_nvjitlink.cache_info().currsize, 'libllvmlite' in maps, 'nvJitLink' in maps)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.split() == ["1", "False", "False"], proc.stderr

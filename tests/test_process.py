@@ -13,7 +13,7 @@ import pytest
 
 from proteus_rewrite import runtime
 from proteus_rewrite.errors import SpecializeError
-from proteus_rewrite.jit import Config, process, specializer
+from proteus_rewrite.jit import Config, codegen, process, specializer
 
 from .conftest import run_cli
 from .test_specializer import kernel, launch_for
@@ -36,6 +36,20 @@ def test_a_variant_compiled_in_the_process_is_the_one_compiled_here(table, compi
     again = specializer.specialize(t, k, launch_for(k, {0: "4096", 1: "17", 2: "0.5"}), Config(), driver_version=13000,
                                    compiler=compilers)
     assert again.key != here.key and compilers.report()["processes_started"] == 1
+
+
+def test_the_compiler_process_compiles_with_the_nvjitlink_this_process_located(table, compilers):
+    """The process starts without site handling (python -S), where cuda-pathfinder's search of
+    site-packages misses a venv's: it must load the file its parent located, which is the
+    nvidia-nvjitlink wheel on this interpreter's path (a dependency), not the toolkit's."""
+    lib = codegen.locate_nvjitlink()
+    assert lib is not None and lib.version is not None, "the nvidia-nvjitlink wheel is on sys.path"
+    assert any(os.path.realpath(lib.path).startswith(os.path.realpath(p) + os.sep) for p in sys.path if p)
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    result = specializer.specialize(t, k, launch_for(k, {1: "11"}), Config(), driver_version=13000, compiler=compilers)
+    assert isinstance(result.image, codegen.Cubin) and result.image.data[:4] == b"\x7fELF"
+    assert compilers.report()["nvjitlink"] == os.path.realpath(lib.path)
 
 
 def test_ready_waits_for_the_warm_up_and_the_next_request_reads_its_own_answer(table, compilers):
@@ -147,7 +161,7 @@ def test_the_prestart_starts_the_compiler_process_and_compiles_nothing_here(samp
     runtime.write_report(str(tmp_path / "r.json"), b"")
     assert json.loads((tmp_path / "r.json").read_text())["compiler_process"] == {
         "python": sys.executable, "processes_started": 1, "deaths": 0,
-        "start_ms": runtime._state.compiler.report()["start_ms"]}
+        "start_ms": runtime._state.compiler.report()["start_ms"], "nvjitlink": None}  # its warm-up not answered yet
     monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
     runtime._state = None
     assert runtime.init(str(tmp_path), 13000)

@@ -16,6 +16,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
+from .. import import_path
 from ..errors import InjectError
 
 SHIM_NAME = "libproteus.so"
@@ -82,9 +83,8 @@ def libpython() -> str:
 
 
 def python_config() -> str:
-    package_root = str(Path(__file__).resolve().parent.parent.parent)  # where proteus_rewrite itself lives
-    paths = [package_root] + [p for p in sys.path if p and os.path.isdir(p) and p != package_root]
-    lines = [f"libpython {libpython()}", f"home {sys.base_prefix}", f"executable {sys.executable}"] + [f"path {p}" for p in paths]
+    lines = [f"libpython {libpython()}", f"home {sys.base_prefix}", f"executable {sys.executable}"]
+    lines += [f"path {p}" for p in import_path()]
     return "\n".join(lines) + "\n"
 
 

@@ -85,42 +85,92 @@ def emit_ptx(module, tm, arch: int) -> PTX:
 
 
 NVJITLINK_DISTS = ("nvidia_nvjitlink", "nvidia_nvjitlink_cu13", "nvidia_nvjitlink_cu12")
+NVJITLINK_SONAMES = ("libnvJitLink.so.13", "libnvJitLink.so.12", "libnvJitLink.so")
+
+
+@dataclass(frozen=True)
+class Library:
+    """A shared library the compiler loads, found before it is loaded."""
+
+    path: str
+    version: str | None  # the wheel's; None for a toolkit's
+
+
+_pinned_nvjitlink: str | None = None  # a compiler process's: its parent's choice (pin_nvjitlink)
 
 
 @functools.lru_cache(maxsize=None)
-def _nvjitlink_wheel() -> str | None:
-    """The version of an installed nvJitLink wheel, from its .dist-info directory's name.
-    Not importlib.metadata: importing it took 51 ms of the shim's 73 ms on a warm H100 run,
-    and this is asked on every process's warm path."""
+def locate_nvjitlink() -> Library | None:
+    """The libnvJitLink this process compiles with: an nvJitLink wheel's on sys.path, else the
+    CUDA toolkit's; None where neither is found (the loader's own search is left to try).
+
+    Found from sys.path, not from site-packages as cuda-pathfinder searches: the shim's
+    interpreter and the compiler processes run without site handling (python -S), where
+    site.getsitepackages() names the base Python's directories, not the venv's. The record of
+    the wheel names the file, so nothing is guessed from the wheel's layout. Not
+    importlib.metadata: importing it took 51 ms of the shim's 73 ms on a warm H100 run, and
+    the cache key asks this on every process's warm path."""
+    if _pinned_nvjitlink is not None:
+        return Library(_pinned_nvjitlink, None)
     for entry in sys.path:
         try:
             names = os.listdir(entry or ".")
         except OSError:
             continue
         for name in names:
-            if name.endswith(".dist-info") and "-" in name:
-                dist, version = name[: -len(".dist-info")].rsplit("-", 1)
-                if dist.lower().replace("-", "_").replace(".", "_") in NVJITLINK_DISTS:
-                    return version
+            if not (name.endswith(".dist-info") and "-" in name):
+                continue
+            dist, version = name[: -len(".dist-info")].rsplit("-", 1)
+            if dist.lower().replace("-", "_").replace(".", "_") not in NVJITLINK_DISTS:
+                continue
+            try:
+                with open(os.path.join(entry, name, "RECORD")) as f:
+                    files = [line.split(",", 1)[0] for line in f]
+            except OSError:
+                continue
+            for rel in files:
+                if os.path.basename(rel) in NVJITLINK_SONAMES and os.path.exists(os.path.join(entry, rel)):
+                    return Library(os.path.join(entry, rel), version)
+    cuda = os.environ.get("CUDA_PATH") or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    for d in ("lib64", "lib"):
+        for soname in NVJITLINK_SONAMES:
+            if os.path.exists(os.path.join(cuda, d, soname)):
+                return Library(os.path.join(cuda, d, soname), None)
     return None
 
 
-@functools.lru_cache(maxsize=None)
+def pin_nvjitlink(path: str) -> None:
+    """Use exactly this libnvJitLink (a compiler process: the one its parent located)."""
+    global _pinned_nvjitlink
+    _pinned_nvjitlink = path
+    locate_nvjitlink.cache_clear()
+
+
 def nvjitlink_available() -> bool:
-    """Whether libnvJitLink is installed (the wheel, or the toolkit's), without loading it:
-    loading costs 100+ ms, and this is asked on the warm path."""
-    if _nvjitlink_wheel() is not None:
-        return True
-    cuda = os.environ.get("CUDA_PATH") or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
-    return any(os.path.exists(os.path.join(cuda, d, "libnvJitLink.so")) for d in ("lib64", "lib"))
+    """Whether libnvJitLink is installed, without loading it: loading costs 100+ ms, and this
+    is asked on the warm path."""
+    return locate_nvjitlink() is not None
+
+
+def loaded_nvjitlink() -> str | None:
+    """The file of the libnvJitLink mapped into this process, if any (for the report)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(None, 5)[-1]
+                if os.path.basename(path).startswith("libnvJitLink.so"):
+                    return path
+    except OSError:
+        pass
+    return None
 
 
 @functools.lru_cache(maxsize=None)
 def compiler_identity(compiler: str) -> str:
     """Which compiler: it goes into every cache key, so it is computed on the warm path too."""
     if compiler == "nvjitlink":
-        version = _nvjitlink_wheel()
-        return f"nvjitlink {version}" if version else "nvjitlink (toolkit)"
+        lib = locate_nvjitlink()
+        return f"nvjitlink {lib.version}" if lib and lib.version else "nvjitlink (toolkit)"
     return compiler
 
 
@@ -172,7 +222,19 @@ def compile_ptx(ptx: PTX, compiler: str, opt_level: int = 3) -> Image:
     raise SpecializeError(f"unknown PTX compiler {compiler!r}")
 
 
+@functools.lru_cache(maxsize=None)
 def _nvjitlink():
+    """cuda.bindings' nvJitLink, bound to the library locate_nvjitlink() found: loaded here by
+    its path first, so that cuda-pathfinder, which looks for an already loaded copy before it
+    searches, takes that one."""
+    lib = locate_nvjitlink()
+    if lib is not None:
+        import ctypes
+
+        try:
+            ctypes.CDLL(lib.path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+        except OSError as exc:
+            raise SpecializeError(f"nvJitLink is not usable: {lib.path}: {exc}") from None
     try:
         from cuda.bindings import nvjitlink
     except ImportError:

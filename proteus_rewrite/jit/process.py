@@ -13,7 +13,9 @@ target) and the bitcode of modules that process has not seen yet; the answer car
 image and the stage timings, or the error. Frames: a 4-byte little-endian length, then a
 pickle: both ends are this package, over a socket pair only the two processes hold.
 
-    python -m proteus_rewrite.jit.process      the compiler's side: serves fd 0 until EOF
+    python -m proteus_rewrite.jit.process [--nvjitlink PATH]
+                                               the compiler's side: serves fd 0 until EOF, compiling
+                                               with that libnvJitLink (the app's choice)
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ import sys
 import threading
 import time
 
-from .. import faults
+from .. import faults, import_path
 from ..errors import ProteusError, SpecializeError
+from . import codegen
 
 FRAME = struct.Struct("<I")
 MAX_DEATHS = 3  # compiler processes that may die before this run stops compiling
@@ -73,6 +76,7 @@ def serve(sock: socket.socket) -> None:
                                                                   msg["arch"], msg["isa"], msg["keep_ir"], timings)
                 answer.update(image=image, ptx=ptx, ir=ir_text, timings=timings)
             answer["ok"] = True
+            answer["nvjitlink"] = codegen.loaded_nvjitlink()
         except Exception as exc:
             answer.update(ok=False, error=str(exc) if isinstance(exc, ProteusError) else f"{type(exc).__name__}: {exc}")
         try:
@@ -118,6 +122,7 @@ class _Worker:
         self.next_id = 0
         self.answered = 0
         self.last_id = 0  # of the latest answer read
+        self.nvjitlink: str | None = None  # the library file it compiles with, once it says
 
     def post(self, msg: dict) -> None:
         """Send a request; its answer is read by the next call()."""
@@ -138,6 +143,7 @@ class _Worker:
                 raise EOFError
             self.answered += 1
             self.last_id = answer["id"]
+            self.nvjitlink = answer.get("nvjitlink") or self.nvjitlink
             if answer["id"] == self.next_id:
                 return answer
 
@@ -173,10 +179,11 @@ class Compilers:
         self._pid = os.getpid()
         self._cond = threading.Condition()
         self.started_ms: list[float] = []  # for the report: how long each start took on the caller's thread
+        self.nvjitlink: str | None = None  # the libnvJitLink file the processes loaded
 
     def report(self) -> dict:
         return {"python": self.python, "processes_started": len(self.started_ms), "deaths": self._deaths,
-                "start_ms": [round(ms, 2) for ms in self.started_ms]}
+                "start_ms": [round(ms, 2) for ms in self.started_ms], "nvjitlink": self.nvjitlink}
 
     def start(self, arch: int | str, cg, driver_version: int | None) -> None:
         """Start one process now and let it warm its compiler up by itself; returns at once."""
@@ -248,6 +255,7 @@ class Compilers:
             raise
 
     def _release(self, worker: _Worker) -> None:
+        self.nvjitlink = worker.nvjitlink or self.nvjitlink
         with self._cond:
             if worker.pid == self._pid:
                 self._idle.append(worker)
@@ -267,11 +275,17 @@ class Compilers:
     def _spawn(self) -> _Worker:
         t = time.perf_counter()
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = child_environment(os.environ, sys.path)
+        env = child_environment(os.environ, import_path())
+        # -S: no site hooks (the shim's own interpreter skips them too: the recorded path has
+        # every directory they add); fd 0 and 1 are its end of the socket pair. Without site
+        # handling a venv's site-packages are on the path but not in site.getsitepackages(),
+        # where cuda-pathfinder looks: the library this process located goes with it, by path.
+        argv = [self.python, "-S", "-m", "proteus_rewrite.jit.process"]
+        lib = codegen.locate_nvjitlink()
+        if lib is not None:
+            argv += ["--nvjitlink", lib.path]
         try:
-            # -S: no site hooks (the shim's own interpreter skips them too: the recorded path has
-            # every directory they add); fd 0 and 1 are its end of the socket pair
-            proc = subprocess.Popen([self.python, "-S", "-m", "proteus_rewrite.jit.process"], stdin=theirs, stdout=theirs,
+            proc = subprocess.Popen(argv, stdin=theirs, stdout=theirs,
                                     stderr=subprocess.DEVNULL if self.quiet else None, env=env, close_fds=True)
         except OSError as exc:
             mine.close()
@@ -310,7 +324,9 @@ def python_executable(recorded: str | None = None) -> str | None:
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--nvjitlink"] and len(argv) == 2:
+        codegen.pin_nvjitlink(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the app; EOF ends this process
     with socket.socket(fileno=os.dup(0)) as sock:
         os.close(0)
@@ -320,4 +336,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
