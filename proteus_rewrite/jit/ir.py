@@ -30,11 +30,21 @@ from ..fatbin.table import KernelRecord, KernelTable
 from .plan import Plan
 
 IMPL = "__proteus_impl"
-# Function attributes an AMDGPU wrapper kernel takes over from the original: its target, and
-# what the original was compiled under. The amdgpu-no-* facts are left for the backend's
-# attributor to find again, and the flat work-group size is the launch's own.
-AMDGPU_KEPT_ATTRS = ("target-cpu", "target-features", "uniform-work-group-size", "amdgpu-waves-per-eu",
-                     "denormal-fp-math", "denormal-fp-math-f32", "amdgpu-unsafe-fp-atomics", "no-trapping-math")
+# Function attributes the wrapper kernel takes over from the original: its target, and the
+# floating-point semantics it was compiled under (-fcuda-flush-denormals-to-zero, -ffast-math
+# and the like arrive as these, not as command-line options): after inlining, the wrapper's
+# attributes are the ones code generation reads. Launch bounds are the plan's; memory effects
+# are left for LLVM to infer again (redirected device variables are no longer what they say).
+KEPT_ATTRS = ("target-cpu", "target-features", "uniform-work-group-size", "denormal-fp-math",
+              "denormal-fp-math-f32", "no-trapping-math", "unsafe-fp-math", "no-infs-fp-math", "no-nans-fp-math",
+              "no-signed-zeros-fp-math", "approx-func-fp-math", "less-precise-fpmad")
+# AMDGPU also keeps what the original was compiled under; the amdgpu-no-* facts are left for the
+# backend's attributor to find again, and the flat work-group size is the launch's own.
+AMDGPU_KEPT_ATTRS = KEPT_ATTRS + ("amdgpu-waves-per-eu", "amdgpu-unsafe-fp-atomics")
+# What keeps a function from being inlined: the original kernel may carry them
+# (`__global__ __attribute__((noinline))`, as upstream Proteus's daxpy test declares it), and
+# the verifier refuses them next to alwaysinline.
+NOT_INLINABLE = ("noinline", "optnone")
 SREG_PREFIX = "llvm.nvvm.read.ptx.sreg."
 SREG_RENAMED = "__proteus_sreg_"
 _BARE_NAME = re.compile(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*")
@@ -62,24 +72,25 @@ def load_module(table: KernelTable, kernel: KernelRecord, context: llvm.ContextR
 
 
 def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan,
-                      context: llvm.ContextRef | None = None) -> llvm.ModuleRef:
-    """The specialized module, in `context` (the caller's, to close when done; None: LLVM's global one)."""
+                      context: llvm.ContextRef | None = None, notes: list[str] | None = None) -> llvm.ModuleRef:
+    """The specialized module, in `context` (the caller's, to close when done; None: LLVM's global
+    one). What a user should know about it is appended to `notes`."""
     module = load_module(table, kernel, context)
     try:
-        return _specialize(module, table, kernel, plan, context)
+        return _specialize(module, table, kernel, plan, context, notes)
     finally:
         module.close()  # now, not whenever the garbage collector runs, perhaps in another thread
 
 
 def _specialize(module: llvm.ModuleRef, table: KernelTable, kernel: KernelRecord, plan: Plan,
-                context: llvm.ContextRef | None) -> llvm.ModuleRef:
+                context: llvm.ContextRef | None, notes: list[str] | None) -> llvm.ModuleRef:
     try:
         fn = module.get_function(kernel.name)
     except NameError:
         raise SpecializeError(f"{kernel.demangled}: the bitcode does not define {kernel.name}") from None
     params = _param_texts(str(fn), kernel.name)
     amdgpu = module.triple.startswith("amdgcn")
-    kept = _kept_attributes(fn) if amdgpu else []
+    kept = _kept_attributes(fn, AMDGPU_KEPT_ATTRS if amdgpu else KEPT_ATTRS)
     if len(params) != len(kernel.params):
         raise SpecializeError(f"{kernel.demangled}: bitcode has {len(params)} parameters, the store {len(kernel.params)}")
 
@@ -91,7 +102,6 @@ def _specialize(module: llvm.ModuleRef, table: KernelTable, kernel: KernelRecord
         if not g.is_declaration and g.name not in plan.globals:
             g.linkage = llvm.Linkage.internal  # also llvm.used/compiler.used/global.annotations: pruned below
     fn.name = IMPL
-    fn.add_function_attribute("alwaysinline")
     renamed = []
     for f in module.functions:
         if f.is_declaration and f.name.startswith(SREG_PREFIX) and _wants_sreg(f.name[len(SREG_PREFIX):], plan):
@@ -100,16 +110,22 @@ def _specialize(module: llvm.ModuleRef, table: KernelTable, kernel: KernelRecord
             renamed.append(reg)
     pm = llvm.create_new_module_pass_manager()
     pm.add_global_dead_code_eliminate_pass()
+    pm.add_sroa_pass()  # uninitialized locals become undef values, which define_undefined() finds
     pm.run(module, llvm.create_pass_builder(any_target_machine(), llvm.create_pipeline_tuning_options()))
     fn.linkage = llvm.Linkage.internal  # only now: unreferenced until the wrapper exists, DCE would drop it
 
     # Textual part, on LLVM's printout of the pruned module.
     text = str(module)
     text = _drop_kernel_cc(text)
+    text = _make_inlinable(text)
+    text, undefined = define_undefined(text)
+    if undefined and notes is not None:
+        notes.append(f"{undefined} undefined value{'s' if undefined > 1 else ''} (uninitialized locals, or undef in the "
+                     "recorded code) defined as zero")
     if plan.relink_globals:
         text = _redirect_globals(text, module, plan.globals, kernel, amdgpu)
     text = _drop_declarations(text, [SREG_RENAMED + r.replace(".", "_") for r in renamed])
-    text += _amdgpu_wrapper(kernel, params, plan, kept) if amdgpu else _wrapper(kernel, params, plan, renamed)
+    text += _amdgpu_wrapper(kernel, params, plan, kept) if amdgpu else _wrapper(kernel, params, plan, renamed, kept)
     try:
         result = llvm.parse_assembly(text, context)
     except RuntimeError as exc:
@@ -213,6 +229,38 @@ def _drop_kernel_cc(text: str) -> str:
     return text
 
 
+_UNDEFINED = re.compile(r"\b(undef|poison)\b")
+
+
+def define_undefined(text: str) -> tuple[str, int]:
+    """Every `undef`/`poison` operand in a function body becomes zero; returns the text and how
+    many were replaced.
+
+    A kernel that reads a local it never wrote (HeCBench wsm5 reads its accumulators fallc_k
+    and fallc_kp1 before their first assignment) has undefined behaviour, which LLVM keeps as
+    `undef`: SROA (run just before this) turns such reads into undef values, and a post-
+    optimization module already holds them as `phi [undef, ...]`. Every compiler may then pick
+    any value, and each pick can be a different one: clang 19's for the AOT code happened to
+    give the program its expected answer, LLVM 22 folding launch values into the same code gave
+    another (rain 1295467 instead of 2.759990). Zero is what -ftrivial-auto-var-init=zero
+    gives and what the AOT code behaved as; choosing it is a refinement (a program without
+    undefined behaviour cannot tell). shufflevector masks are left alone: an undefined lane
+    there selects nothing."""
+    count = 0
+    out = []
+    in_body = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("define "):
+            in_body = True
+        elif line.startswith("}"):
+            in_body = False
+        elif in_body and "shufflevector" not in line and ("undef" in line or "poison" in line):
+            line, n = _UNDEFINED.subn("zeroinitializer", line)
+            count += n
+        out.append(line)
+    return "".join(out), count
+
+
 def _drop_declarations(text: str, names: list[str]) -> str:
     for n in names:
         text = re.sub(r"^declare [^\n]*" + re.escape(llvm_name(n)) + r"\([^\n]*\n", "", text, count=1, flags=re.M)
@@ -247,9 +295,28 @@ def _redirect_globals(text: str, module: llvm.ModuleRef, addresses: dict[str, in
     return text
 
 
-def _kept_attributes(fn) -> list[str]:
+def _kept_attributes(fn, kept: tuple[str, ...]) -> list[str]:
     attrs = bitcode_mod._STRATTR.findall(" ".join(a.decode("utf-8", "replace") for a in fn.attributes))
-    return [f'"{k}"="{v}"' for k, v in attrs if k in AMDGPU_KEPT_ATTRS]
+    return [f'"{k}"="{v}"' for k, v in attrs if k in kept]
+
+
+def _make_inlinable(text: str) -> str:
+    """`__proteus_impl` gets alwaysinline, and loses noinline and optnone: on its define line,
+    its attribute group is replaced by a copy of its own (another function may share it)."""
+    m = re.search(r"^define [^\n]*" + re.escape(llvm_name(IMPL)) + r"\([^\n]*$", text, re.M)
+    if m is None:
+        raise SpecializeError("internal: the kernel's define line was not found")
+    line = m.group(0)
+    ref = re.search(r" (#\d+)(?=[^\n]*\{$)", line)
+    attrs = ""
+    if ref:
+        g = re.search(r"^attributes " + ref.group(1) + r" = \{ (.*) \}$", text, re.M)
+        attrs = g.group(1) if g else ""
+    words = [w for w in re.findall(r'"[^"]*"(?:="[^"]*")?|\w+(?:\([^)]*\))?', attrs) if w not in NOT_INLINABLE]
+    groups = [int(n) for n in re.findall(r"^attributes #(\d+) =", text, re.M)]
+    group = f"#{1 + max(groups, default=0)}"
+    line = line[:ref.start(1)] + group + line[ref.end(1):] if ref else line[:-2] + f" {group} {{"
+    return text[:m.start()] + line + text[m.end():] + f"\nattributes {group} = {{ {' '.join(['alwaysinline'] + words)} }}\n"
 
 
 def _amdgpu_wrapper(kernel: KernelRecord, params: list[str], plan: Plan, kept: list[str]) -> str:
@@ -276,14 +343,14 @@ def _amdgpu_wrapper(kernel: KernelRecord, params: list[str], plan: Plan, kept: l
     ]) + "\n"
 
 
-def _wrapper(kernel: KernelRecord, params: list[str], plan: Plan, renamed: list[str]) -> str:
+def _wrapper(kernel: KernelRecord, params: list[str], plan: Plan, renamed: list[str], kept: list[str]) -> str:
     decls, args = [], []
     for i, ptext in enumerate(params):
         align = plan.alignment.get(i)
         decl = ptext if not align or re.search(r"\balign \d+", ptext) else f"{ptext} align {align}"
         decls.append(f"{decl} %a{i}")
         args.append(f"{ptext} {plan.folded[i]}" if i in plan.folded else f"{ptext} %a{i}")
-    attrs = []
+    attrs = list(kept)
     if plan.max_threads:
         attrs.append('"nvvm.maxntid"="{},{},{}"'.format(*plan.max_threads))
         attrs.append(f'"nvvm.minctasm"="{plan.min_ctas or 1}"')

@@ -69,6 +69,7 @@ class Result:
     timings_ms: dict[str, float] = field(default_factory=dict)
     ptx: codegen.PTX | None = None  # None when served from a cache, and for HIP
     ir_text: str | None = None  # optimized IR, when asked for
+    notes: tuple[str, ...] = ()  # what the compilation found a user should know (ir.specialize_module)
 
 
 def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_globals: bool = True) -> Plan:
@@ -128,7 +129,8 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
     its architecture and the configuration (hashed once, _fixed_key), then the launch's plan."""
     doc = {
         "fixed": _fixed_key(tuple(table.modules[i].sha256 for i in (kernel.module, *kernel.link_modules)),
-                            kernel.name, arch, ptx_target, cg),
+                            kernel.name, arch, ptx_target, cg,
+                            pipeline.Tuning.from_cmdline(table.modules[kernel.module].cmdline)),
         "folded": {str(k): v for k, v in sorted(plan.folded.items())},
         # Dimensions matter when they are folded or bound the kernel; otherwise keep them out,
         # so one variant serves every launch shape.
@@ -144,12 +146,22 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
+# What this version of the specializer does to a module, beyond what the key's other fields
+# name: raised with every change that can change the code for the same inputs, so that a disk
+# cache written by an earlier version is not served. 2: undefined values defined as zero,
+# clang's pipeline tuning (SLP vectorization), the original kernel's FP attributes kept.
+CODEGEN_REVISION = 2
+
+
 @functools.lru_cache(maxsize=1024)
-def _fixed_key(modules: tuple[str, ...], kernel: str, arch: int | str, ptx_target: tuple, cg: CodegenConfig) -> str:
+def _fixed_key(modules: tuple[str, ...], kernel: str, arch: int | str, ptx_target: tuple, cg: CodegenConfig,
+               tuning: pipeline.Tuning) -> str:
     # Every miss computes a key, on the launching thread before it queues a compilation; this
     # part, encoded once per kernel, was a sixth of a miss's Python time (bench/miss_bench.py).
     doc = {
         "tool": __version__,
+        "revision": CODEGEN_REVISION,
+        "tuning": dataclasses.astuple(tuning),
         "llvmlite": llvmlite.__version__,  # which pins the LLVM version
         "compiler": codegen.compiler_identity(cg.ptx_compiler),
         "modules": list(modules),
@@ -205,44 +217,45 @@ def specialize(
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
     run = compiler.compile if compiler is not None else compile_variant
-    image, ptx, ir_text = run(table, kernel, plan, cg, launch.arch, ptx_target[1], keep_ir, timings)
+    image, ptx, ir_text, notes = run(table, kernel, plan, cg, launch.arch, ptx_target[1], keep_ir, timings)
     timings["total"] = _ms(t0)
 
     if cache is not None:
         kind = "cubin" if isinstance(image, codegen.Cubin) else "ptx"
         cache.put(Entry(key, kind, launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
                                                             "tool": __version__}))
-    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, ptx, ir_text)
+    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, ptx, ir_text, tuple(notes))
 
 
 def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, arch: int | str, isa: int | None,
                     keep_ir: bool, timings: dict[str, float]):
-    """A plan -> loadable code: (image, PTX or None, optimized IR or None), the stages timed
+    """A plan -> loadable code: (image, PTX or None, optimized IR or None, notes), the stages timed
     into `timings`. What runs LLVM and the PTX compiler, and nothing else: `table` needs only
     `modules[i].bitcode` for the kernel's modules. `isa`: the newest PTX ISA the driver reads
     (CUDA; an offline compiler may read less: asking it loads it, so that is asked here)."""
+    notes: list[str] = []
     if isinstance(arch, str):  # HIP
         obj, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
                                           lambda: codegen.amdgpu_target_machine(arch, cg.codegen_opt_level),
-                                          codegen.emit_amdgpu_object, "codeobj", "object")
+                                          codegen.emit_amdgpu_object, "codeobj", "object", notes)
         t = time.perf_counter()
         image = codegen.link_code_object(obj, arch)
         timings["link"] = _ms(t)
-        return image, None, ir_text
+        return image, None, ir_text, notes
     if cg.ptx_compiler != "driver":
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
     ptx, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
                                       lambda: codegen.target_machine(arch, isa, cg.codegen_opt_level),
-                                      lambda module, tm: codegen.emit_ptx(module, tm, arch), "ptx", "ptx")
+                                      lambda module, tm: codegen.emit_ptx(module, tm, arch), "ptx", "ptx", notes)
     t = time.perf_counter()
     faults.check("cubin")
     image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
     timings["cubin"] = _ms(t)
-    return image, ptx, ir_text
+    return image, ptx, ir_text, notes
 
 
 def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, timings: dict[str, float],
-                       target_machine, emit, fault: str, stage: str):
+                       target_machine, emit, fault: str, stage: str, notes: list[str]):
     """The LLVM part of a compilation, for either target: the specialized module in an LLVM
     context of its own, the optimization pipeline, then `emit(module, tm)` (timed as `stage`,
     with the test-only fault `fault` before it). Returns what emit made and, with keep_ir, the
@@ -257,12 +270,13 @@ def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, ti
         module = None
         try:
             t = time.perf_counter()
-            module = ir.specialize_module(table, kernel, plan, context)
+            module = ir.specialize_module(table, kernel, plan, context, notes)
             timings["ir"] = _ms(t)
             t = time.perf_counter()
             tm = target_machine()
             faults.check("optimize")
-            pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline))
+            pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline),
+                         pipeline.Tuning.from_cmdline(table.modules[kernel.module].cmdline))
             timings["optimize"] = _ms(t)
             t = time.perf_counter()
             faults.check(fault)
@@ -389,10 +403,10 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
     run = compiler.compile if compiler is not None else compile_variant
-    image, _, ir_text = run(table, kernel, plan, cg, launch.arch, None, keep_ir, timings)
+    image, _, ir_text, notes = run(table, kernel, plan, cg, launch.arch, None, keep_ir, timings)
     timings["total"] = _ms(t0)
 
     if cache is not None:
         cache.put(Entry(key, "codeobj", launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
                                                                 "tool": __version__}))
-    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, None, ir_text)
+    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, None, ir_text, tuple(notes))
