@@ -54,7 +54,7 @@ class DefaultGroup(click.Group):
 def main(verbose: int) -> None:
     """Make CUDA executables specialize their kernels at run time.
 
-    `proteus-rewrite APP` opens APP (built by clang with -fembed-bitcode), records every
+    `proteus-rewrite APP` opens APP (built by clang with -Xclang -fembed-bitcode=all), records every
     kernel's LLVM bitcode and parameter layout in a kernel store, and writes it to the
     output directory (default ./proteus-out/<app>/).
     """
@@ -532,13 +532,26 @@ def _dim3(text: str, hint: str) -> tuple[int, int, int]:
 def _matching(table: KernelTable, name: str) -> list:
     matches = [k for k in table.kernels if name in (k.name, k.demangled)]
     if not matches:
-        matches = [k for k in table.kernels if k.demangled.startswith(name) or k.demangled.split("(")[0].split(" ")[-1] == name]
+        matches = [k for k in table.kernels if k.demangled.startswith(name) or _base_name(k.demangled) in (name, name.split("<")[0])]
     if not matches:
         raise click.BadParameter(f"no kernel {name!r}; kernels: " + ", ".join(sorted({k.demangled for k in table.kernels})),
                                  param_hint="KERNEL")
     if len({k.name for k in matches}) > 1:
         raise click.BadParameter(f"{name!r} is ambiguous: " + ", ".join(sorted({k.demangled for k in matches})), param_hint="KERNEL")
     return matches
+
+
+def _base_name(demangled: str) -> str:
+    """A kernel's name without return type, template arguments or parameters:
+    `void tile_sums<16>(float const*)` -> tile_sums."""
+    head = demangled.split("(")[0]
+    depth, out = 0, ""
+    for c in head:  # drop template argument lists, which may hold spaces
+        depth += c == "<"
+        if depth == 0:
+            out += c
+        depth -= c == ">"
+    return out.split(" ")[-1].split("::")[-1]
 
 
 def _find_kernel(table: KernelTable, name: str, arch: int | str):
@@ -607,7 +620,7 @@ def _require_bitcode(table: KernelTable, app: str) -> None:
     if not table.kernels_with_bitcode:
         raise NoBitcodeError(
             f"none of its {len(table.kernels)} kernels carries LLVM bitcode (built by nvcc, or without "
-            "-fembed-bitcode?); rebuild with clang: clang++ -x cuda --cuda-gpu-arch=sm_XX -fembed-bitcode ...",
+            "embedded bitcode?); rebuild with clang: clang++ -x cuda --cuda-gpu-arch=sm_XX -Xclang -fembed-bitcode=all ...",
             app,
         )
 
@@ -618,7 +631,8 @@ def table_to_json(table: KernelTable) -> dict:
         "app": dataclasses.asdict(table.app),
         "fatbins": [dataclasses.asdict(f) for f in table.fatbins],
         "modules": [
-            {k: v for k, v in dataclasses.asdict(m).items() if k != "bitcode"} | {"size": m.size}
+            {k: v for k, v in dataclasses.asdict(m).items() if k != "bitcode"}
+            | {"size": m.size, "recipe": dataclasses.asdict(m.recipe)}
             for m in table.modules
         ],
         "kernels": [dataclasses.asdict(k) | {"has_bitcode": k.has_bitcode} for k in table.kernels],
@@ -640,7 +654,10 @@ def _print_table(table: KernelTable) -> None:
         entries = ", ".join(f"{e.kind} {arch_name(e.arch)}{'' if e.compression == 'none' else ' ' + e.compression}" for e in f.entries)
         console.print(f"  fatbin {f.index}: {f.size:,} bytes at {f.section}+{f.offset:#x}: {entries}")
     for m in table.modules:
-        console.print(f"  module {m.index}: {m.size:,} bytes of bitcode, {arch_name(m.arch)}, {os.path.basename(m.source_filename) or '?'}")
+        r = m.recipe
+        how = "" if r.name == "unknown" else f", built with {r.name}, embedded {r.embedded}"
+        console.print(f"  module {m.index}: {m.size:,} bytes of bitcode, {arch_name(m.arch)}, "
+                      f"{os.path.basename(m.source_filename) or '?'}{how}")
     grid = Table(show_edge=False, header_style="bold")
     for col in ("kernel", "arch", "parameters", "bytes", "bitcode", "globals", "launch bounds"):
         grid.add_column(col, overflow="fold", no_wrap=col in ("arch", "bytes"))

@@ -66,6 +66,7 @@ def serialize(table: KernelTable) -> bytes:
                 "source_filename": m.source_filename,
                 "triple": m.triple,
                 "cmdline": list(m.cmdline),
+                "ptx_target": m.ptx_target,
                 "offset": len(blobs),
                 "size": len(m.bitcode),
             }
@@ -158,6 +159,7 @@ def deserialize(data: bytes, path: str | os.PathLike | None = None) -> KernelTab
                     triple=m["triple"],
                     cmdline=tuple(m["cmdline"]),
                     bitcode=blob,
+                    ptx_target=m.get("ptx_target"),  # stores written before it was recorded have none
                 )
             )
         return KernelTable(

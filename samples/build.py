@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Build the sample apps with clang-19 and -fembed-bitcode (and one with nvcc, without).
+"""Build the sample apps with clang-19 and the recommended recipe, `-Xclang -fembed-bitcode=all`
+(one with the older driver flag -fembed-bitcode, one with nvcc and no bitcode).
 
     python3 samples/build.py                 # all apps for sm_90 into samples/build/
     python3 samples/build.py --arch sm_80    # another GPU architecture
@@ -28,6 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# proteus_rewrite's own recipe (fatbin/recipe.py), repeated here so that this script runs
+# without the package; tests/test_recipe.py checks that the two agree.
+RECIPES = {"recommended": ("-Xclang", "-fembed-bitcode=all"), "fembed-bitcode": ("-fembed-bitcode",)}
 SRC = HERE / "src"
 STUB_HEADERS = ("texture_fetch_functions.h", "texture_indirect_functions.h", "curand_mtgp32_kernel.h")
 
@@ -42,6 +46,7 @@ class App:
     extra_archs: tuple[str, ...] = ()
     rdc: bool = False  # separate compilation (-fgpu-rdc) + nvcc -dlink device link
     pie: bool = True  # False: a position-dependent executable (-no-pie)
+    recipe: str = "recommended"  # how bitcode is embedded: "recommended" or "fembed-bitcode" (clang's driver flag)
     note: str = field(default="", compare=False)
 
 
@@ -54,6 +59,9 @@ APPS: dict[str, App] = {
     "loop_count_multi_arch": App(("loop_count.cu",), extra_archs=("sm_80",), note="two architectures"),
     "loop_count_nopie": App(("loop_count.cu",), pie=False, note="a non-PIE executable"),
     "loop_count_nvcc": App(("loop_count.cu",), compiler="nvcc", note="nvcc build: no bitcode"),
+    "loop_count_fembed": App(("loop_count.cu",), recipe="fembed-bitcode",
+                             note="the older recipe, clang's -fembed-bitcode: sm_30 PTX, optimized module"),
+    "warp_reduce": App(("warp_reduce.cu",), note="warp shuffles, cooperative groups, a vote"),
     "device_globals": App(("device_globals.cu",), note="__device__ and __constant__ variables"),
     "multi_kernel": App(("multi_kernel.cu",), note="four kernels in one translation unit"),
     "two_tu": App(("two_tu_main.cu", "two_tu_kernels.cu"), note="two .cu files, two fat binaries"),
@@ -142,7 +150,7 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
     """Build one app from `src` (default samples/src/) into `out`; bench/apps/build.py reuses this."""
     exe = out / name
     stamp = out / f".{name}.stamp"  # what the binary was built with: an --arch change rebuilds it
-    config = f"{args.arch} {args.clang} {args.cuda_path}\n"
+    config = f"{args.arch} {args.clang} {args.cuda_path} {' '.join(RECIPES[app.recipe])}\n"
     sources = [src / s for s in app.sources]
     inputs = sources + [src / "common.h", Path(__file__)]  # (driver_api.cpp does not use common.h; harmless)
     if (exe.exists() and stamp.exists() and stamp.read_text() == config
@@ -163,8 +171,9 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
     if app.compiler == "nvcc":
         run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(src), *map(str, sources), "-o", str(tmp)])
     else:
-        flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(src), "-O3", "-std=c++17",
-                 "-fembed-bitcode", "-Wno-unknown-cuda-version"]
+        # CUDA 13 keeps cooperative_groups' dependencies (cuda/std/...) under include/cccl
+        flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(src), "-I", str(cuda / "include" / "cccl"),
+                 "-O3", "-std=c++17", *RECIPES[app.recipe], "-Wno-unknown-cuda-version"]
         flags += [f"--cuda-gpu-arch={a}" for a in archs]
         if app.compiler == "driver":
             objdir = out / f".{name}.objs"

@@ -14,7 +14,8 @@ from .conftest import run_cli
 
 pytestmark = pytest.mark.gpu
 
-APPS = ["loop_count", "loop_count_dynamic", "loop_count_multi_arch", "device_globals", "multi_kernel", "two_tu",
+APPS = ["loop_count", "loop_count_dynamic", "loop_count_multi_arch", "loop_count_fembed", "warp_reduce",
+        "device_globals", "multi_kernel", "two_tu",
         "two_tu_rdc", "mixed_nvcc", "templates", "annotated", "driver_api", "launch_overhead", "launch_overhead_dynamic"]
 
 
@@ -48,7 +49,7 @@ SYNC = {"PROTEUS_ASYNC_COMPILATION": "0"}
 
 def shim_env(outdir, cache, report, **extra):
     return {"LD_PRELOAD": str(outdir / "libproteus.so"), "PROTEUS_CACHE_DIR": str(cache), "PROTEUS_REPORT": str(report),
-            **SYNC, **extra}
+            **{**SYNC, **extra}}
 
 
 @pytest.mark.parametrize("app", APPS)
@@ -76,6 +77,11 @@ def test_sample_under_the_shim_matches_native_and_uses_specialized_kernels(sampl
         assert "has no embedded bitcode; running the original kernel" in cold.stderr
     else:
         assert "warning" not in cold.stderr, cold.stderr
+
+    # the defaults, cold: a kernel's first launches may run as built while its variant compiles
+    default = run(exe, shim_env(recorded[app], tmp_path / "cache-default", tmp_path / "default.json",
+                                PROTEUS_ASYNC_COMPILATION="auto"), args)
+    assert default.returncode == 0 and checksums(default.stdout) == checksums(native.stdout), default.stderr
 
     warm = run(exe, shim_env(recorded[app], cache, report), args)
     assert warm.returncode == 0 and checksums(warm.stdout) == checksums(native.stdout)

@@ -147,12 +147,19 @@ def _unquote(name: str) -> str:
     return name
 
 
+# clang's CUDA headers declare these as objects whose members read special registers; a module
+# not yet optimized still names the (never defined) objects, which hold nothing.
+CUDA_BUILTIN_VARIABLES = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})
+
+
 def is_device_variable(g: GlobalVar) -> bool:
     """A variable with an identity in device memory, shared by every kernel of the module:
     what a JIT copy of the kernel must use rather than duplicate. Per-block __shared__
     memory (addrspace 3) is not one, and an immutable module-private constant (a string
     literal) may be duplicated freely."""
     if g.addrspace not in (ADDRSPACE_GLOBAL, ADDRSPACE_CONSTANT):
+        return False
+    if g.declaration and g.name in CUDA_BUILTIN_VARIABLES and g.linkage == "external_weak":
         return False
     return not (g.constant and g.linkage in ("private", "internal"))
 

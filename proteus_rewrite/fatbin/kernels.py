@@ -28,6 +28,7 @@ from . import container as container_mod
 from . import cubin as cubin_mod
 from . import hostelf
 from . import ptx as ptx_mod
+from . import recipe as recipe_mod
 from .entry import Kind
 
 
@@ -108,7 +109,8 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
                 digest = hashlib.sha256(emb.bitcode).hexdigest()
                 if digest not in module_index:
                     module_index[digest] = len(modules)
-                    modules.append(ModuleRecord(len(modules), digest, arch, ci, "", "", emb.cmdline, emb.bitcode))
+                    modules.append(ModuleRecord(len(modules), digest, arch, ci, "", "", emb.cmdline, emb.bitcode,
+                                                ptx.target if ptx else None))
                 mod_ids.append(module_index[digest])
             device_code.append((ci, arch, cubin, ptx, mod_ids))
 
@@ -143,6 +145,9 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
     if progress:
         progress(len(containers), len(containers))
 
+    handicapped = next((m for m in modules if m.recipe.problem), None)
+    if handicapped is not None:  # once per app: every module of a build shares its recipe
+        warnings.append(recipe_mod.advice(os.path.basename(path), handicapped.recipe))
     missing = [k for k in kernels if not k.has_bitcode]
     if missing and len(missing) < len(kernels):
         names = ", ".join(sorted({k.demangled for k in missing})[:5])

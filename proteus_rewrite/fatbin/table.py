@@ -49,10 +49,18 @@ class ModuleRecord:
     triple: str
     cmdline: tuple[str, ...]
     bitcode: bytes = field(repr=False, compare=False)
+    ptx_target: str | None = None  # the `.target` of the PTX its compilation put beside it (CUDA)
 
     @property
     def size(self) -> int:
         return len(self.bitcode)
+
+    @property
+    def recipe(self):
+        """How it was built (fatbin/recipe.py), from its command line and PTX."""
+        from .recipe import classify
+
+        return classify(self.cmdline, self.triple, self.ptx_target, self.arch)
 
 
 @dataclass(frozen=True)

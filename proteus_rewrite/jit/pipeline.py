@@ -16,6 +16,7 @@ LLVM's for that size level (50, 5). What the size level changes in the pipeline'
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import SpecializeError
@@ -105,7 +106,32 @@ def pipeline_text(opt_level: str, opt_pipeline: str | None) -> str:
     return opt_pipeline or f"default<O{opt_level}>"
 
 
-def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str) -> None:
+@dataclass(frozen=True)
+class Tuning:
+    """The pipeline tuning options of the AOT compile, from its recorded command line: clang
+    passes -vectorize-loops and -vectorize-slp at -O2 and above (LLVM's own default leaves SLP
+    vectorization off) and -fno-unroll-loops when asked. A module embedded after optimization
+    was recorded by a second step whose line has none of them (-disable-llvm-passes): the first
+    step's are clang's defaults for the -O level it names."""
+
+    loop_vectorization: bool = True
+    slp_vectorization: bool = True
+    loop_unrolling: bool = True
+
+    @classmethod
+    def from_cmdline(cls, cmdline: tuple[str, ...] | list[str]) -> Tuning:
+        args = set(cmdline)
+        if not args:
+            return cls()
+        unroll = "-fno-unroll-loops" not in args
+        if "-disable-llvm-passes" in args or "-disable-llvm-optzns" in args:
+            level = next((a[2:] for a in reversed(list(cmdline)) if re.fullmatch(r"-O[0-3sz]?", a)), "2") or "2"
+            on = level in ("2", "3", "s")
+            return cls(on, on and level != "s", unroll)
+        return cls("-vectorize-loops" in args, "-vectorize-slp" in args, unroll)
+
+
+def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str, tuning: Tuning = Tuning()) -> None:
     """Run the pipeline over the module, in order."""
     import llvmlite.binding as llvm
 
@@ -114,20 +140,20 @@ def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str) -> None:
         m = _DEFAULT.fullmatch(item)
         if m:
             if pending is not None:
-                pending.run(module, _builder(tm, 2))
+                pending.run(module, _builder(tm, 2, tuning=tuning))
                 pending = None
             level = m.group(1)
             if level == "0":
                 continue
             if level in SIZE_INLINE_THRESHOLD:
                 _optimize_for_size(module, minsize=level == "z")
-            pb = _builder(tm, int(level) if level.isdigit() else 2, SIZE_INLINE_THRESHOLD.get(level))
+            pb = _builder(tm, int(level) if level.isdigit() else 2, SIZE_INLINE_THRESHOLD.get(level), tuning)
             pb.getModulePassManager().run(module, pb)
         else:
             pending = pending or llvm.create_new_module_pass_manager()
             getattr(pending, PASSES[item])()
     if pending is not None:
-        pending.run(module, _builder(tm, 2))
+        pending.run(module, _builder(tm, 2, tuning=tuning))
 
 
 SIZE_INLINE_THRESHOLD = {"s": 50, "z": 5}  # LLVM's InlineConstants::OptSizeThreshold, OptMinSizeThreshold
@@ -150,10 +176,14 @@ def _optimize_for_size(module: llvm.ModuleRef, minsize: bool) -> None:
             fn.add_function_attribute("minsize")
 
 
-def _builder(tm: llvm.TargetMachine, speed: int, inline_threshold: int | None = None) -> llvm.PassBuilder:
+def _builder(tm: llvm.TargetMachine, speed: int, inline_threshold: int | None = None,
+             tuning: Tuning = Tuning()) -> llvm.PassBuilder:
     import llvmlite.binding as llvm
 
     pto = llvm.create_pipeline_tuning_options(speed_level=speed)
+    pto.loop_vectorization = tuning.loop_vectorization
+    pto.slp_vectorization = tuning.slp_vectorization
+    pto.loop_unrolling = tuning.loop_unrolling
     if inline_threshold is not None:
         pto.inlining_threshold = inline_threshold
     return llvm.create_pass_builder(tm, pto)
