@@ -22,10 +22,13 @@ endif
 
 .PHONY: demo test samples install venv system-deps wheels lock bench clean
 
+# A Python without ensurepip (some distributions ship it apart) makes the venv without pip,
+# and its own pip installs into it (pip --python).
 $(VENV)/.installed: pyproject.toml requirements.lock setup.py $(wildcard shim/*.c shim/*.h)
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PYTHON) -m venv $(VENV) || $(PYTHON) -m venv --without-pip $(VENV)
+	set -e; if [ -x $(VENV)/bin/pip ]; then pip="$(PY) -m pip"; else pip="$(PYTHON) -m pip --python $(PY)"; fi; \
+	$$pip install -q --disable-pip-version-check --require-hashes -r requirements.lock; \
+	$$pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
 venv: $(VENV)/.installed
@@ -47,12 +50,8 @@ test: samples
 
 # Wheels of every locked package for another Python (default 3.12, x86-64 Linux), for a
 # machine that reaches no index: copy .whl/ there and run `make test WHEELS=.whl SYSTEM_DEPS=0`.
-wheels:
-	$(PYTHON) -m pip download -q --disable-pip-version-check --only-binary=:all: --no-deps \
-	  --python-version $(PYVER) --implementation cp --platform manylinux_2_28_x86_64 \
-	  --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
-	  --platform manylinux2014_x86_64 --platform manylinux_2_12_x86_64 --platform manylinux2010_x86_64 \
-	  --platform manylinux1_x86_64 --require-hashes -r requirements.lock -d .whl
+wheels: venv
+	$(PY) scripts/wheels --python-version $(PYVER) --dest .whl
 
 # Re-resolve every dependency (runtime, test, build) to its newest allowed version.
 lock:
