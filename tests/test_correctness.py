@@ -24,12 +24,16 @@ WSM5_GRID, WSM5_BLOCK = (8, 6, 1), (8, 8, 1)
 D3, D2 = 60 * 46 * 3, 60 * 46
 
 
-@pytest.fixture(scope="module", params=["recommended", "fembed-bitcode"])
-def wsm5(request, tmp_path_factory):
-    exe = build_cuda([DATA / "wsm5" / "main.cu"], tmp_path_factory.mktemp("wsm5") / "main", request.param,
+def _build_wsm5(tmp_path_factory, recipe: str):
+    exe = build_cuda([DATA / "wsm5" / "main.cu"], tmp_path_factory.mktemp("wsm5") / "main", recipe,
                      flags=("-DMKX=4",), includes=(DATA / "wsm5",))
     table = extract(exe)
     return table, next(k for k in table.kernels if k.demangled.startswith("wsm("))
+
+
+@pytest.fixture(scope="module", params=["recommended", "fembed-bitcode"])
+def wsm5(request, tmp_path_factory):
+    return _build_wsm5(tmp_path_factory, request.param)
 
 
 def _first_column_rain(ir_text: str, name: str) -> float:
@@ -114,3 +118,35 @@ def test_the_wrapper_keeps_the_kernels_floating_point_mode(tmp_path):
                                     driver_version=13000)
     assert '"denormal-fp-math-f32"="preserve-sign' in result.ir_text
     assert ".ftz.f32" in result.ptx.text
+
+
+def test_a_variant_contracts_floating_point_operations_as_the_aot_compile_did(tmp_path_factory):
+    """clang's CUDA default -ffp-contract=fast lets its backend fuse any mul/add and leaves
+    `mul.f32` for ptxas to fuse as well; only operations the program rounds on purpose keep
+    `.rn`. Generated with LLVM's default (Standard) fusion, the variant had 66 `mul.rn` where
+    the AOT PTX has 7: the same kernel, rounded differently."""
+    table, k = _build_wsm5(tmp_path_factory, "recommended")  # (-fembed-bitcode's AOT PTX had no target, no fusion)
+    raw = tuple(bytes(p.size) for p in k.params)
+    result = specializer.specialize(table, k, Launch(raw, WSM5_GRID, WSM5_BLOCK, 90, {}, frozenset(range(len(k.params)))),
+                                    Config.from_env({"PROTEUS_COMPILE_PROCESS": "0", "PROTEUS_SPECIALIZE_ARGS": "0",
+                                                     "PROTEUS_SPECIALIZE_DIMS": "0", "PROTEUS_CAP_REGISTERS": "0",
+                                                     "PROTEUS_SPECIALIZE_LAUNCH_BOUNDS": "0"}), driver_version=13000)
+    # LLVM 22 writes some of clang 19's add.rn of a negated value as sub.rn: the same roundings
+    ours, aot = _rn_ops(result.ptx.text), _rn_ops(_aot_ptx(table.app.path))
+    assert sum(ours.values()) == sum(aot.values()) and ours["mul"] == aot["mul"], (ours, aot)
+
+
+def _aot_ptx(path) -> str:
+    from proteus_rewrite.fatbin import container, hostelf, ptx as ptx_mod
+    from proteus_rewrite.fatbin.entry import Kind
+
+    elf = hostelf.parse(open(path, "rb").read())
+    return "".join(e.payload().decode(errors="replace") for c in container.parse_section(elf.sections[hostelf.CUDA_FATBIN].data)
+                   for e in c.entries if e.kind == Kind.PTX)
+
+
+def _rn_ops(ptx: str) -> dict[str, int]:
+    import re
+
+    ops = re.findall(r"\b(mul|add|sub)\.rn\.f(?:32|64)", ptx)
+    return {op: ops.count(op) for op in sorted(set(ops))}

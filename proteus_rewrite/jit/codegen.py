@@ -77,6 +77,32 @@ def target_machine(arch: int, ptx_isa: int, opt_level: int):
     return target.create_target_machine(cpu=f"sm_{arch}", features=f"+ptx{ptx_isa}", opt=opt_level)
 
 
+_fp_contraction: str | None = None  # what this process's NVPTX backend was set to (once: an LLVM option)
+
+
+def fp_contraction(mode: str) -> None:
+    """Make NVPTX code generation contract floating-point operations as the AOT compile did.
+
+    clang compiles CUDA with -ffp-contract=fast, which its backend gets as AllowFPOpFusion =
+    Fast: every mul/add pair may become an FMA, and the PTX leaves ptxas free to fuse too
+    (`mul.f32`, not `mul.rn.f32`). llvmlite's target machines have the default, Standard:
+    LLVM 22 then fused only what carries `contract` flags and wrote `.rn` on the rest (wsm5:
+    66 mul.rn where the AOT PTX has 7), so a variant rounded differently from the code it
+    replaces. The same switch exists as the NVPTX option -nvptx-fma-level, which LLVM reads
+    per function; options can be set once per process, so the first module decides, and a
+    module that asks for another mode is refused rather than compiled with the wrong one."""
+    global _fp_contraction
+    if _fp_contraction is None:
+        if mode == "fast":
+            import llvmlite.binding as llvm
+
+            llvm.set_option("proteus", "-nvptx-fma-level=2")
+        _fp_contraction = mode
+    elif _fp_contraction != mode:
+        raise SpecializeError(f"the module was compiled with -ffp-contract={mode}, and this compiler process already "
+                              f"generates code for -ffp-contract={_fp_contraction} (an LLVM option, set once per process)")
+
+
 def emit_ptx(module, tm, arch: int) -> PTX:
     try:
         return PTX(tm.emit_assembly(module), arch)

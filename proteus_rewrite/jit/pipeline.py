@@ -117,6 +117,9 @@ class Tuning:
     loop_vectorization: bool = True
     slp_vectorization: bool = True
     loop_unrolling: bool = True
+    # -ffp-contract: clang's default for CUDA is "fast" (no flag on the line), which its backend
+    # gets as TargetOptions::AllowFPOpFusion = Fast (codegen.fp_contraction reproduces it)
+    fp_contract: str = "fast"
 
     @classmethod
     def from_cmdline(cls, cmdline: tuple[str, ...] | list[str]) -> Tuning:
@@ -124,11 +127,13 @@ class Tuning:
         if not args:
             return cls()
         unroll = "-fno-unroll-loops" not in args
+        contract = next((a.split("=", 1)[1] for a in reversed(list(cmdline)) if a.startswith("-ffp-contract=")), "fast")
+        contract = "fast" if contract == "fast-honor-pragmas" else contract
         if "-disable-llvm-passes" in args or "-disable-llvm-optzns" in args:
             level = next((a[2:] for a in reversed(list(cmdline)) if re.fullmatch(r"-O[0-3sz]?", a)), "2") or "2"
             on = level in ("2", "3", "s")
-            return cls(on, on and level != "s", unroll)
-        return cls("-vectorize-loops" in args, "-vectorize-slp" in args, unroll)
+            return cls(on, on and level != "s", unroll, contract)
+        return cls("-vectorize-loops" in args, "-vectorize-slp" in args, unroll, contract)
 
 
 def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str, tuning: Tuning = Tuning()) -> None:

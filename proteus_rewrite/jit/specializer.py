@@ -150,7 +150,8 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
 # name: raised with every change that can change the code for the same inputs, so that a disk
 # cache written by an earlier version is not served. 2: undefined values defined as zero,
 # clang's pipeline tuning (SLP vectorization), the original kernel's FP attributes kept.
-CODEGEN_REVISION = 2
+# 3: FP contraction as clang's (-nvptx-fma-level).
+CODEGEN_REVISION = 3
 
 
 @functools.lru_cache(maxsize=1024)
@@ -244,6 +245,7 @@ def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, 
         return image, None, ir_text, notes
     if cg.ptx_compiler != "driver":
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
+    codegen.fp_contraction(pipeline.Tuning.from_cmdline(table.modules[kernel.module].cmdline).fp_contract)
     ptx, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
                                       lambda: codegen.target_machine(arch, isa, cg.codegen_opt_level),
                                       lambda module, tm: codegen.emit_ptx(module, tm, arch), "ptx", "ptx", notes)
