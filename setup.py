@@ -1,4 +1,4 @@
-"""Builds libproteus.so (shim/proteus_shim.c) into the package as part of `pip install`."""
+"""Builds libproteus.so (shim/*.c) into the package as part of `pip install`."""
 
 import sys
 from pathlib import Path
@@ -17,7 +17,7 @@ class BuildPyWithShim(build_py):
     def run(self):
         super().run()
         root = HERE if getattr(self, "editable_mode", False) else Path(self.build_lib)
-        shim.build(root / "proteus_rewrite" / "_shim" / shim.SHIM_NAME, HERE / "shim" / "proteus_shim.c")
+        shim.build(root / "proteus_rewrite" / "_shim" / shim.SHIM_NAME, HERE / "shim")
 
 
 class PlatformWheel(bdist_wheel):

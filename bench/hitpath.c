@@ -1,6 +1,7 @@
 /* The shim's hit path on the CPU: what pick() costs for a launch its table serves, apart from
- * the driver (a fake cuCtxGetCurrent; no launch). Built from shim/proteus_shim.c as the shim
- * is (-O2) by bench/hitpath_bench.py, which runs it and records the results.
+ * the driver (a fake cuCtxGetCurrent; no launch). Built with the shim's sources as the shim
+ * is (-O2) by bench/hitpath_bench.py, which runs it and records the results. It includes cuda.c
+ * itself, so that pick() and the launch wrapper are the inlined code an app runs.
  *   hitpath ITERATIONS FOLDED_ARGS ARG_BYTES DIMS_IN_KEY [EVICT_KB [COMPILING]]
  * One kernel of FOLDED_ARGS folded arguments of ARG_BYTES each (plus one unfolded pointer),
  * block (bit 0) and grid (bit 1) in the key as DIMS_IN_KEY says; every launch a new value of
@@ -15,7 +16,7 @@
  * what is counted. With COMPILING=1 the launches' variant is still compiling in the background
  * (PROTEUS_ASYNC_COMPILATION=auto, the default): each runs the original, through what a cold
  * run's launches go through until the variant arrives (await_variant; the stream never busy). */
-#include "proteus_shim.c"
+#include "cuda.c"
 
 static CUresult fake_ctx(CUcontext *c) { *c = (CUcontext)0x77; return CUDA_SUCCESS; }
 

@@ -5,7 +5,7 @@ two launches, as the driver's launch call and the app's work do in a real run.
 
     python3 bench/hitpath_bench.py [--iterations 5000000] [--shim DIR] [--out bench/results] [--tag T]
 
-Builds bench/hitpath.c from shim/proteus_shim.c (or DIR/proteus_shim.c: another version of
+Builds bench/hitpath.c from the shim/ sources (or DIR/: another version of
 the shim, to compare) with the shim's flags, runs each shape (the median of five timings) and
 writes bench/results/hitpath-<date>-<host>.json, printing a markdown table.
 """
@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shim", type=Path, default=ROOT / "shim", help="the shim sources to build against (default shim/)")
     suite.cpu_arguments(ap)
     args = ap.parse_args(argv)
-    if not (args.shim / "proteus_shim.c").is_file():
-        print(f"hitpath_bench: {args.shim}: no proteus_shim.c there", file=sys.stderr)
+    if not (args.shim / "cuda.c").is_file():
+        print(f"hitpath_bench: {args.shim}: no cuda.c there (the shim's sources)", file=sys.stderr)
         return 2
     if args.iterations < 1:
         print("hitpath_bench: --iterations must be positive", file=sys.stderr)
@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     with tempfile.TemporaryDirectory(prefix="proteus-hitpath-") as tmp:
         exe = Path(tmp) / "hitpath"
+        others = [str(args.shim / n) for n in ("tables.c", "python.c", "jobs.c", "lifecycle.c")]  # (cuda.c: included)
         build = subprocess.run([cc, "-std=gnu11", "-O2", "-Wall", "-I", str(args.shim), str(ROOT / "bench" / "hitpath.c"),
-                                "-o", str(exe), "-ldl", "-lpthread"], capture_output=True, text=True)
+                                *others, "-o", str(exe), "-ldl", "-lpthread"], capture_output=True, text=True)
         if build.returncode != 0:
             print(f"hitpath_bench: bench/hitpath.c does not build: {build.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
             return 1

@@ -43,7 +43,7 @@ data = open(fatbin, "rb").read()
 buf = ctypes.create_string_buffer(data, len(data))
 assert runtime.init(store, 13000)
 kid = struct.unpack_from("<I", runtime.kernel_info(ctypes.addressof(buf), sys.argv[6], 90))[0]
-runtime._state.stats[kid].tracker.threshold = 1 << 30  # keep folding the counter: every launch a new variant
+runtime.state().stats[kid].tracker.threshold = 1 << 30  # keep folding the counter: every launch a new variant
 grid, block = (16, 1, 1), (256, 1, 1)
 done = threading.Event()
 warm_up = threading.Thread(target=lambda: (runtime.prepare_compiler(0, 0), done.set()))

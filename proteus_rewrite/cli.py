@@ -257,15 +257,13 @@ def prewarm(store_or_app, reports, cache_dir):
         by_name.setdefault(k.name, []).append(k)
     counts = {"compiled": 0, "memory": 0, "disk": 0, "not in this store": 0, "failed": 0, "tracker decisions": 0}
     if config.tracker:  # what the value tracker learned: the next run starts from it, as after that run
-        from .cache import Entry
-        from .policy import POLICY_KIND, encode_learned, policy_key
+        from .policy import policy_key, save_learned
 
         sha = {f.index: f.sha256 for f in table.fatbins}
         for name, slots in learned.items():
             for record in by_name.get(name, []):
                 key = policy_key(sha[record.fatbin], record.name, record.arch, config.tracker_threshold, config.tracker_ratio)
-                chain.put(Entry(key, POLICY_KIND, record.arch, encode_learned(list(dict.fromkeys(slots))),
-                                {"kernel": record.demangled}))
+                save_learned(chain, key, record.arch, list(dict.fromkeys(slots)), record.demangled)
                 counts["tracker decisions"] += 1
     # The next run starts with those slots unfolded, so the variants it asks for are the recorded
     # launches with them as run-time values; that run may have exited before compiling them.

@@ -101,6 +101,15 @@ def encode_learned(dropped: list[str]) -> bytes:
     return json.dumps({"stopped_folding": list(dropped)}).encode()
 
 
+def save_learned(cache, key: str, arch: int | str, dropped: list[str], kernel: str) -> None:
+    """Put one kernel's tracker decisions in the cache (`cache` a CacheChain): the run time
+    at a compile thread's start and at exit, and prewarm from a report, write them alike. Not
+    counted against the cache's size cap: a decision is a few bytes and the next run needs it."""
+    from .cache import Entry
+
+    cache.put(Entry(key, POLICY_KIND, arch, encode_learned(dropped), {"kernel": kernel}), enforce_cap=False)
+
+
 def decode_learned(data: bytes) -> list[object]:
     """The slots a saved decision names: argument indices (int), BLOCK or GRID. A malformed
     entry names none (the checksum guards against damage; this against other writers)."""

@@ -1,4 +1,4 @@
-/* libproteus.so, HIP half: the same job as proteus_shim.c's CUDA paths, for AMD GPUs.
+/* libproteus.so, HIP half: the same job as cuda.c, for AMD GPUs.
  *
  *   - learns which offload bundle and kernel name each launch handle is, by wrapping the
  *     registration calls clang emits into every HIP translation unit (__hipRegisterFatBinary,
@@ -13,7 +13,7 @@
  *     launches the result with the real hipModuleLaunchKernel.
  * Anything that fails launches the original kernel unchanged. Everything generic (the kernel
  * table, the handle and variant tables, keys, the value tracker's policy, embedded Python,
- * the report) is proteus_shim.c's, through proteus_shim.h. No HIP headers (proteus_hip.h), and
+ * the report) lives in tables.c, python.c, jobs.c and lifecycle.c, through shim.h. No HIP headers (hip_api.h), and
  * nothing of HIP is looked up or loaded until a HIP app calls one of these functions: a CUDA
  * app never loads anything HIP.
  *
@@ -22,8 +22,9 @@
  * hipExtModuleLaunchKernel, hipLaunchCooperativeKernel and hipExtLaunchKernel (they run the
  * original kernel, uncounted), and arguments passed through `extra` (run unspecialized).
  */
-#include "proteus_shim.h"
-#include "proteus_hip.h"
+#include "hitpath.h"
+#include "shim.h"
+#include "hip_api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@
 
 /* ------------------------------------------------------------------ the real functions */
 
-#define HIP_FN(ret, name, params) typedef ret(*name##_fn) params; static name##_fn real_##name;
+#define HIP_FN(ret, name, params) name##_fn real_##name;
 PROTEUS_HIP_API(HIP_FN)
 #undef HIP_FN
 
@@ -140,7 +141,7 @@ static int arch_at(const char *p, size_t room) {
 /* The device's gcnArchName out of a hipDeviceProp_t filled by the runtime: at its place in
  * ROCm 5's layout (hipDeviceProp_tR0000 in ROCm 6), else the first processor name anywhere in
  * the structure, whatever its layout. "" when there is none. */
-static void arch_from_props(const unsigned char *props, size_t size, char *out, size_t nout) {
+void arch_from_props(const unsigned char *props, size_t size, char *out, size_t nout) {
   const char *p = (const char *)props;
   out[0] = 0;
   if (arch_at(p + HIP_GCN_ARCH_NAME_OFFSET, size - HIP_GCN_ARCH_NAME_OFFSET)) {
@@ -182,7 +183,7 @@ static void hip_resolve(kinfo *ki, int dev) {   /* jit_lock held */
   } else if (python_ready()) {
     int g = py.GILStateEnsure();
     ssize_t n = 0;
-    uint8_t *blob = py_bytes(py.CallFunction(f_kernel_info, "Kss", (unsigned long long)(uintptr_t)ki->image, ki->name, arch), &n);
+    uint8_t *blob = py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO_HIP, (unsigned long long)(uintptr_t)ki->image, ki->name, arch), &n);
     py.GILStateRelease(g);
     if (read_kernel_info(ki, blob, n)) {
       state = K_ACTIVE;
@@ -226,14 +227,14 @@ static hipFunction_t hip_compile(kinfo *ki, void *owner, int dev, void **params,
   for (uint32_t i = 0; i < ki->nglobals; i++) addrs[i] = hip_global_address(ki, owner, ki->globals[i]);
   int g = py.GILStateEnsure();
   ssize_t n = 0;
-  uint8_t *image = py_bytes(py.CallFunction(f_specialize, "iy#(III)(III)y#sd", ki->kid, (const char *)args, (ssize_t)nargs,
+  uint8_t *image = py_bytes(py.CallFunction(f_specialize, FMT_SPECIALIZE_HIP, ki->kid, (const char *)args, (ssize_t)nargs,
                                             grid.x, grid.y, grid.z, block.x, block.y, block.z, (const char *)addrs,
                                             (ssize_t)(ki->nglobals * 8), hip_arch(dev), 0.0),
                             &n);
   if (image) {
     hipModule_t mod = NULL;
     hipError_t before = pending_error();
-    const char *fault = getenv("PROTEUS_FAULT_INJECT");   /* tests only: see proteus_rewrite/faults.py */
+    const char *fault = getenv(ENV_FAULT_INJECT);   /* tests only: see proteus_rewrite/faults.py */
     hipError_t r = fault && strstr(fault, "module-load") ? HIP_ERROR_INVALID_IMAGE
                    : HIP_REAL(hipModuleLoadData) ? real_hipModuleLoadData(&mod, image) : HIP_ERROR_INVALID_IMAGE;
     if (r == HIP_SUCCESS) {
@@ -243,7 +244,7 @@ static hipFunction_t hip_compile(kinfo *ki, void *owner, int dev, void **params,
     if (r != HIP_SUCCESS) {
       fn = NULL;
       clear_our_error(before);
-      PyObject *res = py.CallFunction(f_load_failed, "ii", ki->kid, (int)r);
+      PyObject *res = py.CallFunction(f_load_failed, FMT_LOAD_FAILED, ki->kid, (int)r);
       if (res) py.DecRef(res); else py.ErrPrint();
       free(image);
     }
@@ -259,8 +260,8 @@ done:
 /* ------------------------------------------------------------------ the launch path */
 
 /* The specialized function for this launch, or NULL to run the original. The HIP twin of
- * proteus_shim.c's pick(), over the same tables; the device (ordinal + 1) stands for the context. */
-static hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block) {
+ * cuda.c's pick(), over the same tables; the device (ordinal + 1) stands for the context. */
+hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block) {
   read_env();
   if (g_disable) return NULL;
   kinfo *ki = launched_kernel(handle, grid, block);
@@ -360,9 +361,9 @@ EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsign
   return real_hipModuleLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, kernelParams, extra);
 }
 
-/* Every definition above has exactly the type proteus_hip.h lists (which the tests check
+/* Every definition above has exactly the type hip_api.h lists (which the tests check
  * against ROCm's headers and clang's registration calls). */
-#define SAME_TYPE(name) _Static_assert(__builtin_types_compatible_p(__typeof__(&name), name##_fn), #name " differs from proteus_hip.h");
+#define SAME_TYPE(name) _Static_assert(__builtin_types_compatible_p(__typeof__(&name), name##_fn), #name " differs from hip_api.h");
 SAME_TYPE(__hipRegisterFatBinary) SAME_TYPE(__hipRegisterFunction) SAME_TYPE(__hipRegisterVar) SAME_TYPE(__hipUnregisterFatBinary)
 SAME_TYPE(hipLaunchKernel) SAME_TYPE(hipLaunchKernel_spt) SAME_TYPE(hipModuleLaunchKernel) SAME_TYPE(hipModuleLoadData)
 SAME_TYPE(hipModuleLoadDataEx) SAME_TYPE(hipModuleGetFunction) SAME_TYPE(hipModuleUnload)

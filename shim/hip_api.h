@@ -1,7 +1,7 @@
 /* The HIP runtime as libproteus.so sees it: a few types and the functions the shim interposes
  * or calls, declared here so that the shim builds without HIP headers (like the CUDA half).
  *
- * PROTEUS_HIP_API(X) lists every such function once; proteus_hip.c turns the list into
+ * PROTEUS_HIP_API(X) lists every such function once; hip.c turns the list into
  * pointer types for the real functions and checks its own definitions against it.
  * tests/test_hip_shim.py proves the list right: it redeclares each function with ROCm's own
  * types after <hip/hip_runtime_api.h> (define PROTEUS_HIP_REAL_TYPES first), where any
@@ -20,7 +20,7 @@ typedef struct ihipModuleSymbol_t *hipFunction_t;
 typedef void *hipDeviceptr_t;
 typedef int hipJitOption;                  /* an enum in ROCm */
 typedef struct hipDeviceProp_t hipDeviceProp_t;   /* never dereferenced: see hip_arch() */
-/* dim3 (three unsigned ints) comes from proteus_shim.h */
+/* dim3 (three unsigned ints) comes from shim.h */
 #endif
 
 #define HIP_SUCCESS 0
@@ -67,5 +67,15 @@ typedef struct { unsigned magic, version; const void *binary; void *unused; } hi
                                      const char *name))                                                     \
   X(hipError_t, hipGetLastError, (void))                                                                    \
   X(hipError_t, hipPeekAtLastError, (void))
+
+/* The pointers to the real functions (hip.c), and what the tests call of hip.c. */
+#ifndef PROTEUS_HIP_REAL_TYPES
+#include "shim.h"
+#define PROTEUS_HIP_DECLARE(ret, name, params) typedef ret(*name##_fn) params; HIDDEN extern name##_fn real_##name;
+PROTEUS_HIP_API(PROTEUS_HIP_DECLARE)
+#undef PROTEUS_HIP_DECLARE
+HIDDEN void arch_from_props(const unsigned char *props, size_t size, char *out, size_t nout);
+HIDDEN hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block);
+#endif
 
 #endif

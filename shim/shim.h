@@ -1,7 +1,10 @@
-/* What the translation units of libproteus.so share: proteus_shim.c (the generic machinery
- * and CUDA) and proteus_hip.c (HIP). Everything declared here has hidden visibility: it is
- * internal to the shim, never exported to the app (the interposed entry points are marked
- * EXPORT where they are defined). No CUDA or HIP headers: the few types are declared here. */
+/* What the translation units of libproteus.so share: tables.c (handles, images, variants),
+ * hitpath.h (the inlined hit path), python.c (the embedded runtime), jobs.c (the miss path and
+ * compile threads), lifecycle.c (start-up, exit, the report), and the platforms: cuda.c
+ * (cuda_api.h) and hip.c (hip_api.h). Everything declared here has hidden visibility: internal
+ * to the shim, never exported to the app (the interposed entry points are marked EXPORT where
+ * they are defined). No CUDA or HIP headers: the few types are declared here. What crosses into
+ * Python is laid out in protocol.h, generated from proteus_rewrite/runtime/protocol.py. */
 #ifndef PROTEUS_SHIM_H
 #define PROTEUS_SHIM_H
 
@@ -14,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include "protocol.h"
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
@@ -142,48 +147,108 @@ typedef struct {
   PyObject *None;
 } py_api;
 
-/* ------------------------------------------------------------------ shared by the platforms (proteus_shim.c) */
+/* ------------------------------------------------------------------ lifecycle.c */
 
-/* configuration */
 HIDDEN extern int g_disable, g_trace_launch;
 HIDDEN void read_env(void);
 HIDDEN void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 HIDDEN extern void *(*real_dlsym)(void *, const char *);
 HIDDEN void init_real_dlsym(void);
+HIDDEN void prestart(int cuda);   /* Python (and for CUDA the compiler) on a thread of their own */
+HIDDEN void prepare_compiler(int arch, int app_thread);
+HIDDEN void before_exit(void);
+enum { PRE_NONE, PRE_PYTHON, PRE_COMPILER, PRE_DONE };
+HIDDEN extern pthread_mutex_t pre_lock;
+HIDDEN extern int pre_state, main_wrapped, exiting;
+HIDDEN extern _Atomic int pre_did;
 
-/* kernels and launch handles */
+/* ------------------------------------------------------------------ tables.c */
+
 HIDDEN extern pthread_mutex_t reg_lock;   /* registration and inserts */
 HIDDEN extern pthread_mutex_t jit_lock;   /* one compilation at a time */
-HIDDEN extern _Atomic uint64_t unknown_launches;
-/* Where the app's threads waited on us, for the report (nanoseconds; misses only, never a hit) */
-HIDDEN extern _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns, n_awaits;
+HIDDEN extern kinfo *all_kernels;
+HIDDEN extern var_reg *all_vars;
+/* What the report reads: where the app's threads waited on us (nanoseconds; misses only,
+ * never a hit), the CPU of the shim's threads, and CLOCK_MONOTONIC instants (see protocol.h) */
+HIDDEN extern _Atomic uint64_t unknown_launches, t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns,
+    t_await_ns, n_awaits, t_check_ns, n_checks, n_deferred;
+HIDDEN extern _Atomic uint64_t t_loaded_ns, t_main_start_ns, t_main_end_ns, t_main_cpu_ns, t_worker_cpu_ns,
+    t_prestart_cpu_ns;
+HIDDEN extern _Atomic uint64_t t_stage_ns[MISS_STAGES];
 HIDDEN uint64_t now_ns(void);
+HIDDEN uint64_t thread_cpu_ns(void);
+HIDDEN void stage(int which, uint64_t *t);
 HIDDEN kinfo *handle_lookup(const void *h);   /* lock-free */
 HIDDEN void *handle_owner(const void *h);     /* lock-free: the module or library the handle came from */
+HIDDEN void handle_insert(const void *h, kinfo *ki, void *owner);   /* reg_lock held */
 HIDDEN kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block);   /* lock-free; counts the launch */
 HIDDEN void remember(const void *handle, const void *image, const char *name, int owner_kind, void *owner);
 HIDDEN void remember_image(void *owner, const void *image);
 HIDDEN const void *image_of(void *owner);
 HIDDEN void forget_owner(void *owner);
-HIDDEN void launch_error(const void *handle);
-
-/* embedded Python (jit_lock held for all of these but py_bytes) */
-HIDDEN extern py_api py;
-HIDDEN extern PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed;
-HIDDEN int python_ready(void);
-HIDDEN void prestart(int cuda);   /* Python (and for CUDA the compiler) on a thread of their own */
-HIDDEN uint8_t *py_bytes(PyObject *res, ssize_t *len);
-HIDDEN int read_kernel_info(kinfo *ki, const uint8_t *blob, ssize_t n);
-
-/* variants: keys and the lock-free table */
-HIDDEN int build_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key, uint32_t gen);
-HIDDEN int stable_key(kinfo *ki, void **params, dim3 grid, dim3 block, uint8_t *key);
-HIDDEN uint64_t key_hash(const kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);
 HIDDEN sentry *variant_lookup(uint64_t h, kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);
-HIDDEN sentry *find_variant(kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);   /* hash, then lookup */
 HIDDEN void variant_insert(sentry *ne);   /* jit_lock held */
 HIDDEN sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending);
+HIDDEN void launch_error(const void *handle);
+
+/* ------------------------------------------------------------------ python.c (jit_lock held for all but py_bytes) */
+
+HIDDEN extern py_api py;
+HIDDEN extern PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler,
+    *f_finish, *f_miss, *f_track_deferred;
+HIDDEN extern int py_state;   /* 0 not tried, 1 ready, -1 unavailable */
+HIDDEN extern char shim_dir[4096];
+HIDDEN void find_shim_dir(void);
+HIDDEN int python_ready(void);
+HIDDEN uint8_t *py_bytes(PyObject *res, ssize_t *len);
+HIDDEN int read_kernel_info(kinfo *ki, const uint8_t *blob, ssize_t n);
+HIDDEN void apply_policy(kinfo *ki, const uint8_t *pol, ssize_t n);
 HIDDEN size_t pack_args(kinfo *ki, void **params, uint8_t *out);
-HIDDEN void track(kinfo *ki, void **params, dim3 grid, dim3 block);   /* jit_lock held */
+HIDDEN void track(kinfo *ki, void **params, dim3 grid, dim3 block);
+HIDDEN void pass_deferred(kinfo *ki);   /* the GIL and jit_lock held */
+HIDDEN ssize_t deferred_bytes(kinfo *ki);   /* the records defer() kept: jit_lock held */
+HIDDEN void report_at_exit(void);
+
+/* ------------------------------------------------------------------ jobs.c: the miss path */
+
+/* PROTEUS_ASYNC_COMPILATION: 0 compiles on the launching thread, 1 in the background, the
+ * original kernel running until the variant is ready (both upstream's); auto (ours, the
+ * default) in the background too, but a launch that asks again for a variant still compiling
+ * waits for it (docs/user/policy.md). */
+enum { ASYNC_OFF, ASYNC_ON, ASYNC_AUTO };
+
+/* One compile request: everything the specializer needs, copied out of the launch. */
+typedef struct job {
+  struct job *next;
+  kinfo *ki;
+  sentry *e;
+  CUcontext ctx;
+  dim3 grid, block;
+  size_t nargs;
+  uint8_t *args;
+  uint64_t *addrs;
+  double gpu_ms;
+  int arch;
+  uint32_t gen;            /* the policy generation of its key: a stale job is dropped */
+} job;
+
+HIDDEN extern int g_async, g_async_threads;
+HIDDEN extern pthread_mutex_t q_lock;
+HIDDEN extern pthread_cond_t q_cond;
+HIDDEN extern job *q_head, *q_tail;
+HIDDEN extern int q_stop, q_busy, q_workers;
+HIDDEN double gpu_ms(kinfo *ki);
+HIDDEN void free_job(job *j);
+HIDDEN CUfunction run_job(job *j, int cached_only, int *uncached);
+HIDDEN CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns);
+HIDDEN void *worker(void *arg);
+HIDDEN void read_async_env(void);   /* jit_lock held */
+HIDDEN void stop_workers(void);
+HIDDEN void register_atfork(void);
+HIDDEN int defer(kinfo *ki, void **params, dim3 grid, dim3 block);
+HIDDEN CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream);
+HIDDEN CUfunction pick_compiling(kinfo *ki, sentry *e, CUstream stream, int asked_first);
+HIDDEN CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo *ki,
+                            CUcontext ctx, int ctx_free);
 
 #endif

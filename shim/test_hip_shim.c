@@ -1,8 +1,15 @@
 /* Unit tests of the HIP half of the shim, without a GPU or a HIP runtime: the device's
  * processor read from hipDeviceProp_t, and the launch path's hit (no lock, no allocation, no
  * Python) and fallback. Built and run by tests/test_hip_shim.py. */
-#include "proteus_shim.c"
-#include "proteus_hip.c"
+#define _GNU_SOURCE
+#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_api.h"
+#include "hip_api.h"
+#include "hitpath.h"
+#include "shim.h"
 
 #include <assert.h>
 #include <time.h>

@@ -1,6 +1,13 @@
 /* Unit tests of the shim's hot-path pieces, without a GPU: hashing, the handle table, the
  * variant table, key building and policy changes. Built and run by tests/test_shim.py. */
-#include "proteus_shim.c"
+#define _GNU_SOURCE
+#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_api.h"
+#include "hitpath.h"
+#include "shim.h"
 
 #include <assert.h>
 #include <sys/wait.h>

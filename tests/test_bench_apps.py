@@ -256,7 +256,7 @@ def test_hitpath_bench_times_every_key_shape(tmp_path):
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "hitpath_bench.py"), "--iterations", "0"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--iterations must be positive" in bad.stderr
     bad = subprocess.run([sys.executable, str(ROOT / "bench" / "hitpath_bench.py"), "--shim", str(tmp_path)], capture_output=True, text=True)
-    assert bad.returncode == 2 and "no proteus_shim.c there" in bad.stderr
+    assert bad.returncode == 2 and "no cuda.c there" in bad.stderr
 
 
 def test_exit_cost_times_every_stage(tmp_path):

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from proteus_rewrite import runtime, store
+from proteus_rewrite.fatbin import layouts
+from proteus_rewrite.runtime import protocol
 from proteus_rewrite.cache import Entry, StorageCache, decode, describe, encode
 from proteus_rewrite.fatbin import extract, hostelf, offload_bundle
 from proteus_rewrite.fatbin.table import best_for_arch
@@ -253,7 +255,7 @@ def hip_runtime(tmp_path, monkeypatch):
     (bundle,) = offload_bundle.parse_section(section)
     buf = ctypes.create_string_buffer(section[: bundle.stored_size] + bytes(4096), bundle.stored_size + 4096)
     yield buf
-    runtime._state = None
+    runtime.reset()
 
 
 def _info(blob: bytes) -> tuple[int, int, int, int, list[int], bytes]:
@@ -268,7 +270,7 @@ def test_kernel_info_finds_a_registered_bundle_by_its_bytes(hip_runtime):
     assert (nparams, sizes, nglobals) == (5, [4, 4, 4, 8, 8], 0)
     assert fold == bytes([1, 1, 1, 0, 0])  # the scalars, never the pointers
     assert dims == 1  # the block (the launch bound), never the grid: AMDGPU folds no dimensions
-    wrapper = struct.pack("<IIQQ", runtime.HIP_WRAPPER_MAGIC, 1, ctypes.addressof(hip_runtime), 0)
+    wrapper = struct.pack("<IIQQ", layouts.HIP_WRAPPER_MAGIC, 1, ctypes.addressof(hip_runtime), 0)
     wbuf = ctypes.create_string_buffer(wrapper, len(wrapper))
     assert runtime.kernel_info(ctypes.addressof(wbuf), AXPY, "gfx90a") is not None  # __hip_fatbin_wrapper too
 
@@ -325,7 +327,7 @@ def test_a_cache_only_request_says_when_a_variant_needs_compiling(hip_runtime, t
     kid = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))[0]
     args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
     assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) == b""
-    stats = runtime._state.stats[kid]
+    stats = runtime.state().stats[kid]
     assert (stats.specializations, stats.budget_refusals, stats.variants, stats.failures) == (0, 0, [], {})
     (queued,) = stats.queued.values()
     assert queued["args"] == {"0": struct.pack("<i", 1 << 20).hex(), "1": struct.pack("<i", 8).hex(),
@@ -339,15 +341,15 @@ def test_a_cache_only_request_says_when_a_variant_needs_compiling(hip_runtime, t
     assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) == image
     assert (stats.specializations, stats.memory_hits) == (1, 1)
     # a spent compile budget is still a refusal (None: run the original), not a request to compile
-    runtime._state.config = dataclasses.replace(runtime._state.config, compile_budget=1e-9, compile_grace_ms=0.0)
+    runtime.state().config = dataclasses.replace(runtime.state().config, compile_budget=1e-9, compile_grace_ms=0.0)
     other = struct.pack("<iif", 1 << 20, 9, 0.5) + bytes(16)
     assert runtime.specialize(kid, other, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) is None
     assert stats.budget_refusals == 1
 
 
 def _miss(answer: bytes) -> tuple[int, bytes, bytes]:
-    status, _, npol = runtime.MISS_HEADER.unpack_from(answer)
-    off = runtime.MISS_HEADER.size
+    status, _, npol = protocol.MISS_HEADER.unpack_from(answer)
+    off = protocol.MISS_HEADER.size
     return status, answer[off : off + npol], answer[off + npol :]
 
 
@@ -356,26 +358,26 @@ def test_one_miss_call_tracks_then_asks_the_caches_unless_the_policy_changed(hip
     answer; on the launch that makes the tracker stop folding a slot, the policy alone (the
     shim's key for that launch is stale), and nothing queued for it."""
     kid, nparams, *_ = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))
-    stats = runtime._state.stats[kid]
+    stats = runtime.state().stats[kid]
 
     def launch(i: int) -> bytes:
         return struct.pack("<iif", 4096, i, 0.5) + bytes(16)
 
     status, policy, image = _miss(runtime.miss(kid, launch(0), (16, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1))
-    assert (status, image) == (runtime.MISS_IMAGE, b"")  # no cache holds it: the shim queues it
+    assert (status, image) == (protocol.MISS_IMAGE, b"")  # no cache holds it: the shim queues it
     assert policy == runtime.track(kid, launch(0), (16, 1, 1), (256, 1, 1)) and policy[4:7] == b"\x01\x01\x01"
     assert len(stats.queued) == 1
     answers = [_miss(runtime.miss(kid, launch(i), (16, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1)) for i in range(1, 20)]
-    changed = [i for i, (status, _, _) in enumerate(answers, 1) if status == runtime.MISS_POLICY_CHANGED]
+    changed = [i for i, (status, _, _) in enumerate(answers, 1) if status == protocol.MISS_POLICY_CHANGED]
     assert len(changed) == 1  # argument 1 stops being folded once
     status, policy, image = answers[changed[0] - 1]
     assert policy[4:7] == b"\x01\x00\x01" and image == b""
     assert len(stats.queued) == changed[0] + 1  # one per launch before it, none for it, one general variant after
-    assert all(status == runtime.MISS_IMAGE for status, _, _ in answers[changed[0]:])
+    assert all(status == protocol.MISS_IMAGE for status, _, _ in answers[changed[0]:])
     # compiled (the compile thread's specialize), the general variant answers every later value
     image = runtime.specialize(kid, launch(99), (16, 1, 1), (256, 1, 1), b"", "gfx90a")
     assert _miss(runtime.miss(kid, launch(1234), (16, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1)) == \
-        (runtime.MISS_IMAGE, policy, image)
+        (protocol.MISS_IMAGE, policy, image)
     # the tracker's decision was saved by that compilation, off the launching thread
     saved = [describe(p)["kind"] for p, _ in StorageCache(tmp_path / "cache").entries()]
     assert "policy" in saved and not stats.policy_unsaved
@@ -389,27 +391,27 @@ def test_launches_the_shim_deferred_reach_the_tracker_first_and_in_order(hip_run
     blob = runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a")
     kid = _info(blob)[0]
     assert struct.unpack_from("<5I", blob)[4] == 8 + 2  # T + 2, the defaults
-    stats = runtime._state.stats[kid]
+    stats = runtime.state().stats[kid]
     grid, block = (16, 1, 1), (256, 1, 1)
 
     def launch(i: int) -> bytes:
         return struct.pack("<iif", 4096, i, 0.5) + bytes(16)
 
     def deferred(values) -> bytes:
-        return b"".join(runtime.DEFERRED.pack(*grid, *block) + launch(i) for i in values)
+        return b"".join(protocol.DEFERRED.pack(*grid, *block) + launch(i) for i in values)
 
-    assert _miss(runtime.miss(kid, launch(0), grid, block, b"", "gfx90a", 0.0, 1))[0] == runtime.MISS_IMAGE  # queued
+    assert _miss(runtime.miss(kid, launch(0), grid, block, b"", "gfx90a", 0.0, 1))[0] == protocol.MISS_IMAGE  # queued
     # 1..7 deferred: with 8, nine distinct values, not yet more than T
     status, policy, _ = _miss(runtime.miss(kid, launch(8), grid, block, b"", "gfx90a", 0.0, 1, deferred(range(1, 8))))
-    assert (status, policy[4:7], stats.tracker.variants) == (runtime.MISS_IMAGE, b"\x01\x01\x01", 9)
+    assert (status, policy[4:7], stats.tracker.variants) == (protocol.MISS_IMAGE, b"\x01\x01\x01", 9)
     assert len(stats.queued) == 2  # launches 0 and 8, not the deferred ones
     # the tenth value, deferred, stops argument 1's folding: the miss that passes it has a stale key
     status, policy, image = _miss(runtime.miss(kid, launch(10), grid, block, b"", "gfx90a", 0.0, 1, deferred([9])))
-    assert (status, policy[4:7], image) == (runtime.MISS_POLICY_CHANGED, b"\x01\x00\x01", b"")
+    assert (status, policy[4:7], image) == (protocol.MISS_POLICY_CHANGED, b"\x01\x00\x01", b"")
     assert stats.tracker.dropped == ["1"] and stats.policy_unsaved
     # at exit, what no miss took: counted, the policy as it is
     before = stats.tracker.variants
-    assert runtime.track_deferred(kid, deferred([11]) + runtime.DEFERRED.pack(*grid, 512, 1, 1) + launch(12)) == policy
+    assert runtime.track_deferred(kid, deferred([11]) + protocol.DEFERRED.pack(*grid, 512, 1, 1) + launch(12)) == policy
     assert stats.tracker.variants == before + 1  # block 512 is new; 11 is not, argument 1 being a parameter now
     assert runtime.track_deferred(kid, b"") == policy
 
@@ -464,9 +466,9 @@ def test_what_the_tracker_learned_is_where_the_next_run_starts(hip_runtime, tmp_
     assert StorageCache(tmp_path / "cache").entries() == []
     runtime.finish()
     saved = [describe(p) for p, _ in StorageCache(tmp_path / "cache").entries()]
-    assert [(e["kind"], e["kernel"]) for e in saved if e["kind"] == "policy"] == [("policy", runtime._state.stats[kid].demangled)]
+    assert [(e["kind"], e["kernel"]) for e in saved if e["kind"] == "policy"] == [("policy", runtime.state().stats[kid].demangled)]
     # a new process over the same cache: argument 1 is a run-time parameter from its first launch
-    runtime._state = None
+    runtime.reset()
     runtime.init(str(tmp_path), 0)
     kid, _, _, _, _, fold = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a:sramecc+:xnack-"))
     assert fold[:3] == b"\x01\x00\x01"
@@ -475,7 +477,7 @@ def test_what_the_tracker_learned_is_where_the_next_run_starts(hip_runtime, tmp_
     (k,) = json.loads((tmp_path / "report.json").read_text())["kernels"]
     assert k["tracker"]["learned_from_earlier_runs"] == ["1"] and k["tracker"]["folded_now"] == [0, 2]
     # other tracker settings learn anew
-    runtime._state = None
+    runtime.reset()
     os.environ["PROTEUS_TRACKER_THRESHOLD"] = "3"
     try:
         runtime.init(str(tmp_path), 0)
@@ -495,7 +497,7 @@ def test_the_compiler_is_warmed_up_ahead_unless_the_last_run_compiled_nothing(hi
     args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
 
     def process(args=args, **env):
-        runtime._state = None
+        runtime.reset()
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         runtime.init(str(tmp_path), 0)
@@ -505,7 +507,7 @@ def test_the_compiler_is_warmed_up_ahead_unless_the_last_run_compiled_nothing(hi
         compiled = runtime.compiled_this_run()
         runtime.finish()
         counters = struct.pack("<iQQQQQQ", kid, 1, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
-        runtime.write_report(str(tmp_path / "r.json"), counters, 0, (0,) * len(runtime.WAIT_FIELDS))
+        runtime.write_report(str(tmp_path / "r.json"), counters, 0, (0,) * len(protocol.WAIT_FIELDS))
         prestart = json.loads((tmp_path / "r.json").read_text())["prestart"]
         notes = [describe(p) for p, _ in StorageCache(tmp_path / "cache").entries()]
         return ahead, compiled, prestart["compiler_skipped"], sorted(e["kind"] for e in notes)
@@ -525,7 +527,7 @@ def test_the_compiler_is_warmed_up_ahead_unless_the_last_run_compiled_nothing(hi
     assert process() == (False, 0, True, ["codeobj", "codeobj", "run"])
     # the note's lookup is left out of the report's disk counts: the variant's hit and the
     # tracker's lookup of a saved policy (none) are all there is
-    disk = runtime._state.cache.stats()["disk"]
+    disk = runtime.state().cache.stats()["disk"]
     assert (disk.hits, disk.misses) == (1, 1)
     # synchronous compilation would warm up on the app's thread: always ahead
     assert process(PROTEUS_ASYNC_COMPILATION="0")[:3] == (True, 0, False)

@@ -76,7 +76,7 @@ def test_the_shims_hip_declarations_match_rocms_headers(tmp_path):
     _headers()
     # Every function of PROTEUS_HIP_API redeclared with ROCm's types: a difference is an error.
     real = ("#define PROTEUS_HIP_REAL_TYPES\n#include <hip/hip_runtime_api.h>\n#include <stddef.h>\n"
-            '#include "proteus_hip.h"\n' + DECLARE)
+            '#include "hip_api.h"\n' + DECLARE)
     src = tmp_path / "real.c"
     src.write_text(real)
     proc = _cc(["-D__HIP_PLATFORM_AMD__", "-Werror", "-Wall", "-I", SHIM, "-c", src, "-o", tmp_path / "real.o"])
@@ -86,7 +86,7 @@ def test_the_shims_hip_declarations_match_rocms_headers(tmp_path):
     proc = _cc(["-D__HIP_PLATFORM_AMD__", "-I", SHIM, "-c", src, "-o", tmp_path / "bad.o"])
     assert proc.returncode != 0 and "conflicting types for 'hipLaunchKernel'" in proc.stderr.replace("‘", "'").replace("’", "'")
     # The shim's own types have the sizes and layouts of ROCm's, and its constants their values.
-    ours = _sizes(tmp_path, "ours", '#include "proteus_shim.h"\n#include "proteus_hip.h"\n'
+    ours = _sizes(tmp_path, "ours", '#include "shim.h"\n#include "hip_api.h"\n'
                   "#define HIP_GCN_ARCH_NAME_OFFSET_CHECK HIP_GCN_ARCH_NAME_OFFSET\n"
                   "#define HIP_STREAM_PER_THREAD_CHECK (size_t)HIP_STREAM_PER_THREAD\n"
                   "#define HIP_INVALID_IMAGE_CHECK HIP_ERROR_INVALID_IMAGE\n#define HIP_SUCCESS_CHECK HIP_SUCCESS\n")
@@ -125,7 +125,7 @@ def test_registration_declarations_match_what_clang_emits(tmp_path):
     assert emitted.returncode == 0, emitted.stderr
     theirs = _declares(emitted.stdout)
     c = tmp_path / "ours.c"
-    c.write_text('#include "proteus_shim.h"\n#include "proteus_hip.h"\n' + DECLARE +
+    c.write_text('#include "shim.h"\n#include "hip_api.h"\n' + DECLARE +
                  "#define USE(ret, name, params) (void *)name,\nvoid *used[] = {PROTEUS_HIP_API(USE)};\n")
     ours_ir = subprocess.run([CLANG, "-O0", "-I", str(SHIM), "-S", "-emit-llvm", "-o", "-", str(c)],
                              capture_output=True, text=True)
@@ -143,7 +143,7 @@ def test_registration_declarations_match_what_clang_emits(tmp_path):
 
 
 def test_the_shim_includes_no_hip_header():
-    for path in SHIM.glob("proteus_*.[ch]"):
+    for path in [*SHIM.glob("*.c"), *SHIM.glob("*.h")]:
         assert not re.search(r"#\s*include\s*[<\"]hip/", path.read_text()), path
 
 
@@ -152,7 +152,10 @@ def test_the_shim_includes_no_hip_header():
 
 def test_hip_shim_unit_tests(tmp_path):
     exe = tmp_path / "test_hip_shim"
-    proc = _cc(["-O1", "-Wall", "-I", SHIM, SHIM / "test_hip_shim.c", "-o", exe, "-ldl", "-lpthread"])
+    from proteus_rewrite.inject import shim as shim_mod
+
+    proc = _cc(["-O1", "-Wall", "-I", SHIM, SHIM / "test_hip_shim.c", *[SHIM / n for n in shim_mod.SOURCES], "-o", exe,
+                "-ldl", "-lpthread"])
     assert proc.returncode == 0, proc.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

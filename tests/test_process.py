@@ -155,16 +155,16 @@ def test_the_prestart_starts_the_compiler_process_and_compiles_nothing_here(samp
     here = []
     monkeypatch.setattr(specializer, "warm_up", lambda arch, *a, **k: here.append(arch) or 1.0)
     monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
-    runtime._state = None
+    runtime.reset()
     assert runtime.init(str(tmp_path), 13000)
     assert runtime.prepare_compiler(0, 1) and here == []
     runtime.write_report(str(tmp_path / "r.json"), b"")
     assert json.loads((tmp_path / "r.json").read_text())["compiler_process"] == {
         "python": sys.executable, "processes_started": 1, "deaths": 0,
-        "start_ms": runtime._state.compiler.report()["start_ms"], "nvjitlink": None}  # its warm-up not answered yet
+        "start_ms": runtime.state().compiler.report()["start_ms"], "nvjitlink": None}  # its warm-up not answered yet
     monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
-    runtime._state = None
+    runtime.reset()
     assert runtime.init(str(tmp_path), 13000)
     assert runtime.prepare_compiler(0, 1) and here == [runtime.WARM_UP_ARCH]
-    assert runtime._state.compiler is None
-    runtime._state = None
+    assert runtime.state().compiler is None
+    runtime.reset()

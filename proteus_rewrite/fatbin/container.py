@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from ..errors import FormatError
 from . import entry as entry_mod
 from .entry import Entry
-
-MAGIC = 0xBA55ED50
-HEADER = struct.Struct("<IHHQ")
+from .layouts import FATBIN_HEADER as HEADER
+from .layouts import FATBIN_MAGIC as MAGIC
 
 
 @dataclass(frozen=True)

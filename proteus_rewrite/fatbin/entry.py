@@ -31,6 +31,7 @@ import lz4.block
 import zstandard
 
 from ..errors import FormatError
+from .layouts import ZSTD_MAGIC
 
 HEADER = struct.Struct("<HHIQIIHHIIIQQQ")
 assert HEADER.size == 64
@@ -43,7 +44,6 @@ FLAG_ZSTD = 0x8000
 
 # Refuse to inflate an entry beyond this: a corrupt header must not exhaust memory.
 MAX_UNCOMPRESSED = (1 << 31) - 1  # also the LZ4 library's limit (a C int)
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 class Kind(IntEnum):

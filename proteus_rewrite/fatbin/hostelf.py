@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import lief
 
 from ..errors import FormatError, NotCudaBinaryError
+from .layouts import ELF_MAGIC
 
 lief.logging.disable()  # lief reports CUDA-specific ELF features on stderr; they are not errors here
 
@@ -23,8 +24,6 @@ CUDA_FATBIN_SEGMENT = ".nvFatBinSegment"
 HIP_FATBIN = ".hip_fatbin"
 MARKER_SECTION = ".proteus_rewrite"  # added by the rewriter (inject/), read by `inspect`
 GPU_SECTIONS = (CUDA_FATBIN, CUDA_RELFATBIN, CUDA_FATBIN_SEGMENT, HIP_FATBIN, MARKER_SECTION)
-
-ELF_MAGIC = b"\x7fELF"
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ import zstandard
 
 from ..errors import FormatError
 
-MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
-CCOB_MAGIC = b"CCOB"
+from .layouts import CCOB_MAGIC
+from .layouts import OFFLOAD_BUNDLE_MAGIC as MAGIC
 HEADER = struct.Struct("<24sQ")
 ENTRY = struct.Struct("<QQQ")
 CCOB_V1 = struct.Struct("<4sHHIQ")

@@ -24,21 +24,21 @@ PYTHON_CFG = "proteus-python.cfg"
 PACKAGED = Path(__file__).resolve().parent.parent / "_shim" / SHIM_NAME
 
 
-# The shim's translation units: the generic machinery and CUDA, and HIP. They share
-# shim/proteus_shim.h (and proteus_hip.h); neither needs CUDA or HIP headers.
-SOURCES = ("proteus_shim.c", "proteus_hip.c")
+# The shim's translation units (shim/shim.h says what each holds); none needs CUDA or HIP headers.
+SOURCES = ("tables.c", "python.c", "jobs.c", "lifecycle.c", "cuda.c", "hip.c")
+HEADERS = ("shim.h", "hitpath.h", "protocol.h", "cuda_api.h", "hip_api.h")
 
 
-def source_path() -> Path:
-    return Path(__file__).resolve().parent.parent.parent / "shim" / "proteus_shim.c"
+def source_dir() -> Path:
+    return Path(__file__).resolve().parent.parent.parent / "shim"
 
 
-def build(output: str | os.PathLike, source: str | os.PathLike | None = None, cc: str | None = None) -> Path:
-    """Compile the shim (C, no CUDA or HIP headers needed) into `output`, atomically. `source`
-    is shim/proteus_shim.c; the other translation units are taken from beside it."""
-    src = Path(source) if source else source_path()
-    srcs = [src.with_name(name) for name in SOURCES]
-    missing = next((s for s in srcs if not s.is_file()), None)
+def build(output: str | os.PathLike, shim_dir: str | os.PathLike | None = None, cc: str | None = None) -> Path:
+    """Compile the shim (C, no CUDA or HIP headers needed) from `shim_dir` (default: the source
+    tree's shim/) into `output`, atomically."""
+    src = Path(shim_dir) if shim_dir else source_dir()
+    srcs = [src / name for name in SOURCES]
+    missing = next((s for s in srcs + [src / h for h in HEADERS] if not s.is_file()), None)
     if missing is not None:
         raise InjectError("shim source not found (install from a source tree)", missing)
     out = Path(output)
@@ -62,7 +62,7 @@ def packaged_shim() -> Path:
     """The shim built at install time (pip install .); built here as a fallback in a source checkout."""
     if PACKAGED.is_file():
         return PACKAGED
-    if source_path().is_file():
+    if (source_dir() / SOURCES[0]).is_file():
         return build(PACKAGED)
     raise InjectError("libproteus.so is missing from the installation; reinstall proteus-rewrite", PACKAGED)
 

@@ -1,0 +1,31 @@
+"""The Python half of libproteus.so, called from C on a miss (never on a cache hit).
+
+    init(shim_dir, driver_version)            once, when the first kernel is launched
+    kernel_info(image_ptr, name, arch)        which recorded kernel a launch handle is
+    specialize(kid, args, grid, block, globals, arch, gpu_ms) -> cubin/PTX bytes (HIP: a code object), or None
+                                              to run the original
+    track(kid, args, grid, block, earlier)    a launch the shim's table missed: the value tracker's policy
+    miss(kid, args, grid, block, globals, arch, gpu_ms, cached_only, earlier)  track, then (unless the
+                                              policy changed) specialize, in one call
+    track_deferred(kid, earlier)              launches the shim deferred: on a compile thread before
+                                              it takes a job, and at exit
+    load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
+    prepare_compiler(arch, ahead) -> bool     the compiler's first use, ahead of the first specialization
+    finish()                                  at exit: notes whether this run compiled (the next run's guess)
+    write_report(path, counters, unknown, waits)  at exit, for PROTEUS_REPORT
+
+Kernel stores (*.kstore) are found beside the shim (or in PROTEUS_STORE_DIR). A loaded
+image is matched to a recorded fat binary by the SHA-256 of its bytes, so a store that
+does not belong to the running binary (say, the app was rebuilt) matches nothing and the
+app simply runs its original kernels. `arch` is an SM version (CUDA, 90) or the device's
+processor (HIP: its gcnArchName, "gfx90a:sramecc+:xnack-"; the features are dropped). Every failure here becomes one warning per kernel
+and a None, never an exception into C.
+"""
+
+from .miss import (WARM_UP_ARCH, compiled_this_run, finish, load_failed, miss, prepare_compiler, specialize, track,
+                   track_deferred)
+from .report import write_report
+from .session import init, kernel_info, reset, state
+
+__all__ = ["WARM_UP_ARCH", "compiled_this_run", "finish", "init", "kernel_info", "load_failed", "miss",
+           "prepare_compiler", "reset", "specialize", "state", "track", "track_deferred", "write_report"]

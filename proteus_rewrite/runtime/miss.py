@@ -1,0 +1,271 @@
+"""What the shim asks on a miss (a launch whose key its table lacks): the value tracker's
+policy, the caches and, when they have nothing, a compilation; and the compiler's preparation and
+the end of the run."""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from pathlib import Path
+
+from .. import faults
+from ..cache import StorageCache
+from ..errors import ProteusError
+from ..jit import specializer as spec_mod
+from ..jit.launch import Launch
+from ..policy import (BLOCK, GRID, RUN_KIND, Budget, compiles_likely, decode_run, encode_run, run_key, save_learned)
+from ..cache import Entry
+from . import protocol, session
+
+
+def track(kid: int, args: bytes, grid: tuple, block: tuple, earlier: bytes = b"") -> bytes:
+    """A launch whose key the shim's table lacks. Returns the kernel's policy, which the shim's
+    key follows from now on: u32 dims (bit 0 block, bit 1 grid); u8 fold[nparams]. `earlier`:
+    launches of the kernel the shim deferred (DEFERRED), seen first, in order."""
+    return _track(kid, (args, grid, block), earlier)[0]
+
+
+def track_deferred(kid: int, earlier: bytes) -> bytes:
+    """Launches the shim deferred (their variants queued unasked), from a compile thread before
+    it takes a job, which a policy they change makes stale, and at exit. Returns the policy."""
+    return _track(kid, None, earlier)[0]
+
+
+def _track(kid: int, launch: tuple[bytes, tuple, tuple] | None, earlier: bytes = b"") -> tuple[bytes, bool]:
+    """The policy (as track), and whether these launches changed it: the deferred ones in
+    `earlier`, then `launch` (args, grid, block; None: none)."""
+    assert session._state is not None
+    record, stats = session._state.kernels[kid][1], session._state.stats[kid]
+    tracker = stats.tracker
+    if tracker is None:
+        return b"", False  # no tracker: the policy never changes (the shim ignores an empty answer)
+    before = len(tracker.dropped)
+    try:
+        offsets, off = [], 0
+        for p in record.params:
+            offsets.append(off)
+            off += p.size
+
+        def see(args: bytes, grid: tuple, block: tuple) -> None:
+            tracker.before({**{i: args[offsets[i] : offsets[i] + record.params[i].size] for i in tracker.folded},
+                            BLOCK: struct.pack("<3I", *block), GRID: struct.pack("<3I", *grid)})
+
+        step = protocol.DEFERRED.size + off
+        for at in range(0, len(earlier) - step + 1, step):
+            dims = protocol.DEFERRED.unpack_from(earlier, at)
+            see(earlier[at + protocol.DEFERRED.size : at + step], dims[:3], dims[3:])
+        if launch is not None:
+            see(*launch)
+    except Exception as exc:  # never into C; the policy simply stays as it was
+        session.warn_once(f"track:{record.name}", f"{record.demangled}: value tracker: {type(exc).__name__}: {exc}")
+    changed = len(tracker.dropped) != before
+    if changed and stats.policy_key:  # the next run starts from here: saved off this thread (_save_policies)
+        stats.policy_unsaved = True
+    policy = protocol.POLICY_HEAD.pack(tracker.dims) + bytes(1 if i in tracker.folded else 0 for i in range(len(record.params)))
+    return policy, changed
+
+
+def _save_policies() -> None:
+    """Write the tracker decisions not saved yet to the disk cache. Not on a launching thread
+    where that can be helped: a put is a dozen system calls, each a chance for another thread to
+    take the GIL, which the launch then waits for. A compile thread does it before compiling,
+    and finish() at exit."""
+    assert session._state is not None
+    for (_, record), stats in zip(session._state.kernels, session._state.stats):
+        if stats.policy_unsaved and stats.tracker is not None:
+            stats.policy_unsaved = False
+            save_learned(session._state.cache, stats.policy_key, record.arch, stats.tracker.dropped, record.demangled)
+
+
+MAX_QUEUED_RECORDS = 256  # per kernel; a value that changes on every launch stops being folded long before
+
+def miss(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int, gpu_ms: float = 0.0,
+         cached_only: int = 0, earlier: bytes = b"") -> bytes:
+    """A launch whose key the shim's table lacks, in one call: one wait for the GIL on the
+    launching thread where track and specialize took two (at a cold start, while the prestart
+    or a compile thread runs Python, each such wait was up to the switch interval or longer).
+    The tracker sees the launch, after the ones the shim deferred (`earlier`, as track); if that
+    changed the kernel's policy, the launch's key is stale
+    and nothing more is done (protocol.MISS_POLICY_CHANGED: the shim builds the key anew and calls
+    specialize); otherwise specialize answers (protocol.MISS_IMAGE, with the image, empty when it needs
+    compiling; protocol.MISS_ORIGINAL for None). Layout: MISS_HEADER, the policy (as track), the image."""
+    t0 = time.perf_counter_ns()
+    policy, changed = _track(kid, (args, grid, block), earlier)
+    tracked = min(time.perf_counter_ns() - t0, 0xFFFFFFFF)
+    if changed:
+        return protocol.MISS_HEADER.pack(protocol.MISS_POLICY_CHANGED, tracked, len(policy)) + policy
+    image = specialize(kid, args, grid, block, globals_, arch, gpu_ms, cached_only)
+    if image is None:
+        return protocol.MISS_HEADER.pack(protocol.MISS_ORIGINAL, tracked, len(policy)) + policy
+    return protocol.MISS_HEADER.pack(protocol.MISS_IMAGE, tracked, len(policy)) + policy + image
+
+
+def _launch_record(raw, folded, unknown_dims, arch, block, grid, globals_, addrs) -> dict:
+    """A launch as the report records it, enough to compile its variant again offline (prewarm)."""
+    return {"args": {str(i): raw[i].hex() for i in sorted(folded)}, "unknown_dims": sorted(unknown_dims), "arch": arch,
+            "block": list(block), "grid": list(grid), "globals": {g: a for g, a in zip(globals_, addrs)}}
+
+
+def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int | str,
+               gpu_ms: float = 0.0, cached_only: int = 0) -> bytes | None:
+    """The variant's image, or None to run the original. With cached_only, only the caches are
+    asked, and b"" means the variant needs compiling (the shim then queues it)."""
+    assert session._state is not None
+    if isinstance(arch, str):  # HIP's gcnArchName: gfx90a:sramecc+:xnack- -> gfx90a
+        arch = arch.split(":", 1)[0]
+    table, record = session._state.kernels[kid]
+    stats = session._state.stats[kid]
+    stats.gpu_ms = gpu_ms
+    try:
+        if not cached_only:
+            _save_policies()
+            if session._state.compiler is not None:  # before the tracker's policy is read: see Compilers.ready
+                session._state.compiler.ready()
+        raw, off = [], 0
+        for p in record.params:
+            raw.append(args[off : off + p.size])
+            off += p.size
+        addrs = struct.unpack(f"<{len(record.globals)}Q", globals_) if record.globals else ()
+        missing = [g for g, a in zip(record.globals, addrs) if not a]
+        if missing:
+            raise ProteusError(f"the AOT address of {', '.join(missing)} is unknown")
+        unknown, unknown_dims = frozenset(), frozenset()
+        tracker = stats.tracker
+        if tracker is not None:  # its latest policy: at least as general as the key this launch came with
+            unknown = frozenset(i for i in range(len(raw)) if i not in tracker.folded)
+            unknown_dims = frozenset(d for d, bit in ((BLOCK, 1), (GRID, 2)) if not tracker.dims & bit)
+        launch = Launch(tuple(raw), tuple(grid), tuple(block), arch, dict(zip(record.globals, addrs)), unknown, unknown_dims)
+        keep_ir = "ir-dump" in session._state.config.trace or session._state.config.dump_ir
+        config = session._state.config
+        may_compile = not config.compile_budget or Budget(config.compile_budget, config.compile_grace_ms).allows(stats.compile_ms, gpu_ms)
+        if isinstance(arch, str) and arch != record.arch:  # HIP: a module built for one processor runs on no other
+            raise ProteusError(f"its bitcode was recorded for {record.arch}, this device is a {arch}")
+        faults.check("specialize")
+        result = spec_mod.specialize(table, record, launch, session._state.config, session._state.cache, keep_ir=keep_ir,
+                                     driver_version=session._state.driver_version or None,
+                                     may_compile=may_compile and not cached_only, compiler=session._state.compiler)
+    except spec_mod.CompileBudgetSpent as exc:
+        if cached_only and may_compile:  # not in a cache: the shim queues it for a compile thread
+            if len(stats.queued) < MAX_QUEUED_RECORDS and exc.key not in stats.queued:
+                stats.queued[exc.key] = _launch_record(raw, exc.folded, unknown_dims, arch, block, grid, record.globals, addrs)
+            return b""
+        stats.budget_refusals += 1  # policy, not a failure: no warning
+        session.trace("specialization", f"{record.demangled}: compile budget spent ({stats.compile_ms:.0f} ms compiling, "
+               f"{gpu_ms:.0f} ms on the GPU); running the original kernel")
+        return None
+    except Exception as exc:
+        reason = str(exc) if isinstance(exc, ProteusError) else f"{type(exc).__name__}: {exc}"
+        stats.failures[reason] = stats.failures.get(reason, 0) + 1
+        session.warn_once(f"spec:{record.name}", f"{record.demangled}: not specialized ({reason}); running the original kernel")
+        return None
+    stats.queued.pop(result.key, None)
+    if result.source == "compiled":
+        stats.specializations += 1
+        stats.compile_ms += result.timings_ms.get("total", 0.0)
+    elif result.source == "disk":
+        stats.disk_hits += 1
+    else:
+        stats.memory_hits += 1
+    stats.variants.append({"key": result.key[:16], "source": result.source,
+                           "folded": {str(i): v for i, v in result.folded.items()},
+                           "block": list(block), "grid": list(grid), "ms": round(result.timings_ms.get("total", 0.0), 2),
+                           "timings_ms": {k: round(v, 2) for k, v in result.timings_ms.items()},
+                           # enough to compile this variant again offline (proteus-rewrite prewarm)
+                           "launch": _launch_record(raw, tuple(result.folded), unknown_dims, arch, block, grid,
+                                                    record.globals, addrs)})
+    session.trace("specialization", f"{record.demangled}: variant {result.key[:12]} ({result.source}) folded "
+           f"{ {i: v for i, v in result.folded.items()} } block {tuple(block)} grid {tuple(grid)} "
+           f"{result.timings_ms.get('total', 0.0):.1f} ms")
+    if result.ir_text is not None:
+        session.trace("ir-dump", f"IR of {record.demangled} variant {result.key[:12]}:\n{result.ir_text}")
+        if session._state.config.dump_ir:
+            os.makedirs(".proteus-dump", exist_ok=True)
+            Path(f".proteus-dump/device-jit-{result.key}.ll").write_text(result.ir_text)
+    return result.image.data
+
+
+WARM_UP_ARCH = 75  # the oldest architecture CUDA 13 compiles for: any will do to warm the compiler up
+
+
+def prepare_compiler(arch: int, ahead: int = 0) -> bool:
+    """The compiler's first use, ahead of any specialization (specializer.warm_up): loading
+    LLVM and nvJitLink and one small compilation. The shim calls it on its prestart thread while
+    the app creates its CUDA context (arch 0: none known yet; ahead), or else before it starts
+    compile threads, so that LLVM's and nvJitLink's exit-time destructors are registered before
+    the shim's exit hook that waits for those threads. Ahead, it may decline (False: not done)
+    when the app's last run compiled nothing; a compile thread then does it before its first
+    job. Not with PROTEUS_ASYNC_COMPILATION=0, where the app's own thread would."""
+    assert session._state is not None
+    if ahead and session._state.config.async_compilation != "0" and not compiles_likely(_last_run()):
+        session._state.warm_up_skipped = True
+        session.trace("specialization", "the app's last run compiled nothing: the compiler is not warmed up ahead")
+        try:
+            spec_mod.prepare_keys(session._state.config, session._state.driver_version or None)
+        except Exception as exc:  # the first launch meets it again, and reports it per kernel
+            session.trace("specialization", f"preparing cache keys: {type(exc).__name__}: {exc}")
+        return False
+    try:
+        if session._state.compiler is not None:  # it warms up by itself, while this thread goes on
+            session._state.compiler.start(arch or WARM_UP_ARCH, session._state.config.for_kernel("proteus_warm_up"),
+                                  session._state.driver_version or None)
+            spec_mod.prepare_keys(session._state.config, session._state.driver_version or None)
+            session.trace("specialization", "compiler process started")
+        else:
+            ms = spec_mod.warm_up(arch or WARM_UP_ARCH, session._state.config, session._state.driver_version or None)
+            session.trace("specialization", f"compiler ready ({ms:.0f} ms)")
+    except Exception as exc:  # a real compilation will meet it again and report it per kernel
+        session.trace("specialization", f"preparing the compiler: {type(exc).__name__}: {exc}")
+    return True
+
+
+def _run_key() -> str:
+    assert session._state is not None
+    return run_key([f.sha256 for t in session._state.tables for f in t.fatbins])
+
+
+def _last_run() -> int | None:
+    """How many variants the app's last run compiled, from its note in the disk cache."""
+    assert session._state is not None
+    if not session._state.last_run_read:
+        disk = next((level for level in session._state.cache.levels if isinstance(level, StorageCache)), None)
+        if disk is not None and session._state.tables:
+            entry = disk.get(_run_key(), counted=False)
+            if entry is not None and entry.kind == RUN_KIND:
+                session._state.last_run = decode_run(entry.data)
+        session._state.last_run_read = True
+    return session._state.last_run
+
+
+def compiled_this_run() -> int:
+    """Variants compiled, or queued for a compile thread and not compiled, in this process."""
+    assert session._state is not None
+    return sum(s.specializations + len(s.queued) for s in session._state.stats)
+
+
+def finish() -> None:
+    """At exit, from the shim: save the tracker's decisions no compile thread saved, and note
+    for the next run whether this one compiled, where that changes its guess
+    (policy.compiles_likely); a steady run writes nothing."""
+    try:
+        if session._state is None or not session._state.tables or session._state.config.disable:
+            return
+        _save_policies()
+        compiled = compiled_this_run()
+        if (compiled > 0) != compiles_likely(_last_run()):
+            session._state.cache.put(Entry(_run_key(), RUN_KIND, 0, encode_run(compiled), {"kernel": "(the app's last run)"}),
+                             enforce_cap=False)
+    except Exception as exc:  # never into C
+        session.trace("specialization", f"noting the run: {type(exc).__name__}: {exc}")
+
+
+def load_failed(kid: int, code: int) -> None:
+    assert session._state is not None
+    record = session._state.kernels[kid][1]
+    reason = (f"hipModuleLoadData/hipModuleGetFunction failed with HIP error {code}" if isinstance(record.arch, str)
+              else f"cuModuleLoadData/cuModuleGetFunction failed with CUDA error {code}")
+    stats = session._state.stats[kid]
+    stats.failures[reason] = stats.failures.get(reason, 0) + 1
+    session.warn_once(f"load:{record.name}", f"{record.demangled}: {reason}; running the original kernel")
+
+

@@ -1,0 +1,177 @@
+"""The run's report (PROTEUS_REPORT): written at exit from the shim's counters and the run
+time's statistics, read back by `proteus-rewrite report` and `prewarm`. Its schema is here
+alone: write_report makes the document, read_report checks one and gives its kernels."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from ..errors import InputError
+from ..policy import BLOCK, GRID
+from . import protocol, session
+from .files import atomic_write
+
+
+def _wait_sections(waits: tuple[int, ...]) -> dict:
+    """The report's shim_wait_ms, threads_ms, timeline_ns and prestart from the shim's figures."""
+    if len(waits) != len(protocol.WAIT_FIELDS):
+        return {"shim_wait_ms": {}, "prestart": {}}
+    w = dict(zip(protocol.WAIT_FIELDS, waits))
+
+    def ms(ns: int) -> float:
+        return round(ns / 1e6, 2)
+
+    start, end, report = w["main_start"], w["main_end"], w["report"]
+    return {
+        # what the app's threads spent waiting on the shim: never a hit, only misses and exit;
+        # compiling: launches that waited for their variant to finish compiling (auto mode);
+        # miss_stages: the compile lock, a kernel's first launch, the value tracker, the caches
+        # (or, compiling there, the compilation), queueing, and apart, before the tracker and the
+        # caches, waiting for the GIL (held by a compile or the prestart thread); compiling_checks: launches that
+        # asked again for a variant still compiling, found their stream idle and ran the original
+        "shim_wait_ms": {"python_start": ms(w["python_start"]), "misses": ms(w["misses"]), "miss_count": w["miss_count"],
+                         "prepare_compiler": ms(w["prepare_compiler"]), "exit": ms(w["exit"]),
+                         "compiling": ms(w["compiling"]), "compiling_count": w["compiling_count"],
+                         "miss_stages": {f: ms(w[f]) for f in protocol.MISS_STAGES},
+                         "compiling_checks": ms(w["compiling_checks"]),
+                         "compiling_check_count": w["compiling_check_count"],
+                         # of miss_count, launches handed to the tracker later, with no Python call
+                         "deferred_count": w["deferred_count"]},
+        # where the CPU went: the app's main() against the shim's own threads, and what came
+        # between main's return and this report (exit handlers, destructors)
+        "threads_ms": {"app_main_wall": ms(end - start) if start and end else 0.0, "app_main_cpu": ms(w["app_main_cpu"]),
+                       "compile_threads_cpu": ms(w["compile_threads_cpu"]), "prestart_cpu": ms(w["prestart_cpu"]),
+                       "after_main": ms(report - end) if end else 0.0},
+        # the same instants on a parent's clock: a benchmark places them in its run
+        "timeline_ns": {f: w[f] for f in ("shim_loaded", "main_start", "main_end", "report")},
+        # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
+        "prestart": {"python": bool(w["prestart"] & 1), "compiler": bool(w["prestart"] & 2)},
+    }
+
+
+def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: tuple[int, ...] = ()) -> None:
+    """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks.
+    `waits`, from the shim: WAIT_FIELDS, in that order (ns, counts, CLOCK_MONOTONIC times).
+    Without them (a test), the report has no waits."""
+    t_report = time.perf_counter()
+    assert session._state is not None
+    if session._profile is not None:
+        session._profile.disable()
+        try:
+            session._profile.dump_stats(os.environ["PROTEUS_PROFILE"])
+        except OSError as exc:
+            print(f"proteus: warning: {os.environ['PROTEUS_PROFILE']}: cannot write the profile: {exc.strerror or exc}",
+                  file=sys.stderr, flush=True)
+    kernels, off = [], 0
+    while off + protocol.COUNTERS.size <= len(counters):
+        kid, launches, hits, fallbacks, launch_errors, compiling, gpu_us = protocol.COUNTERS.unpack_from(counters, off)
+        end = counters.index(b"\0", off + protocol.COUNTERS.size)
+        name = counters[off + protocol.COUNTERS.size : end].decode(errors="replace")
+        off = end + 1
+        entry = {"name": name, "launches": launches, "fallback_launches": fallbacks + launch_errors + compiling,
+                 "launch_errors": launch_errors, "launches_while_compiling": compiling,
+                 "gpu_ms_estimate": round(gpu_us / 1000.0, 3)}
+        if kid >= 0:
+            s = session._state.stats[kid]
+            entry.update(
+                demangled=s.demangled,
+                globals=list(session._state.kernels[kid][1].globals),
+                specialized_launches=launches - fallbacks - launch_errors - compiling,
+                table_hits=hits,
+                specializations=s.specializations,
+                memory_cache_hits=s.memory_hits,
+                disk_cache_hits=s.disk_hits,
+                compile_ms=round(s.compile_ms, 2),
+                failures=s.failures,
+                variants=s.variants,
+                # queued for a compile thread but not compiled when the run ended (prewarm compiles them)
+                not_compiled=list(s.queued.values()),
+                budget_refusals=s.budget_refusals,
+            )
+            if s.tracker is not None:
+                record = session._state.kernels[kid][1]
+                entry["tracker"] = {"distinct_variants": s.tracker.variants, "stopped_folding": s.tracker.dropped,
+                                    "learned_from_earlier_runs": s.tracker.learned,
+                                    "folded_now": [record.params[i].index for i in sorted(s.tracker.folded)],
+                                    "dims_now": [d for d, bit in ((BLOCK, 1), (GRID, 2)) if s.tracker.dims & bit]}
+        else:
+            entry.update(specialized_launches=0, failures={"not specialized": fallbacks})
+        kernels.append(entry)
+    doc = {
+        "tool": f"proteus-rewrite {__version__}",
+        "pid": os.getpid(),
+        "driver_version": session._state.driver_version,
+        "unknown_handle_launches": unknown_launches,  # launches of kernels the shim never saw registered
+        "async_compilation": session._state.config.async_compilation,
+        "seconds": round(time.time() - session._state.started, 3),
+        **_wait_sections(waits),
+        "stores": [t.app.name for t in session._state.tables],
+        "cache": {name: vars(s) for name, s in session._state.cache.stats().items()},
+        # where variants compile: a process of its own (None: in the app's, PROTEUS_COMPILE_PROCESS=0)
+        "compiler_process": session._state.compiler.report() if session._state.compiler is not None else None,
+        "kernels": kernels,
+    }
+    if doc["prestart"]:  # left cold ahead: the app's last run compiled nothing (policy.compiles_likely)
+        doc["prestart"]["compiler_skipped"] = session._state.warm_up_skipped
+    if "threads_ms" in doc:   # this report's own cost, up to writing it (a cold run's is larger)
+        doc["threads_ms"]["report"] = round((time.perf_counter() - t_report) * 1e3, 2)
+    try:
+        atomic_write(path, json.dumps(doc, indent=2).encode())
+    except OSError as exc:
+        print(f"proteus: warning: {path}: cannot write the report: {exc.strerror or exc}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class KernelRow:
+    """One kernel of a report, as `proteus-rewrite report` shows it."""
+
+    kernel: str
+    launches: int
+    specialized: int
+    compiled: int
+    memory_hits: int
+    disk_hits: int
+    compile_ms: float
+    while_compiling: int
+    budget_refusals: int
+    fallbacks: int
+    failures: dict[str, int] = field(default_factory=dict)
+    unfolded_by_tracker: list = field(default_factory=list)
+    not_compiled: int = 0
+
+
+def read_report(path: str) -> dict:
+    """A PROTEUS_REPORT document, checked to be one (one-line InputErrors otherwise)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
+    except ValueError as exc:
+        raise InputError(f"not a PROTEUS_REPORT file (not JSON: {exc})", path) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("kernels"), list):
+        raise InputError("not a PROTEUS_REPORT file (no kernel list)", path)
+    return doc
+
+
+def kernel_rows(doc: dict, path: str) -> list[KernelRow]:
+    try:
+        rows = []
+        for k in doc["kernels"]:
+            tracker = k.get("tracker") or {}
+            rows.append(KernelRow(
+                kernel=k.get("demangled") or k["name"], launches=int(k.get("launches", 0)),
+                specialized=int(k.get("specialized_launches", 0)), compiled=int(k.get("specializations", 0)),
+                memory_hits=int(k.get("memory_cache_hits", 0)), disk_hits=int(k.get("disk_cache_hits", 0)),
+                compile_ms=float(k.get("compile_ms", 0.0)), while_compiling=int(k.get("launches_while_compiling", 0)),
+                budget_refusals=int(k.get("budget_refusals", 0)), fallbacks=int(k.get("fallback_launches", 0)),
+                failures=dict(k.get("failures") or {}), unfolded_by_tracker=list(tracker.get("stopped_folding", [])),
+                not_compiled=len(k.get("not_compiled") or [])))
+        return rows
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None

@@ -1,0 +1,239 @@
+"""The run time's state in the app's process: the kernel stores, the kernels the shim has
+resolved (their records and statistics), the caches and the compiler process; and the first
+two calls a kernel makes, init and kernel_info."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import store
+from ..cache import CacheChain, make_chain
+from ..errors import ProteusError
+from ..fatbin import layouts
+from ..fatbin.table import KernelRecord, KernelTable, best_for_arch
+from ..jit import process
+from ..jit.config import Config
+from ..jit.launch import foldable
+from ..policy import Tracker, decode_learned, POLICY_KIND, policy_key
+from . import protocol
+
+log = logging.getLogger("proteus_rewrite")
+
+
+@dataclass
+class KernelStats:
+    name: str
+    demangled: str
+    specializations: int = 0
+    memory_hits: int = 0
+    disk_hits: int = 0
+    compile_ms: float = 0.0
+    failures: dict[str, int] = field(default_factory=dict)
+    variants: list[dict] = field(default_factory=list)
+    tracker: Tracker | None = None
+    budget_refusals: int = 0
+    gpu_ms: float = 0.0  # the shim's latest estimate
+    policy_key: str = ""  # where the tracker's decisions are saved (policy.policy_key)
+    policy_unsaved: bool = False  # the tracker stopped folding something since it was last saved
+    # variants queued for a compile thread and not compiled yet, by their cache key: the report
+    # lists the launches of what is left at exit, so that prewarm compiles those too
+    queued: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass
+class State:
+    shim_dir: str
+    driver_version: int
+    config: Config
+    cache: CacheChain
+    tables: list[KernelTable]
+    by_fatbin: dict[str, tuple[KernelTable, int]]  # container sha256 -> (table, fatbin index)
+    by_entry: dict[str, tuple[KernelTable, int]]  # cubin sha256 -> (table, fatbin index)
+    images: dict[int, tuple[KernelTable, int] | None] = field(default_factory=dict)
+    kernels: list[tuple[KernelTable, KernelRecord]] = field(default_factory=list)
+    stats: list[KernelStats] = field(default_factory=list)
+    warned: set[str] = field(default_factory=set)
+    started: float = field(default_factory=time.time)
+    # variants the app's last run compiled (its note in the disk cache), once read; None: unknown
+    last_run: int | None = None
+    last_run_read: bool = False
+    warm_up_skipped: bool = False  # the prestart thread left the compiler cold: see policy.compiles_likely
+    compiler: process.Compilers | None = None  # None: compile in this process (PROTEUS_COMPILE_PROCESS=0)
+
+
+_state: State | None = None  # module-level on purpose: one per process, like the shim's tables
+
+
+def state() -> State:
+    """The process's run-time state (init must have run)."""
+    assert _state is not None, "runtime.init has not run"
+    return _state
+
+
+def reset() -> None:
+    """Forget the state (tests: a fresh init)."""
+    global _state
+    _state = None
+
+
+def warn_once(what: str, message: str) -> None:
+    assert _state is not None
+    if what not in _state.warned:
+        _state.warned.add(what)
+        print(f"proteus: warning: {message}", file=sys.stderr, flush=True)
+
+
+def trace(token: str, message: str) -> None:
+    if _state is not None and token in _state.config.trace:
+        print(f"proteus: {message}", file=sys.stderr, flush=True)
+
+
+_profile = None  # PROTEUS_PROFILE: cProfile of every call into this module, written at exit
+
+
+def init(shim_dir: str, driver_version: int) -> bool:
+    global _state, _profile
+    if os.environ.get("PROTEUS_PROFILE"):
+        import cProfile
+
+        _profile = cProfile.Profile()
+        _profile.enable()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("proteus: warning: %(message)s"))  # the shim only logs warnings
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING)
+    log.propagate = False
+    try:
+        config = Config.from_env()
+    except ProteusError as exc:  # a bad PROTEUS_* value: one line, and the app runs as built
+        print(f"proteus: error: {exc}; kernels run unspecialized", file=sys.stderr)
+        return False
+    store_dir = Path(os.environ.get("PROTEUS_STORE_DIR") or shim_dir)
+    tables, by_fatbin, by_entry = [], {}, {}
+    for path in sorted(store_dir.glob(f"*{store.SUFFIX}")):
+        try:
+            table = store.read(path)
+        except ProteusError as exc:
+            print(f"proteus: warning: {exc}; ignoring it", file=sys.stderr)
+            continue
+        tables.append(table)
+        for f in table.fatbins:
+            by_fatbin[f.sha256] = (table, f.index)
+            for e in f.entries:
+                if e.sha256:
+                    by_entry[e.sha256] = (table, f.index)
+    if not tables:
+        print(f"proteus: warning: no kernel store (*.kstore) in {store_dir}; kernels run unspecialized", file=sys.stderr)
+    _state = State(shim_dir, driver_version, config, make_chain(config.use_stored_cache, config.cache_dir, config.cache_max_mb),
+                   tables, by_fatbin, by_entry)
+    if config.compile_process:
+        python = process.python_executable(_recorded_python(shim_dir))
+        if python:
+            _state.compiler = process.Compilers(python, config.async_threads, quiet="specialization" not in config.trace)
+        else:
+            trace("specialization", "no Python executable to run the compiler in: compiling in the app's process")
+    return True
+
+
+def _recorded_python(shim_dir: str) -> str | None:
+    """The `executable` line of the shim's proteus-python.cfg (older ones have none)."""
+    try:
+        with open(os.path.join(shim_dir, "proteus-python.cfg")) as f:
+            return next((line[len("executable "):].rstrip("\n") for line in f if line.startswith("executable ")), None)
+    except OSError:
+        return None
+
+
+def _image(ptr: int) -> tuple[KernelTable, int] | None:
+    """Which recorded fat binary the image at `ptr` (a fatbin wrapper, container or cubin; HIP: a
+    wrapper, an offload bundle, plain or CCOB, or a code object) is: its bytes' SHA-256, as the
+    store records it."""
+    assert _state is not None
+    if ptr in _state.images:
+        return _state.images[ptr]
+    found = None
+    extent = layouts.image_extent(lambda off, n: ctypes.string_at(ptr + off, n))
+    if extent is not None:
+        kind, size, read = extent
+        digest = hashlib.sha256(read(0, size)).hexdigest()
+        found = (_state.by_entry if kind == "elf" else _state.by_fatbin).get(digest)
+    _state.images[ptr] = found
+    return found
+
+
+def kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
+    """The C side's view of a kernel: u32 kid, nparams, dims flags, nglobals, defer (how many
+    launches the shim may hand to the value tracker later: DEFERRED); u32 sizes[]; u8 fold[];
+    NUL-terminated global names. None: run this kernel's original code, always."""
+    try:
+        return _kernel_info(image_ptr, name, arch)
+    except Exception as exc:  # never let an exception reach the C caller
+        warn_once(name, f"{name}: {type(exc).__name__}: {exc}; running the original kernel")
+        return None
+
+
+def _kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
+    assert _state is not None
+    if _state.config.disable:
+        return None
+    match = _image(image_ptr) if image_ptr else None
+    if match is None:
+        if _state.tables:  # (with no store at all, init has already said so)
+            warn_once(f"image:{image_ptr}", f"the fat binary of {name} is not in any kernel store (app rebuilt since "
+                                             "proteus-rewrite?); its kernels run unspecialized")
+        return None
+    table, fatbin = match
+    candidates = [k for k in table.kernels if k.fatbin == fatbin and k.name == name]
+    record = best_for_arch(candidates, arch)
+    if record is None:
+        what = ("is not recorded" if not candidates else "has no embedded bitcode" if not any(k.has_bitcode for k in candidates)
+                else f"has no bitcode for {arch} (built for {', '.join(sorted({str(k.arch) for k in candidates}))})")
+        warn_once(name, f"{name} {what}; running the original kernel")
+        return None
+    cg = _state.config.for_kernel(record.name, record.demangled)
+    allowed = set(record.jit_args) if record.jit_args is not None else None
+    fold = bytes(
+        1 if (cg.specialize_args and foldable(p) and (allowed is None or p.index + 1 in allowed))
+        or (cg.specialize_alignment and p.kind == "pointer") else 0
+        for p in record.params
+    )
+    dims = (protocol.DIMS_BLOCK if (cg.specialize_launch_bounds or cg.specialize_dims or cg.specialize_dims_range)
+            else 0) | (protocol.DIMS_GRID if (cg.specialize_dims or cg.specialize_dims_range) else 0)
+    if isinstance(record.arch, str):  # AMDGPU: only the block reaches the code, as the flat work-group size
+        dims = protocol.DIMS_BLOCK if cg.specialize_launch_bounds else 0
+    kid = len(_state.kernels)
+    _state.kernels.append((table, record))
+    stats = KernelStats(record.name, record.demangled)
+    config = _state.config
+    if config.tracker:
+        fixed = frozenset(i - 1 for i in record.jit_args) if record.jit_args is not None else frozenset()
+        stats.tracker = Tracker(config.tracker_threshold, config.tracker_ratio, {i for i, f in enumerate(fold) if f}, dims, fixed)
+        stats.policy_key = _policy_key(table, record)
+        saved = _state.cache.get(stats.policy_key)
+        if saved is not None and saved[0].kind == POLICY_KIND:
+            stats.tracker.start_from(decode_learned(saved[0].data))
+            fold = bytes(1 if i in stats.tracker.folded else 0 for i in range(len(record.params)))
+            dims = stats.tracker.dims
+    _state.stats.append(stats)
+    sizes = struct.pack(f"<{len(record.params)}I", *(p.size for p in record.params))
+    names = b"".join(g.encode() + b"\0" for g in record.globals)
+    # T + 2: enough for a step counter's learning to pass without a Python call on the launching thread
+    defer = min(config.tracker_threshold + 2, protocol.MAX_DEFERRED) if stats.tracker is not None else 0
+    return protocol.KERNEL_INFO.pack(kid, len(record.params), dims, len(record.globals), defer) + sizes + fold + names
+
+
+def _policy_key(table: KernelTable, record: KernelRecord) -> str:
+    assert _state is not None
+    fatbin = next((f for f in table.fatbins if f.index == record.fatbin), None)
+    if fatbin is None:
+        return ""
+    return policy_key(fatbin.sha256, record.name, record.arch, _state.config.tracker_threshold, _state.config.tracker_ratio)
+

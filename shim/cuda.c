@@ -1,0 +1,515 @@
+/* libproteus.so, CUDA: the driver's and the runtime's entry points, wrapped.
+ *
+ * Learns which image and kernel name each launch handle belongs to, by wrapping the
+ * registration and loading calls of the CUDA runtime (dynamic cudart: interposed symbols)
+ * and of the driver (static cudart: every driver entry point comes from cuGetProcAddress,
+ * itself found with dlsym, so dlsym is interposed); on each launch picks the variant through
+ * the hit path (hitpath.h: no lock, no allocation, no Python), or the miss path (jobs.c); any
+ * failure launches the original kernel unchanged. No CUDA headers: cuda_api.h declares what is
+ * used. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_api.h"
+#include "hitpath.h"
+#include "shim.h"
+
+static void *libcuda;
+
+
+void *cuda_sym(const char *name) {
+  init_real_dlsym();
+  if (!libcuda) libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD);
+  if (!libcuda) libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  return libcuda ? real_dlsym(libcuda, name) : NULL;
+}
+
+
+/* Functions this file calls itself, straight from libcuda. */
+/* Called on every launch of the driver-API and dynamic-runtime paths: once the driver's
+ * launch is found, so is everything else this driver has, and a symbol it lacks stays NULL
+ * rather than costing a dlopen and a dlsym on each launch. */
+#define PROTEUS_CUDA_DEFINE(ret, name, params) ret(*real_##name) params;
+PROTEUS_CUDA_API(PROTEUS_CUDA_DEFINE)
+#undef PROTEUS_CUDA_DEFINE
+
+static _Atomic int driver_calls_loaded;
+void init_driver_calls(void) {
+  if (atomic_load_explicit(&driver_calls_loaded, memory_order_acquire)) return;
+#define LOAD(n) if (!real_##n) real_##n = cuda_sym(#n)
+  LOAD(cuLaunchKernel); LOAD(cuLaunchKernel_ptsz); LOAD(cuLaunchKernelEx); LOAD(cuLaunchKernelEx_ptsz);
+  LOAD(cuLaunchCooperativeKernel); LOAD(cuLaunchCooperativeKernel_ptsz);
+  LOAD(cuModuleLoadData); LOAD(cuModuleGetFunction);
+  if (!real_cuModuleGetGlobal) real_cuModuleGetGlobal = cuda_sym("cuModuleGetGlobal_v2");   /* size_t version */
+  LOAD(cuLibraryGetGlobal); LOAD(cuCtxGetCurrent); LOAD(cuCtxGetDevice); LOAD(cuDeviceGetAttribute);
+  LOAD(cuDriverGetVersion); LOAD(cuCtxSetCurrent); LOAD(cuEventCreate); LOAD(cuEventRecord); LOAD(cuEventQuery);
+  LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery);
+  LOAD(cuLibraryLoadData); LOAD(cuLibraryGetKernel); LOAD(cuKernelGetFunction); LOAD(cuDeviceGetCount); LOAD(cuDeviceGet);
+#undef LOAD
+  if (real_cuLaunchKernel) atomic_store_explicit(&driver_calls_loaded, 1, memory_order_release);
+}
+
+/* The runtime's own function, found on first use (these are only called when it is loaded). */
+#define RUNTIME_REAL(n) (*({ if (!real_##n) *(void **)&real_##n = dlsym(RTLD_NEXT, #n); &real_##n; }))
+
+/* ------------------------------------------------------------------ kernels and handles */
+
+
+int current_arch(void) {
+  CUdevice dev; int major = 0, minor = 0;
+  if (!real_cuCtxGetDevice || real_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;
+  real_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  real_cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  return major * 10 + minor;
+}
+
+
+/* Whether a variant may serve every context (kinfo.ctx_free): the driver loads libraries and
+ * takes a CUkernel at launch, and every GPU the process sees has one architecture, the one
+ * variants are compiled for. Asked once, on the first kernel's resolution. jit_lock held. */
+static int one_architecture(void) {
+  static int known = -1;
+  if (known >= 0) return known;
+  known = 0;
+  int count = 0, first = -1;
+  if (!real_cuLibraryLoadData || !real_cuLibraryGetKernel || !real_cuKernelGetFunction || !real_cuDeviceGetCount ||
+      !real_cuDeviceGet || !real_cuDeviceGetAttribute || real_cuDeviceGetCount(&count) != CUDA_SUCCESS || count < 1)
+    return known;
+  for (int i = 0; i < count; i++) {
+    CUdevice dev;
+    int major = 0, minor = 0;
+    if (real_cuDeviceGet(&dev, i) != CUDA_SUCCESS ||
+        real_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+        real_cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+      return known;
+    if (first < 0) first = major * 10 + minor;
+    else if (first != major * 10 + minor) return known;
+  }
+  return known = 1;
+}
+
+/* First launch of a kernel: ask Python which recorded kernel it is. jit_lock held. */
+void resolve(kinfo *ki) {
+  if (atomic_load(&ki->state) != K_UNRESOLVED) return;
+  int state = K_DISABLED;
+  if (python_ready()) {
+    int g = py.GILStateEnsure();
+    ssize_t n = 0;
+    uint8_t *blob = py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO,
+                                             (unsigned long long)(uintptr_t)ki->image, ki->name, current_arch()), &n);
+    py.GILStateRelease(g);
+    if (read_kernel_info(ki, blob, n)) {
+      state = K_ACTIVE;
+      ki->ctx_free = ki->nglobals == 0 && one_architecture();
+      /* Events for sampling GPU time, made here (a miss) so the hit path never allocates them */
+      CUcontext ctx = NULL;
+      if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
+          real_cuEventCreate(&ki->ev[0], 0) == CUDA_SUCCESS && real_cuEventCreate(&ki->ev[1], 0) == CUDA_SUCCESS)
+        ki->ev_ctx = ctx;
+      else
+        atomic_store(&ki->sample_state, SAMPLE_OFF);
+    }
+    free(blob);
+  }
+  atomic_store(&ki->state, state);
+}
+
+/* A device variable's address for a launch of `ki` through a handle from `owner` (its module
+ * or library; NULL: the kernel's first). */
+CUdeviceptr global_address(kinfo *ki, void *owner, const char *name) {
+  CUdeviceptr dptr = 0; size_t bytes = 0;
+  if (!owner) owner = ki->owner;
+  if (ki->owner_kind == OWNER_LIBRARY && real_cuLibraryGetGlobal) {
+    if (real_cuLibraryGetGlobal(&dptr, &bytes, (CUlibrary)owner, name) == CUDA_SUCCESS) return dptr;
+  } else if (ki->owner_kind == OWNER_MODULE && real_cuModuleGetGlobal) {
+    if (real_cuModuleGetGlobal(&dptr, &bytes, (CUmodule)owner, name) == CUDA_SUCCESS) return dptr;
+  } else if (ki->owner_kind == OWNER_RUNTIME) {
+    for (var_reg *v = all_vars; v; v = v->next)
+      if (v->fatbin == ki->owner && !strcmp(v->name, name)) {
+        void *p = NULL;
+        if (RUNTIME_REAL(cudaGetSymbolAddress) && real_cudaGetSymbolAddress(&p, v->host) == 0) return (CUdeviceptr)(uintptr_t)p;
+      }
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ the launch path */
+
+
+/* Load a variant's image (malloc'd; freed here): its function, or NULL (reported to Python). */
+CUfunction load_image(kinfo *ki, uint8_t *image) {
+  CUfunction fn = NULL;
+  const char *fault = getenv(ENV_FAULT_INJECT);   /* tests only: see proteus_rewrite/faults.py */
+  CUresult r = 200;   /* CUDA_ERROR_INVALID_IMAGE, also what the injected fault answers */
+  if (fault && strstr(fault, "module-load")) {
+    /* the driver refused it */
+  } else if (ki->ctx_free) {
+    /* A library, launched by its CUkernel in any context; getting its function here loads it
+     * into this one now (the driver loads lazily), not on the launch that first uses it. */
+    CUlibrary lib;
+    CUkernel kern;
+    r = real_cuLibraryLoadData(&lib, image, NULL, NULL, 0, NULL, NULL, 0);
+    if (r == CUDA_SUCCESS) {
+      CUresult got = real_cuLibraryGetKernel(&kern, lib, ki->name);
+      if (got == CUDA_SUCCESS) got = real_cuKernelGetFunction(&fn, kern);
+      if (got == CUDA_SUCCESS) fn = (CUfunction)kern;
+      else if (real_cuLibraryUnload) real_cuLibraryUnload(lib);
+      r = got;
+    }
+  } else {
+    CUmodule mod;
+    r = real_cuModuleLoadData(&mod, image);
+    if (r == CUDA_SUCCESS) {
+      CUresult got = real_cuModuleGetFunction(&fn, mod, ki->name);
+      if (got != CUDA_SUCCESS && real_cuModuleUnload) real_cuModuleUnload(mod);
+      r = got;
+    }
+  }
+  if (r != CUDA_SUCCESS) {
+    fn = NULL;
+    PyObject *res = py.CallFunction(f_load_failed, FMT_LOAD_FAILED, ki->kid, r);
+    if (res) py.DecRef(res); else py.ErrPrint();
+  }
+  free(image);
+  return fn;
+}
+
+
+/* Whether the GPU still has work queued on the stream (a capturing stream says no: a query
+ * would end the capture). */
+int stream_busy(CUstream s) {
+  int capturing = 1;
+  return real_cuStreamQuery && real_cuStreamIsCapturing && real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS &&
+         !capturing && real_cuStreamQuery(s) == 600 /* CUDA_ERROR_NOT_READY */;
+}
+
+
+/* The specialized function for this launch, or NULL to run the original. A hit stays in this
+ * function and what it inlines (the hit path: lock-free, no allocation, no Python); a miss or
+ * a variant still compiling goes out of line, so the hit's code stays short and together. */
+static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo **kio) {
+  read_env();
+  if (g_disable) return NULL;
+  kinfo *ki = launched_kernel(handle, grid, block);
+  *kio = ki;
+  if (!ki) return NULL;
+  int state = atomic_load_explicit(&ki->state, memory_order_acquire);
+  CUcontext ctx = NULL;
+  if (state == K_DISABLED || !params) goto original;
+  /* A context-free kernel's hit needs no context: where there is none, the variant's launch
+   * fails as the original's would, and the original runs and answers. */
+  int ctx_free = state == K_ACTIVE && ki->ctx_free;
+  if (!ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
+  if (state == K_ACTIVE) {   /* the hot path: key, last hit or probe, launch */
+    uint8_t key[MAX_KEY];
+    int len = stable_key(ki, params, grid, block, key);
+    if (len == -1) goto original;
+    sentry *e = len < 0 ? NULL : find_variant(ki, ctx, key, len);
+    if (e) {
+      CUfunction fn = atomic_load_explicit(&e->fn, memory_order_acquire);
+      if (__builtin_expect(fn != NULL, 1)) {
+        atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
+        return fn;
+      }
+      if (atomic_load_explicit(&e->pending, memory_order_acquire)) return pick_compiling(ki, e, stream, 0);
+      goto original;
+    }
+  }
+  return pick_miss(handle, params, grid, block, stream, ki, ctx, ctx_free);
+original:
+  atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
+  return NULL;
+}
+
+
+/* The specialized kernel did not launch (the original runs instead): counted for the report. */
+void launch_error(const void *handle) {
+  kinfo *ki = handle_lookup(handle);
+  if (ki) atomic_fetch_add_explicit(&ki->launch_errors, 1, memory_order_relaxed);
+}
+
+/* Set while the runtime launches a kernel we left to it: its driver-level launch is then
+ * the same launch, already decided, and passes straight through. */
+static __thread int in_runtime_launch __attribute__((tls_model("initial-exec")));   /* read on every launch: no __tls_get_addr call */
+
+static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **),
+                            CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned shmem, CUstream s, void **params, void **extra) {
+  if (in_runtime_launch) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  kinfo *ki = NULL;
+  /* the per-thread default stream has a handle of its own for event records and queries */
+  CUstream es = !s && real == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : s;
+  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
+  sample_poll(ki);
+  int sampled = sample_begin(ki, es);
+  CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra) : 1;
+  if (sf && r != CUDA_SUCCESS) launch_error(f);
+  if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+  sample_end(ki, es, sampled);
+  prefetch_hit(f, ki);
+  return r;
+}
+
+static CUresult w_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                 unsigned shmem, CUstream s, void **params, void **extra) {
+  return launch_with(real_cuLaunchKernel, f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+static CUresult w_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                      unsigned shmem, CUstream s, void **params, void **extra) {
+  return launch_with(real_cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+
+static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **),
+                               const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+  kinfo *ki = NULL;
+  CUstream es = c && !c->hStream && real == real_cuLaunchKernelEx_ptsz ? (CUstream)0x2 : c ? c->hStream : NULL;
+  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki) : NULL;
+  CUresult r = sf ? real(c, sf, params, extra) : 1;
+  if (sf && r != CUDA_SUCCESS) launch_error(f);
+  if (r != CUDA_SUCCESS) r = real(c, f, params, extra);
+  prefetch_hit(f, ki);
+  return r;
+}
+static CUresult w_cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { return launch_ex_with(real_cuLaunchKernelEx, c, f, p, e); }
+static CUresult w_cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { return launch_ex_with(real_cuLaunchKernelEx_ptsz, c, f, p, e); }
+
+static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **),
+                          CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned shmem, CUstream s, void **params) {
+  kinfo *ki = NULL;
+  CUstream es = !s && real == real_cuLaunchCooperativeKernel_ptsz ? (CUstream)0x2 : s;
+  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
+  CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) : 1;
+  if (sf && r != CUDA_SUCCESS) launch_error(f);
+  if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  prefetch_hit(f, ki);
+  return r;
+}
+static CUresult w_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                            unsigned shmem, CUstream s, void **params) {
+  return coop_with(real_cuLaunchCooperativeKernel, f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+static CUresult w_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                                 unsigned bz, unsigned shmem, CUstream s, void **params) {
+  return coop_with(real_cuLaunchCooperativeKernel_ptsz, f, gx, gy, gz, bx, by, bz, shmem, s, params);
+}
+
+static CUresult w_cuModuleLoadData(CUmodule *m, const void *image) {
+  prestart(1);
+  CUresult r = real_cuModuleLoadData(m, image);
+  if (r == CUDA_SUCCESS) remember_image(*m, image);
+  return r;
+}
+static CUresult w_cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, void *o, void **v) {
+  prestart(1);
+  CUresult r = real_cuModuleLoadDataEx(m, image, n, o, v);
+  if (r == CUDA_SUCCESS) remember_image(*m, image);
+  return r;
+}
+static CUresult w_cuModuleLoadFatBinary(CUmodule *m, const void *image) {
+  prestart(1);
+  CUresult r = real_cuModuleLoadFatBinary(m, image);
+  if (r == CUDA_SUCCESS) remember_image(*m, image);
+  return r;
+}
+static CUresult w_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+  CUresult r = real_cuModuleGetFunction(f, m, name);
+  if (r == CUDA_SUCCESS) remember(*f, image_of(m), name, OWNER_MODULE, m);
+  return r;
+}
+static CUresult w_cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, void **jv, unsigned nj, void *lo, void **lv, unsigned nl) {
+  prestart(1);
+  CUresult r = real_cuLibraryLoadData(l, code, jo, jv, nj, lo, lv, nl);
+  if (r == CUDA_SUCCESS) remember_image(*l, code);
+  return r;
+}
+static CUresult w_cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) {
+  CUresult r = real_cuLibraryGetKernel(k, l, name);
+  if (r == CUDA_SUCCESS) remember(*k, image_of(l), name, OWNER_LIBRARY, l);
+  return r;
+}
+static CUresult w_cuModuleUnload(CUmodule m) {
+  forget_owner(m);
+  return real_cuModuleUnload(m);
+}
+static CUresult w_cuLibraryUnload(CUlibrary l) {
+  forget_owner(l);
+  return real_cuLibraryUnload(l);
+}
+static CUresult w_cuKernelGetFunction(CUfunction *f, CUkernel k) {
+  CUresult r = real_cuKernelGetFunction(f, k);
+  kinfo *ki = r == CUDA_SUCCESS ? handle_lookup(k) : NULL;
+  if (ki) { pthread_mutex_lock(&reg_lock); handle_insert(*f, ki, handle_owner(k)); pthread_mutex_unlock(&reg_lock); }
+  return r;
+}
+
+/* Every entry point the driver hands out passes through here. */
+static void *wrap_proc(const char *sym, void *real, unsigned long long flags) {
+  int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+#define WRAP(name, w) if (!strcmp(sym, name)) { *(void **)&real_##w = real; return (void *)w_##w; }
+  if (ptsz) {
+    WRAP("cuLaunchKernel", cuLaunchKernel_ptsz); WRAP("cuLaunchKernelEx", cuLaunchKernelEx_ptsz);
+    WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel_ptsz);
+  } else {
+    WRAP("cuLaunchKernel", cuLaunchKernel); WRAP("cuLaunchKernelEx", cuLaunchKernelEx);
+    WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel);
+  }
+  WRAP("cuModuleLoadData", cuModuleLoadData); WRAP("cuModuleLoadDataEx", cuModuleLoadDataEx);
+  WRAP("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP("cuModuleGetFunction", cuModuleGetFunction);
+  WRAP("cuLibraryLoadData", cuLibraryLoadData); WRAP("cuLibraryGetKernel", cuLibraryGetKernel);
+  WRAP("cuKernelGetFunction", cuKernelGetFunction);
+  WRAP("cuModuleUnload", cuModuleUnload); WRAP("cuLibraryUnload", cuLibraryUnload);
+#undef WRAP
+  if (!strcmp(sym, "cuModuleGetGlobal")) real_cuModuleGetGlobal = real;
+  if (!strcmp(sym, "cuLibraryGetGlobal")) real_cuLibraryGetGlobal = real;
+  return real;
+}
+
+static CUresult w_cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags, int *status);
+static CUresult w_cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *status);
+
+static CUresult proc_with(CUresult (*real)(const char *, void **, int, unsigned long long, int *),
+                          const char *sym, void **pfn, int ver, unsigned long long flags, int *status) {
+  CUresult r = real(sym, pfn, ver, flags, status);
+  if (r != CUDA_SUCCESS || !pfn || !*pfn || !sym) return r;
+  init_driver_calls();
+  read_env();
+  if (!strcmp(sym, "cuGetProcAddress")) {
+    /* The runtime asks for cuGetProcAddress itself and uses that from then on. */
+    if (real_cuGetProcAddress_v2 == NULL) *(void **)&real_cuGetProcAddress_v2 = *pfn;
+    *pfn = (void *)w_cuGetProcAddress_v2;
+    return r;
+  }
+  if (!g_disable) *pfn = wrap_proc(sym, *pfn, flags);
+  return r;
+}
+static CUresult w_cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags, int *status) {
+  return proc_with(real_cuGetProcAddress, sym, pfn, ver, flags, status);
+}
+static CUresult w_cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *status) {
+  return proc_with(real_cuGetProcAddress_v2, sym, pfn, ver, flags, status);
+}
+
+__attribute__((visibility("default"))) void *dlsym(void *handle, const char *name) {
+  init_real_dlsym();
+  void *p = real_dlsym(handle, name);
+  if (!p || name[0] != 'c' || strncmp(name, "cuGetProcAddress", 16)) return p;
+  prestart(1);   /* a static CUDA runtime starting up: the context comes next */
+  if (!strcmp(name, "cuGetProcAddress")) { *(void **)&real_cuGetProcAddress = p; return (void *)w_cuGetProcAddress; }
+  if (!strcmp(name, "cuGetProcAddress_v2")) { *(void **)&real_cuGetProcAddress_v2 = p; return (void *)w_cuGetProcAddress_v2; }
+  return p;
+}
+
+/* Apps linked against libcuda directly (driver API) reach these through the PLT. */
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shmem, CUstream s, void **params, void **extra) {
+  init_driver_calls();
+  return w_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
+}
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) {
+  init_driver_calls();
+  return w_cuLaunchKernelEx(c, f, p, e);
+}
+EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) { init_driver_calls(); return w_cuModuleLoadData(m, image); }
+EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, void *o, void **v) {
+  init_driver_calls();
+  if (!real_cuModuleLoadDataEx) real_cuModuleLoadDataEx = cuda_sym("cuModuleLoadDataEx");
+  return w_cuModuleLoadDataEx(m, image, n, o, v);
+}
+EXPORT CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name) {
+  init_driver_calls();
+  return w_cuModuleGetFunction(f, m, name);
+}
+EXPORT CUresult cuModuleUnload(CUmodule m) {
+  if (!real_cuModuleUnload) real_cuModuleUnload = cuda_sym("cuModuleUnload");
+  return w_cuModuleUnload(m);
+}
+
+/* ------------------------------------------------------------------ runtime API wrappers (dynamic cudart) */
+
+typedef struct { int magic, version; const void *data; void *filename_or_fatbins; } fatbin_wrapper;
+
+EXPORT void **__cudaRegisterFatBinary(void *wrapper) {
+  void **h = RUNTIME_REAL(__cudaRegisterFatBinary)(wrapper);
+  if (h && wrapper) remember_image(h, ((fatbin_wrapper *)wrapper)->data);
+  prestart(1);
+  return h;
+}
+EXPORT void __cudaRegisterFatBinaryEnd(void **h) { RUNTIME_REAL(__cudaRegisterFatBinaryEnd)(h); }
+EXPORT void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFun, const char *deviceName, int tl, void *tid,
+                                   void *bid, void *bd, void *gd, int *ws) {
+  RUNTIME_REAL(__cudaRegisterFunction)(h, hostFun, deviceFun, deviceName, tl, tid, bid, bd, gd, ws);
+  remember(hostFun, image_of(h), deviceName, OWNER_RUNTIME, h);
+}
+EXPORT void __cudaRegisterVar(void **h, char *hostVar, char *deviceAddress, const char *deviceName, int ext, size_t size, int constant,
+                              int global) {
+  RUNTIME_REAL(__cudaRegisterVar)(h, hostVar, deviceAddress, deviceName, ext, size, constant, global);
+  var_reg *v = malloc(sizeof *v);
+  if (v) {
+    v->fatbin = h; v->host = hostVar; v->name = strdup(deviceName);
+    pthread_mutex_lock(&reg_lock); v->next = all_vars; all_vars = v; pthread_mutex_unlock(&reg_lock);
+  }
+}
+
+static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, void **, size_t, void *),
+                                  CUresult (*drv)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **),
+                                  const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
+  init_driver_calls();
+  kinfo *ki = NULL;
+  CUstream es = !stream && drv == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : stream;
+  CUfunction sf = drv ? pick(func, args, grid, block, es, &ki) : NULL;
+  sample_poll(ki);
+  int sampled = sample_begin(ki, es);
+  if (sf) {
+    if (drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) {
+      sample_end(ki, es, sampled);
+      prefetch_hit(func, ki);
+      return 0;
+    }
+    launch_error(func);
+  }
+  in_runtime_launch = 1;
+  cudaError_t r = real(func, grid, block, args, shmem, stream);
+  in_runtime_launch = 0;
+  sample_end(ki, es, sampled);
+  prefetch_hit(func, ki);
+  return r;
+}
+EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
+  return runtime_launch(RUNTIME_REAL(cudaLaunchKernel), real_cuLaunchKernel, func, grid, block, args, shmem, stream);
+}
+EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
+  return runtime_launch(RUNTIME_REAL(cudaLaunchKernel_ptsz), real_cuLaunchKernel_ptsz, func, grid, block, args, shmem, stream);
+}
+EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func, void **args) {
+  init_driver_calls();
+  if (c && c->numAttrs == 0 && real_cuLaunchKernel) {   /* with attributes: leave it to the runtime */
+    kinfo *ki = NULL;
+    CUfunction sf = pick(func, args, c->gridDim, c->blockDim, c->stream, &ki);
+    if (sf) {
+      if (real_cuLaunchKernel(sf, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
+                              (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS)
+        return 0;
+      launch_error(func);
+    }
+  }
+  in_runtime_launch = 1;
+  cudaError_t r = RUNTIME_REAL(cudaLaunchKernelExC)(c, func, args);
+  in_runtime_launch = 0;
+  return r;
+}
+
+/* ------------------------------------------------------------------ report at exit */
+

@@ -1,0 +1,107 @@
+/* The CUDA driver and runtime as libproteus.so sees them: the functions it wraps or calls,
+ * listed once (PROTEUS_CUDA_API: cuda.c defines a pointer to each real one, everything else
+ * reads them through the declarations made here), and what the miss path needs of CUDA. */
+#ifndef PROTEUS_CUDA_API_H
+#define PROTEUS_CUDA_API_H
+
+#include "shim.h"
+
+#define PROTEUS_CUDA_API(X) \
+  X(CUresult, cuGetProcAddress, (const char *, void **, int, unsigned long long, int *)) \
+  X(CUresult, cuGetProcAddress_v2, (const char *, void **, int, unsigned long long, int *)) \
+  X(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
+  X(CUresult, cuLaunchKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
+  X(CUresult, cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **)) \
+  X(CUresult, cuLaunchKernelEx_ptsz, (const CUlaunchConfig *, CUfunction, void **, void **)) \
+  X(CUresult, cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **)) \
+  X(CUresult, cuLaunchCooperativeKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **)) \
+  X(CUresult, cuModuleLoadData, (CUmodule *, const void *)) \
+  X(CUresult, cuModuleLoadDataEx, (CUmodule *, const void *, unsigned, void *, void **)) \
+  X(CUresult, cuModuleLoadFatBinary, (CUmodule *, const void *)) \
+  X(CUresult, cuModuleGetFunction, (CUfunction *, CUmodule, const char *)) \
+  X(CUresult, cuModuleGetGlobal, (CUdeviceptr *, size_t *, CUmodule, const char *)) \
+  X(CUresult, cuLibraryLoadData, (CUlibrary *, const void *, void *, void **, unsigned, void *, void **, unsigned)) \
+  X(CUresult, cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *)) \
+  X(CUresult, cuLibraryGetGlobal, (CUdeviceptr *, size_t *, CUlibrary, const char *)) \
+  X(CUresult, cuKernelGetFunction, (CUfunction *, CUkernel)) \
+  X(CUresult, cuModuleUnload, (CUmodule)) \
+  X(CUresult, cuLibraryUnload, (CUlibrary)) \
+  X(CUresult, cuCtxGetCurrent, (CUcontext *)) \
+  X(CUresult, cuCtxGetDevice, (CUdevice *)) \
+  X(CUresult, cuDeviceGetCount, (int *)) \
+  X(CUresult, cuDeviceGet, (CUdevice *, int)) \
+  X(CUresult, cuDeviceGetAttribute, (int *, int, CUdevice)) \
+  X(CUresult, cuDriverGetVersion, (int *)) \
+  X(CUresult, cuCtxSetCurrent, (CUcontext)) \
+  X(CUresult, cuEventCreate, (void **, unsigned)) \
+  X(CUresult, cuEventRecord, (void *, CUstream)) \
+  X(CUresult, cuEventQuery, (void *)) \
+  X(CUresult, cuEventElapsedTime, (float *, void *, void *)) \
+  X(CUresult, cuStreamIsCapturing, (CUstream, int *)) \
+  X(CUresult, cuStreamQuery, (CUstream)) \
+  X(void **, __cudaRegisterFatBinary, (void *)) \
+  X(void, __cudaRegisterFatBinaryEnd, (void **)) \
+  X(void, __cudaRegisterFunction, (void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *)) \
+  X(void, __cudaRegisterVar, (void **, char *, char *, const char *, int, size_t, int, int)) \
+  X(cudaError_t, cudaLaunchKernel, (const void *, dim3, dim3, void **, size_t, void *)) \
+  X(cudaError_t, cudaLaunchKernel_ptsz, (const void *, dim3, dim3, void **, size_t, void *)) \
+  X(cudaError_t, cudaLaunchKernelExC, (const cudaLaunchConfig_t *, const void *, void **)) \
+  X(cudaError_t, cudaGetSymbolAddress, (void **, const void *))
+
+#define PROTEUS_CUDA_DECLARE(ret, name, params) HIDDEN extern ret(*real_##name) params;
+PROTEUS_CUDA_API(PROTEUS_CUDA_DECLARE)
+#undef PROTEUS_CUDA_DECLARE
+
+HIDDEN void *cuda_sym(const char *name);
+HIDDEN void init_driver_calls(void);
+HIDDEN int current_arch(void);                       /* SM version of the current context's device, 0: none */
+HIDDEN void resolve(kinfo *ki);                      /* a kernel's first launch: jit_lock held */
+HIDDEN CUdeviceptr global_address(kinfo *ki, void *owner, const char *name);
+HIDDEN CUfunction load_image(kinfo *ki, uint8_t *image);   /* frees image; NULL: refused (reported) */
+HIDDEN int stream_busy(CUstream s);
+
+/* ---- GPU time samples: a pair of events around a few launches: the 2nd, then every 64th
+ * until SAMPLES_DENSE samples, then every 4,096th. The budget multiplies their mean by the
+ * launches, so a few samples give it; each costs two event records and a query or two, which
+ * every 64th launch of a long run would keep paying for no better estimate. */
+#define SAMPLES_DENSE 16
+static inline int sample_begin(kinfo *ki, CUstream s) {
+  if (!ki) return 0;
+  uint64_t n = atomic_load_explicit(&ki->launches, memory_order_relaxed);
+  if ((n & 63) != 2 || ((n & 4095) != 2 && atomic_load_explicit(&ki->samples, memory_order_relaxed) >= SAMPLES_DENSE)) return 0;
+  int idle = SAMPLE_IDLE;
+  if (!atomic_compare_exchange_strong(&ki->sample_state, &idle, SAMPLE_RECORDING)) return 0;
+  CUcontext ctx = NULL;
+  int capturing = 1;
+  if (real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == ki->ev_ctx &&
+      real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS && !capturing &&   /* events would join a graph */
+      real_cuEventRecord(ki->ev[0], s) == CUDA_SUCCESS)
+    return 1;
+  atomic_store(&ki->sample_state, SAMPLE_IDLE);
+  return 0;
+}
+
+static inline void sample_end(kinfo *ki, CUstream s, int started) {
+  if (!started) return;
+  atomic_store(&ki->sample_state, real_cuEventRecord(ki->ev[1], s) == CUDA_SUCCESS ? SAMPLE_PENDING : SAMPLE_IDLE);
+}
+
+/* Collect a finished sample; called on later launches, never waits for the GPU. */
+static inline void sample_poll(kinfo *ki) {
+  if (!ki || atomic_load_explicit(&ki->sample_state, memory_order_acquire) != SAMPLE_PENDING) return;
+  int pending = SAMPLE_PENDING;
+  CUresult q = real_cuEventQuery(ki->ev[1]);
+  if (q == 600 /* CUDA_ERROR_NOT_READY */) return;
+  if (!atomic_compare_exchange_strong(&ki->sample_state, &pending, SAMPLE_RECORDING)) return;
+  float ms = 0;
+  if (q == CUDA_SUCCESS && real_cuEventElapsedTime(&ms, ki->ev[0], ki->ev[1]) == CUDA_SUCCESS && ms >= 0) {
+    atomic_fetch_add(&ki->sampled_ns, (uint64_t)(ms * 1e6));
+    atomic_fetch_add(&ki->samples, 1);
+  }
+  atomic_store(&ki->sample_state, q == CUDA_SUCCESS ? SAMPLE_IDLE : SAMPLE_OFF);
+}
+
+/* ------------------------------------------------------------------ driver API wrappers */
+
+
+#endif
