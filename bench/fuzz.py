@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Long fuzzing run of the binary parsers (the CI run, tests/test_fuzz.py, is short).
+"""Long fuzzing run of the binary parsers (the CI run, tests/cpu/test_fuzz.py, is short).
 
     python3 bench/fuzz.py [--per-target 12000] [--hang-seconds 5]
 
-Each target (tests/fuzz_targets.py) gets --per-target inputs from hypothesis: real sample
+Each target (tests/support/fuzz_targets.py) gets --per-target inputs from hypothesis: real sample
 bytes mutated, plus generated structures. An input either parses, or is rejected with a
 ProteusError that has a one-line message; any other exception is a crash, and an input
 that takes longer than --hang-seconds is a hang. Writes bench/results/fuzz-<date>.json.
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-from tests.fuzz_targets import TARGETS, run_one  # noqa: E402
+from tests.support.fuzz_targets import TARGETS, run_one  # noqa: E402
 
 
 class Hang(Exception):

@@ -30,7 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # proteus_rewrite's own recipe (fatbin/recipe.py), repeated here so that this script runs
-# without the package; tests/test_recipe.py checks that the two agree.
+# without the package; tests/cpu/test_recipe.py checks that the two agree.
 RECIPES = {"recommended": ("-Xclang", "-fembed-bitcode=all"), "fembed-bitcode": ("-fembed-bitcode",)}
 SRC = HERE / "src"
 STUB_HEADERS = ("texture_fetch_functions.h", "texture_indirect_functions.h", "curand_mtgp32_kernel.h")

@@ -3,7 +3,7 @@
  *
  * PROTEUS_HIP_API(X) lists every such function once; hip.c turns the list into
  * pointer types for the real functions and checks its own definitions against it.
- * tests/test_hip_shim.py proves the list right: it redeclares each function with ROCm's own
+ * tests/shim/test_hip_shim.py proves the list right: it redeclares each function with ROCm's own
  * types after <hip/hip_runtime_api.h> (define PROTEUS_HIP_REAL_TYPES first), where any
  * difference is a compile error, and compares the registration functions, which no header
  * declares, with the calls clang emits for a HIP translation unit. */
@@ -28,7 +28,7 @@ typedef struct hipDeviceProp_t hipDeviceProp_t;   /* never dereferenced: see hip
 #define HIP_STREAM_PER_THREAD ((hipStream_t)2)   /* hipStreamPerThread */
 #define HIP_FATBIN_MAGIC 0x48495046u       /* clang's __hip_fatbin_wrapper: "HIPF" */
 /* offsetof(hipDeviceProp_t, gcnArchName) in ROCm 5's layout, which ROCm 6 keeps as
- * hipDeviceProp_tR0000 (checked against the installed headers by tests/test_hip_shim.py) */
+ * hipDeviceProp_tR0000 (checked against the installed headers by tests/shim/test_hip_shim.py) */
 #define HIP_GCN_ARCH_NAME_OFFSET 396
 
 /* clang's __hip_fatbin_wrapper, what __hipRegisterFatBinary is handed */

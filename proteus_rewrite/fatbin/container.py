@@ -11,7 +11,6 @@ followed by its entries (see entry.py) back to back.
 from __future__ import annotations
 
 import hashlib
-import struct
 from dataclasses import dataclass
 
 from ..errors import FormatError

@@ -63,7 +63,7 @@ def _binary(name: str, ty: str, op: str, ftz: bool) -> str:
     body = []
     a, b = "%p0", "%p1"
     if ftz and ty == _F32:
-        body += [f"  %a = bitcast float %p0 to float", f"  %b = bitcast float %p1 to float"] + _ftz32("a") + _ftz32("b")
+        body += ["  %a = bitcast float %p0 to float", "  %b = bitcast float %p1 to float"] + _ftz32("a") + _ftz32("b")
         a, b = "%a_z", "%b_z"
     body.append(f"  %r = {op.format(ty=ty, a=a, b=b)}")
     if ftz and ty == _F32:

@@ -1,0 +1,5 @@
+"""python -m proteus_rewrite.cli"""
+
+from . import run
+
+run()

@@ -1,0 +1,300 @@
+"""The JIT specializer on the samples: what gets folded, and what the generated code shows."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+
+import pytest
+
+from proteus_rewrite.errors import SpecializeError
+from proteus_rewrite.jit import Config, Launch, specialize, specializer
+from proteus_rewrite.jit.launch import ir_constant, parse_value
+from proteus_rewrite.fatbin.kernels import ParamRecord
+
+from ..support.launches import PTR_X, PTR_Y, kernel, launch_for  # noqa: F401  (other tests import them here too)
+
+
+def has_back_edge(ptx: str) -> bool:
+    """A branch to a label defined earlier: a loop."""
+    labels = {m.group(1): m.start() for m in re.finditer(r"^(\$L__\w+):", ptx, re.M)}
+    return any(labels.get(m.group(1), 1 << 60) < m.start() for m in re.finditer(r"bra(?:\.uni)?\s+(\$L__\w+);", ptx))
+
+
+def ptx_body(result) -> str:
+    return "\n".join(l for l in result.ptx.text.splitlines() if l.strip() and not l.lstrip().startswith("//"))
+
+
+CFG = Config.from_env({})
+
+
+def test_trip_count_is_folded_and_the_loop_fully_unrolled(table):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    r = specialize(t, k, launch_for(k, {0: "1048576", 1: "8", 2: "0.5"}), CFG)
+    body = ptx_body(r)
+    assert r.folded == {0: 1048576, 1: 8, 2: 0.5}
+    assert body.count("fma.rn.f32") == 8  # one per iteration, no loop left
+    assert "0f3F000000" in body  # a = 0.5 is an immediate
+    assert "1048575" in body  # i < n became i > 1048575
+    assert not re.search(r"ld\.param\.\w+\s+%\w+, \[_Z9axpy_loopiifPKfPf_param_[012]\]", body)
+    assert not has_back_edge(body)
+
+
+def test_unknown_trip_count_keeps_the_loop(table):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    launch = launch_for(k, {0: "1048576", 2: "0.5"})
+    r = specialize(t, k, Launch(launch.args, launch.grid, launch.block, 90, unknown=frozenset({1})), CFG)
+    assert 1 not in r.folded
+    assert "_Z9axpy_loopiifPKfPf_param_1" in ptx_body(r).split("{", 1)[1]
+    assert has_back_edge(ptx_body(r))
+
+
+def test_launch_bounds_from_the_block_size(table):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    body = ptx_body(specialize(t, k, launch_for(k, {1: "3"}, block=(128, 2, 1)), CFG))
+    assert ".maxntid 128, 2, 1" in body and ".minnctapersm 1" in body
+
+
+def test_declared_launch_bounds_are_kept_and_never_exceeded(table):
+    t = table("templates")
+    k = kernel(t, "bounded_sum")
+    body = ptx_body(specialize(t, k, launch_for(k, {2: "1000", 3: "16"}, block=(128, 1, 1)), CFG))
+    assert ".maxntid 128, 1, 1" in body and ".minnctapersm 4" in body
+    body = ptx_body(specialize(t, k, launch_for(k, {2: "1000", 3: "16"}, block=(64, 1, 1)), CFG))
+    assert ".maxntid 64, 1, 1" in body and ".minnctapersm 4" in body
+    with pytest.raises(SpecializeError, match="exceeds its __launch_bounds__"):
+        specialize(t, k, launch_for(k, {2: "1000"}, block=(256, 1, 1)), CFG)
+
+
+def test_dims_are_folded_only_when_asked(table):
+    t = table("multi_kernel")
+    k = kernel(t, "scale")
+    on = ptx_body(specialize(t, k, launch_for(k, {1: "1000", 2: "2.0"}), CFG))
+    off = ptx_body(specialize(t, k, launch_for(k, {1: "1000", 2: "2.0"}), Config.from_env({"PROTEUS_SPECIALIZE_DIMS": "0"})))
+    assert "%ntid.x" not in on and "%ntid.x" in off
+
+
+def test_no_specialization_at_all_still_compiles_the_original_semantics(table):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    off = Config.from_env({"PROTEUS_SPECIALIZE_ARGS": "0", "PROTEUS_SPECIALIZE_DIMS": "0", "PROTEUS_SPECIALIZE_LAUNCH_BOUNDS": "0"})
+    r = specialize(t, k, launch_for(k, {0: "10", 1: "8", 2: "0.5"}), off)
+    body = ptx_body(r)
+    assert r.folded == {} and ".maxntid" not in body
+    assert all(f"_Z9axpy_loopiifPKfPf_param_{i}" in body.split("{", 1)[1] for i in range(5))
+
+
+def test_device_globals_resolve_to_the_aot_addresses_and_are_not_duplicated(table):
+    t = table("device_globals")
+    addrs = {"hits": 0x7F00DEAD1000, "table": 0x7F00DEAD2000, "coeffs": 0x7F00DEAD3000}
+    for prefix in ("accumulate", "apply"):
+        k = kernel(t, prefix)
+        r = specialize(t, k, launch_for(k, {k.params[-1].index: "1048576"}, globals_=addrs), CFG)
+        body = ptx_body(r)
+        for name, addr in addrs.items():
+            assert not re.search(rf"\.global .*\b{name}\b", body), name  # no JIT-side copy
+        used = [a for a in addrs.values() if str(a) in body]
+        assert used, body[:400]
+        assert ".const" not in body  # __constant__ data is read from the AOT copy in global memory
+
+
+def test_device_global_addresses_are_required_and_part_of_the_key(table):
+    t = table("device_globals")
+    k = kernel(t, "apply")
+    with pytest.raises(SpecializeError, match="address of device variable"):
+        specialize(t, k, launch_for(k, {2: "10"}), CFG)
+    a = {"hits": 0x1000, "table": 0x2000, "coeffs": 0x3000}
+    b = dict(a, table=0x9000)
+    assert specialize(t, k, launch_for(k, {2: "10"}, globals_=a), CFG).key != specialize(t, k, launch_for(k, {2: "10"}, globals_=b), CFG).key
+
+
+def test_annotated_kernel_folds_exactly_its_annotated_arguments(table):
+    t = table("annotated")
+    (k,) = t.kernels
+    r = specialize(t, k, launch_for(k, {1: "1048576", 2: "6", 3: "1.5"}), CFG)
+    assert sorted(r.folded) == [1, 2]  # annotate("jit", 2, 3) is 1-based
+    body = ptx_body(r).split("{", 1)[1]
+    assert "_Z6smoothPfiif_param_3" in body and "_Z6smoothPfiif_param_2" not in body
+
+
+def test_struct_by_value_templates_and_rdc_kernels_specialize(table):
+    for app, prefix, values in (("templates", "affine", {}), ("templates", "void scale_add<double, 2>", {2: "-0.75", 3: "1000"}),
+                                ("two_tu_rdc", "histogram", {1: "1000", 3: "64"})):
+        t = table(app)
+        k = kernel(t, prefix)
+        r = specialize(t, k, launch_for(k, values), CFG)
+        assert f".entry {k.name}(" in r.ptx.text
+        assert r.image.data[:4] == b"\x7fELF"
+
+
+def test_the_entry_point_keeps_the_original_name_and_parameter_layout(table):
+    from proteus_rewrite.fatbin import cubin
+
+    t = table("templates")
+    k = kernel(t, "affine")
+    r = specialize(t, k, launch_for(k, {}), CFG)
+    c = cubin.parse(r.image.data)
+    assert list(c.kernels) == [k.name]
+    assert [(p.offset, p.size) for p in c.kernels[k.name].params] == [(p.offset, p.size) for p in k.params]
+
+
+@pytest.mark.parametrize("compiler", ["nvjitlink", "ptxas"])
+def test_ptx_compilers_produce_a_cubin(table, compiler):
+    t = table("loop_count")
+    k = kernel(t, "mix_rounds")
+    r = specialize(t, k, launch_for(k, {0: "262144", 1: "5", 2: "-42"}), Config.from_env({"PROTEUS_PTX_COMPILER": compiler}))
+    assert r.image.data[:4] == b"\x7fELF" and r.image.arch == 90
+
+
+@pytest.mark.gpu
+def test_driver_compiler_leaves_ptx_for_the_driver(table):
+    t = table("loop_count")
+    k = kernel(t, "mix_rounds")
+    r = specialize(t, k, launch_for(k, {1: "5"}), Config.from_env({"PROTEUS_PTX_COMPILER": "driver"}))
+    assert ".version" in r.image.text and ".entry _Z10mix_roundsyjxPy(" in r.image.text
+
+
+def test_key_changes_with_every_input_of_the_code(table):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    base = launch_for(k, {0: "100", 1: "8", 2: "0.5"})
+    keys = {
+        specialize(t, k, base, CFG).key,
+        specialize(t, k, launch_for(k, {0: "100", 1: "9", 2: "0.5"}), CFG).key,
+        specialize(t, k, launch_for(k, {0: "100", 1: "8", 2: "0.5"}, block=(128, 1, 1)), CFG).key,
+        specialize(t, k, launch_for(k, {0: "100", 1: "8", 2: "0.5"}, grid=(8, 1, 1)), CFG).key,
+        specialize(t, k, base, Config.from_env({"PROTEUS_OPT_LEVEL": "2"})).key,
+        specialize(t, k, base, Config.from_env({"PROTEUS_SPECIALIZE_LAUNCH_BOUNDS": "0"})).key,
+    }
+    assert len(keys) == 6
+    assert specialize(t, k, base, CFG).key == specialize(t, k, base, CFG).key
+
+
+def test_pointer_values_do_not_change_the_key_unless_alignment_is_specialized(table):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    a = launch_for(k, {1: "8"})
+    moved = Launch(a.args[:3] + ((PTR_X + 4).to_bytes(8, "little"), a.args[4]), a.grid, a.block, 90)
+    assert specialize(t, k, a, CFG).key == specialize(t, k, moved, CFG).key
+    align = Config.from_env({"PROTEUS_SPECIALIZE_ALIGNMENT": "1"})
+    ra, rm = specialize(t, k, a, align), specialize(t, k, moved, align)
+    assert ra.key != rm.key and ra.plan.alignment == {3: 128, 4: 128} and rm.plan.alignment == {4: 128}
+
+
+def test_tuned_kernel_config_overrides_per_kernel(table, tmp_path):
+    import json
+
+    tuned = tmp_path / "tuned.json"
+    tuned.write_text(json.dumps({"axpy_loop(int, int, float, float const*, float*)": {"SpecializeArgs": False, "Pipeline": "default<O2>"}}))
+    cfg = Config.from_env({"PROTEUS_TUNED_KERNELS": str(tuned)})
+    t = table("loop_count")
+    assert specialize(t, kernel(t, "axpy_loop"), launch_for(kernel(t, "axpy_loop"), {1: "8"}), cfg).folded == {}
+    k = kernel(t, "mix_rounds")
+    assert specialize(t, k, launch_for(k, {1: "5"}), cfg).folded != {}
+
+
+def test_textual_pipeline_is_applied(table):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    light = Config.from_env({"PROTEUS_OPT_PIPELINE": "function(sroa,instcombine,simplifycfg)"})
+    r = specialize(t, k, launch_for(k, {0: "100", 1: "8", 2: "0.5"}), light)
+    assert has_back_edge(r.ptx.text)  # without loop passes, the (AOT-unrolled-by-8) loop stays
+    assert not has_back_edge(specialize(t, k, launch_for(k, {0: "100", 1: "8", 2: "0.5"}), CFG).ptx.text)
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"PROTEUS_OPT_LEVEL": "4"}, "PROTEUS_OPT_LEVEL"),
+        ({"PROTEUS_SPECIALIZE_ARGS": "maybe"}, "expected 0 or 1"),
+        ({"PROTEUS_PTX_COMPILER": "nvcc"}, "PROTEUS_PTX_COMPILER"),
+        ({"PROTEUS_TUNED_KERNELS": "/nonexistent.json"}, "cannot read"),
+        ({"PROTEUS_ASYNC_COMPILATION": "2"}, "expected 0, 1 or auto"),
+        ({"PROTEUS_ASYNC_THREADS": "0"}, "expected 1 to 64"),
+        ({"PROTEUS_ASYNC_THREADS": "many"}, "PROTEUS_ASYNC_THREADS='many'"),
+    ],
+)
+def test_bad_configuration_is_a_clear_error(env, message):
+    with pytest.raises(SpecializeError, match=message):
+        Config.from_env(env)
+
+
+@pytest.mark.parametrize("value, mode", [(None, "auto"), ("", "auto"), (" Auto ", "auto"), ("0", "0"), ("off", "0"),
+                                         ("1", "1"), ("yes", "1")])
+def test_async_compilation_modes(value, mode):
+    assert Config.from_env({} if value is None else {"PROTEUS_ASYNC_COMPILATION": value}).async_compilation == mode
+
+
+def test_unknown_pipeline_pass_lists_the_supported_ones(table):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    with pytest.raises(SpecializeError, match="unknown or unsupported pass 'frobnicate'.*instcombine"):
+        specialize(t, k, launch_for(k, {1: "8"}), Config.from_env({"PROTEUS_OPT_PIPELINE": "frobnicate"}))
+
+
+def _p(t, size):
+    return ParamRecord(0, "float" if t in ("float", "double", "half") else "int", t, size, 0, size)
+
+
+@pytest.mark.parametrize(
+    "llvm_type, raw, expected",
+    [
+        ("i32", struct.pack("<i", -7), "-7"),
+        ("i64", struct.pack("<q", -(2**63)), str(-(2**63))),
+        ("i8", b"\xff", "-1"),
+        ("i1", b"\x01", "true"),
+        ("float", struct.pack("<f", 0.5), "0x3FE0000000000000"),
+        ("float", struct.pack("<f", float("inf")), "0x7FF0000000000000"),
+        ("float", struct.pack("<I", 0x7FC00001), "0x7FF8000020000000"),  # NaN payload kept
+        ("double", struct.pack("<d", -2.5), "0xC004000000000000"),
+        ("half", struct.pack("<e", 1.0), "0xH3C00"),
+    ],
+)
+def test_argument_bytes_become_exact_ir_constants(llvm_type, raw, expected):
+    assert ir_constant(_p(llvm_type, len(raw)), raw) == expected
+
+
+def test_warm_up_compiles_a_kernel_through_every_step():
+    # the shim runs this before it starts compile threads (see specializer.warm_up)
+    assert specializer.warm_up(90) > 0
+
+
+def test_registers_are_capped_at_the_aot_count_unless_turned_off(table, tmp_path):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    assert k.aot_registers and 0 < k.aot_registers <= 255  # from the cubin's EIATTR_REGCOUNT
+    launch = launch_for(k, {1: "3"})
+    capped = specialize(t, k, launch, CFG)
+    assert f".maxnreg {k.aot_registers}" in ptx_body(capped)
+    free = specialize(t, k, launch, Config.from_env({"PROTEUS_CAP_REGISTERS": "0"}))
+    assert ".maxnreg" not in ptx_body(free) and free.key != capped.key
+    tuned = tmp_path / "tuned.json"
+    tuned.write_text(json.dumps({k.name: {"CapRegisters": False}}))
+    assert ".maxnreg" not in ptx_body(specialize(t, k, launch, Config.from_env({"PROTEUS_TUNED_KERNELS": str(tuned)})))
+
+
+def test_size_levels_optimize_for_size(table):
+    """PROTEUS_OPT_LEVEL s and z: every function optsize (z: minsize too) and LLVM's inliner
+    thresholds for them, over the O2 pipeline. 16 folded rounds: O2 and O3 unroll the loop
+    fully; s and z keep it, and their code is smaller."""
+    t = table("loop_count")
+    k = kernel(t, "mix_rounds")
+    launch = launch_for(k, {0: "1048576", 1: "16", 2: "-42"})
+    speed = {lvl: specialize(t, k, launch, Config.from_env({"PROTEUS_OPT_LEVEL": lvl}), keep_ir=True) for lvl in "23"}
+    size = {lvl: specialize(t, k, launch, Config.from_env({"PROTEUS_OPT_LEVEL": lvl}), keep_ir=True) for lvl in "sz"}
+    assert not any(has_back_edge(r.ptx.text) for r in speed.values())
+    assert all(has_back_edge(r.ptx.text) for r in size.values())
+    assert max(len(r.ptx.text) for r in size.values()) < min(len(r.ptx.text) for r in speed.values())
+    attrs = {lvl: r.ir_text[r.ir_text.index("attributes #"):] for lvl, r in {**speed, **size}.items()}  # the groups
+    assert "optsize" in attrs["s"] and "minsize" not in attrs["s"] and "minsize" in attrs["z"]
+    assert "optsize" not in attrs["2"] and "optsize" not in attrs["3"]
+    # their cache keys differ from what the same settings gave when s and z ran plain O2
+    keys = {lvl: r.key for lvl, r in {**speed, **size}.items()}
+    assert len(set(keys.values())) == 4
+    from proteus_rewrite.jit import pipeline
+
+    assert pipeline.key_note("default<Oz>") and pipeline.key_note("default<O3>") is None

@@ -1,0 +1,411 @@
+/* Unit tests of the shim's hot-path pieces, without a GPU: hashing, the handle table, the
+ * variant table, key building and policy changes. Built and run by tests/shim/test_shim.py. */
+#define _GNU_SOURCE
+#include <unistd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_api.h"
+#include "hitpath.h"
+#include "shim.h"
+
+#include <assert.h>
+#include <sys/wait.h>
+
+static int failures;
+#define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #cond); failures++; } } while (0)
+
+static void test_hash(void) {
+  uint8_t a[40] = {1, 2, 3}, b[40] = {1, 2, 3};
+  EXPECT(hash_bytes(a, 40, 7) == hash_bytes(b, 40, 7));
+  b[39] = 1;
+  EXPECT(hash_bytes(a, 40, 7) != hash_bytes(b, 40, 7));
+  EXPECT(hash_bytes(a, 3, 7) != hash_bytes(a, 4, 7));   /* length is part of the hash */
+  EXPECT(hash_bytes(a, 8, 7) != hash_bytes(a, 8, 8));   /* so is the seed (kernel, context) */
+  /* The variant table probes from the low 16 bits: keys that differ in one word (a step
+   * counter's) or only in the second lane's word must spread over them like random ones
+   * (65,536 keys in 65,536 slots: a longest run of about 8, and ~63% of the slots used). */
+  for (int lane = 0; lane < 2; lane++) {
+    static uint16_t load[1 << 16];
+    memset(load, 0, sizeof load);
+    uint8_t key[36] = {0};
+    int most = 0, used = 0;
+    for (uint32_t i = 0; i < (1u << 16); i++) {
+      memcpy(key + 4 + 8 * lane, &i, 4);
+      uint16_t slot = (uint16_t)hash_bytes(key, sizeof key, 99);
+      if (!load[slot]++) used++;
+      if (load[slot] > most) most = load[slot];
+    }
+    EXPECT(most <= 12 && used > 39000 && used < 44000);
+  }
+}
+
+static void test_handles(void) {
+  static kinfo k1, k2;
+  pthread_mutex_lock(&reg_lock);
+  for (uintptr_t i = 1; i <= 20000; i++) handle_insert((void *)(i * 64), (i & 1) ? &k1 : &k2, NULL);
+  pthread_mutex_unlock(&reg_lock);
+  int ok = 1;
+  for (uintptr_t i = 1; i <= 20000; i++) ok &= handle_lookup((void *)(i * 64)) == ((i & 1) ? &k1 : &k2);
+  EXPECT(ok);
+  EXPECT(handle_lookup((void *)12345) == NULL);
+  /* A handle registered again (another module loaded at the same address) takes its new
+   * kernel and owner in place; its neighbours keep theirs. */
+  static kinfo k3;
+  pthread_mutex_lock(&reg_lock);
+  handle_insert((void *)(7 * 64), &k3, (void *)0x5000);
+  pthread_mutex_unlock(&reg_lock);
+  EXPECT(handle_lookup((void *)(7 * 64)) == &k3 && handle_owner((void *)(7 * 64)) == (void *)0x5000);
+  EXPECT(handle_lookup((void *)(9 * 64)) == &k1 && handle_owner((void *)(9 * 64)) == NULL);
+  EXPECT(handle_owner((void *)12345) == NULL);
+}
+
+/* find_variant asks the kernel's last hit first: it must answer exactly what the table would,
+ * whatever the key's length, context or generation, as launches alternate between variants. */
+static void test_last_hit(void) {
+  static kinfo ki;
+  ki.nparams = 2; ki.sizes[0] = 4; ki.sizes[1] = 8;
+  atomic_store(&ki.fold[0], 1); atomic_store(&ki.fold[1], 1);
+  CUcontext c1 = (CUcontext)0x10, c2 = (CUcontext)0x20;
+  sentry *made[3][2];
+  uint8_t keys[3][MAX_KEY];
+  int lens[3];
+  for (int v = 0; v < 3; v++) {
+    int a = 100 + v; uint64_t b = 7;
+    void *params[2] = {&a, &b};
+    dim3 d = {1, 1, 1};
+    lens[v] = stable_key(&ki, params, d, d, keys[v]);
+    for (int c = 0; c < 2; c++) {
+      made[v][c] = new_entry(&ki, c ? c2 : c1, keys[v], lens[v], (CUfunction)(uintptr_t)(0x100 + 2 * v + c), 0);
+      variant_insert(made[v][c]);
+    }
+  }
+  int ok = 1;
+  for (int i = 0; i < 60; i++) {   /* the same key twice in a row, then another, then another context */
+    int v = (i / 2) % 3, c = (i / 6) % 2;
+    ok &= find_variant(&ki, c ? c2 : c1, keys[v], lens[v]) == made[v][c];
+  }
+  EXPECT(ok);
+  EXPECT(find_variant(&ki, c1, keys[1], lens[1]) == made[1][0] && atomic_load(&ki.last) == made[1][0]);
+  EXPECT(find_variant(&ki, c1, keys[1], lens[1] - 1) == NULL);   /* a prefix of the last key */
+  uint8_t other[MAX_KEY];
+  memcpy(other, keys[1], lens[1]);
+  other[0] += 2;   /* the same values under a later policy generation */
+  EXPECT(find_variant(&ki, c1, other, lens[1]) == NULL);
+  EXPECT(find_variant(&ki, (CUcontext)0x30, keys[1], lens[1]) == NULL);
+  EXPECT(((uintptr_t)made[0][0] & 63) == 0);   /* entries start a cache line */
+}
+
+static void test_keys_and_variants(void) {
+  static kinfo ki;
+  ki.nparams = 4;
+  uint32_t sizes[4] = {4, 8, 4, 1};
+  uint8_t fold[4] = {1, 0, 1, 1};
+  memcpy(ki.sizes, sizes, sizeof sizes);
+  for (int i = 0; i < 4; i++) atomic_store(&ki.fold[i], fold[i]);
+  atomic_store(&ki.dims_in_key, 1);
+  int n = 42; void *ptr = (void *)0xdead; float f = 0.5f; uint8_t flag = 1;
+  void *params[4] = {&n, &ptr, &f, &flag};
+  uint8_t key[MAX_KEY];
+  dim3 grid = {10, 1, 1}, block = {256, 1, 1};
+  int len = stable_key(&ki, params, grid, block, key);
+  EXPECT(len == 4 + 4 + 4 + 1 + 12);   /* generation; the pointer is not folded; block is in, grid is not */
+  EXPECT(!memcmp(key + 4, &n, 4) && !memcmp(key + 8, &f, 4) && key[12] == 1);
+  void *other_ptr = (void *)0xbeef; void *params2[4] = {&n, &other_ptr, &f, &flag};
+  uint8_t key2[MAX_KEY];
+  dim3 grid2 = {99, 1, 1};
+  EXPECT(build_key(&ki, params2, grid2, block, key2, 0) == len && !memcmp(key, key2, len));   /* same variant */
+  block.x = 128;
+  build_key(&ki, params, grid, block, key2, 0);
+  EXPECT(memcmp(key, key2, len) != 0);   /* another block size, another variant */
+
+  CUcontext ctx = (CUcontext)0x1234;
+  uint64_t h = key_hash(&ki, ctx, key, len);
+  sentry *e = malloc(sizeof *e + len);
+  e->hash = h; e->ki = &ki; e->ctx = ctx; e->fn = (CUfunction)0x77; e->pending = 0; e->keylen = len; memcpy(e->key, key, len);
+  variant_insert(e);
+  EXPECT(variant_lookup(h, &ki, ctx, key, len) == e);
+  EXPECT(variant_lookup(h, &ki, (CUcontext)0x9999, key, len) == NULL);   /* per context */
+  key[0] ^= 1;
+  EXPECT(variant_lookup(h, &ki, ctx, key, len) == NULL);   /* same hash, other bytes: no false hit */
+
+  /* A key too large for the stack buffer is refused, not truncated. */
+  static kinfo big;
+  big.nparams = 2; big.sizes[0] = MAX_KEY; big.fold[0] = 1;
+  static uint8_t huge[MAX_KEY];
+  void *bp[2] = {huge, huge};
+  EXPECT(build_key(&big, bp, grid, block, key, 0) == -1);
+
+  /* The tracker stops folding argument 0 and the block: the key changes generation and shrinks,
+   * so no entry made under the old policy can match a key made under the new one. */
+  uint8_t pol[4 + 4] = {0, 0, 0, 0, 0, 0, 1, 1};
+  key[0] ^= 1;   /* (restore) */
+  apply_policy(&ki, pol, sizeof pol);
+  EXPECT(atomic_load(&ki.gen) == 2);
+  int len2 = stable_key(&ki, params, grid, block, key2);
+  EXPECT(len2 == 4 + 4 + 1 && key2[0] == 2 && !memcmp(key2 + 4, &f, 4));
+  EXPECT(variant_lookup(key_hash(&ki, ctx, key2, len2), &ki, ctx, key2, len2) == NULL);
+  apply_policy(&ki, pol, sizeof pol);   /* no change: no new generation */
+  EXPECT(atomic_load(&ki.gen) == 2);
+  apply_policy(&ki, pol, 3);   /* malformed: ignored */
+  EXPECT(atomic_load(&ki.gen) == 2);
+  atomic_store(&ki.gen, 3);   /* a policy change in progress: the hit path steps aside */
+  EXPECT(stable_key(&ki, params, grid, block, key2) == -2);
+  atomic_store(&ki.gen, 2);
+}
+
+/* Readers on the hit path while the policy changes: every key they build is one a single
+ * generation could have produced. */
+static kinfo race;
+static _Atomic int race_stop, race_bad;
+static void *race_reader(void *arg) {
+  (void)arg;
+  int a = 7, b = 9; void *params[2] = {&a, &b};
+  dim3 d = {1, 1, 1};
+  uint8_t key[MAX_KEY];
+  while (!atomic_load(&race_stop)) {
+    int len = stable_key(&race, params, d, d, key);
+    if (len < 0) continue;
+    uint32_t g; memcpy(&g, key, 4);
+    int expect = 4 + ((g / 2) % 2 ? 4 : 8);   /* even generations fold both, odd halves fold one */
+    if (len != expect) atomic_store(&race_bad, 1);
+  }
+  return NULL;
+}
+static void test_policy_race(void) {
+  race.nparams = 2; race.sizes[0] = race.sizes[1] = 4;
+  atomic_store(&race.fold[0], 1); atomic_store(&race.fold[1], 1);
+  pthread_t t[4];
+  for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, race_reader, NULL);
+  uint8_t both[6] = {0, 0, 0, 0, 1, 1}, one[6] = {0, 0, 0, 0, 1, 0};
+  for (int i = 0; i < 200000; i++) apply_policy(&race, i % 2 ? both : one, 6);
+  atomic_store(&race_stop, 1);
+  for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+  EXPECT(!atomic_load(&race_bad));
+  EXPECT(atomic_load(&race.gen) == 400000);
+}
+
+/* The wait for a variant compiling in the background (auto mode): only a launch that asks
+ * again for the variant the kernel's previous unserved launch asked for waits, only while its
+ * stream has work queued, and it gets the function the compile thread publishes; a stream that
+ * runs dry or a dropped job (exit) releases it without one. */
+static _Atomic int gpu_busy = 1, queries;
+static CUresult fake_query(CUstream s) { (void)s; atomic_fetch_add(&queries, 1); return atomic_load(&gpu_busy) ? 600 : CUDA_SUCCESS; }
+static CUresult fake_capturing(CUstream s, int *c) { *c = s == (CUstream)0xca9; return CUDA_SUCCESS; }
+static sentry *finishing;
+static void *finish_compile(void *arg) {
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  atomic_store(&finishing->fn, (CUfunction)arg);
+  atomic_store(&finishing->pending, 0);
+  pthread_mutex_lock(&q_lock);
+  pthread_cond_broadcast(&q_cond);
+  pthread_mutex_unlock(&q_lock);
+  return NULL;
+}
+static void *gpu_runs_dry(void *arg) {
+  (void)arg;
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  atomic_store(&gpu_busy, 0);
+  return NULL;
+}
+static void test_await_variant(void) {
+  static kinfo ki;
+  uint8_t k1[8] = {1}, k2[8] = {2};
+  CUcontext ctx = (CUcontext)0x1234;
+  CUstream s = (CUstream)0x5;
+  sentry *a = new_entry(&ki, ctx, k1, 8, NULL, 1), *b = new_entry(&ki, ctx, k2, 8, NULL, 1);
+  real_cuStreamQuery = fake_query;
+  real_cuStreamIsCapturing = fake_capturing;
+  g_async = ASYNC_AUTO;
+  atomic_store(&ki.unserved, a->hash);   /* the launch that queued a */
+  EXPECT(await_variant(&ki, b, s) == NULL && atomic_load(&queries) == 0);   /* another value: run the original at once */
+  EXPECT(atomic_load(&ki.unserved) == b->hash);
+  finishing = b;   /* b again, the GPU busy: wait for it */
+  pthread_t t;
+  pthread_create(&t, NULL, finish_compile, (void *)0x42);
+  uint64_t t0 = now_ns();
+  EXPECT(await_variant(&ki, b, s) == (CUfunction)0x42);
+  EXPECT(now_ns() - t0 >= 15 * 1000 * 1000);
+  pthread_join(t, NULL);
+  EXPECT(atomic_load(&n_awaits) == 1);
+  EXPECT(await_variant(&ki, a, (CUstream)0xca9) == NULL);   /* (a: a new value again) */
+  EXPECT(await_variant(&ki, a, (CUstream)0xca9) == NULL && atomic_load(&n_awaits) == 1);   /* a capturing stream: no wait */
+  EXPECT(atomic_load(&ki.check_skip) == 1);   /* and the next launch does not ask */
+  int q = atomic_load(&queries);
+  EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&queries) == q && atomic_load(&ki.check_skip) == 0);
+  pthread_create(&t, NULL, gpu_runs_dry, NULL);   /* a, the GPU busy, then idle: the original runs */
+  t0 = now_ns();
+  EXPECT(await_variant(&ki, a, s) == NULL);
+  EXPECT(now_ns() - t0 >= 15 * 1000 * 1000 && atomic_load(&a->pending) == 1 && atomic_load(&n_awaits) == 2);
+  EXPECT(atomic_load(&ki.check_gap) == 0 && atomic_load(&ki.check_skip) == 0);   /* it found the stream busy */
+  pthread_join(t, NULL);
+  EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 2);   /* idle from the start: no wait */
+  EXPECT(atomic_load(&n_checks) == 2);   /* that, and the capturing stream: checked, not waited */
+  /* A host-bound loop: the stream asked at launches 1, 3, 6, 11, 20, 37, 70, 135, 200 of 200
+   * (gaps 1, 2, 4, ... 64), then a busy stream ends the skipping. */
+  atomic_store(&ki.check_skip, 0);
+  atomic_store(&ki.check_gap, 0);
+  q = atomic_load(&queries);
+  for (int i = 0; i < 200; i++) EXPECT(await_variant(&ki, a, s) == NULL);
+  EXPECT(atomic_load(&queries) - q == 9 && atomic_load(&ki.check_gap) == 64 && atomic_load(&n_awaits) == 2);
+  atomic_store(&gpu_busy, 1);
+  atomic_store(&ki.check_skip, 0);   /* the gap's end: the next launch asks, finds the GPU busy, waits */
+  finishing = a;
+  pthread_create(&t, NULL, finish_compile, (void *)0x43);
+  EXPECT(await_variant(&ki, a, s) == (CUfunction)0x43 && atomic_load(&n_awaits) == 3 && atomic_load(&ki.check_gap) == 0);
+  pthread_join(t, NULL);
+  atomic_store(&a->pending, 1);
+  atomic_store(&a->fn, NULL);
+  g_async = ASYNC_ON;   /* upstream's asynchronous mode never waits */
+  EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 3);
+  g_async = ASYNC_AUTO;   /* exiting: a dropped job's entry stops pending, and waiters stop */
+  job *j = calloc(1, sizeof *j);
+  j->e = a; j->ki = &ki; j->args = malloc(1); j->addrs = malloc(8);
+  q_head = q_tail = j;
+  atomic_store(&ki.jobs, 1);
+  stop_workers();
+  EXPECT(atomic_load(&a->pending) == 0 && q_head == NULL && atomic_load(&ki.jobs) == 0);
+  atomic_store(&a->pending, 1);   /* as if still compiling: q_stop ends the wait at once */
+  t0 = now_ns();
+  EXPECT(await_variant(&ki, a, s) == NULL && now_ns() - t0 < 5 * 1000 * 1000);
+  free(a); free(b);
+}
+
+/* At exit the compile threads finish their queue (a stale job is dropped unread by the
+ * worker, which clears its function) before they stop. */
+static void test_exit_drains_the_queue(void) {
+  static kinfo k;
+  atomic_store(&k.gen, 2);
+  sentry *e[3];
+  for (int i = 0; i < 3; i++) {
+    uint8_t key[4] = {(uint8_t)i};
+    e[i] = new_entry(&k, (CUcontext)0x1, key, 4, (CUfunction)0x99 /* the worker overwrites it */, 1);
+    job *j = calloc(1, sizeof *j);
+    j->ki = &k; j->gen = 0; j->e = e[i]; j->args = malloc(1); j->addrs = malloc(8);
+    if (q_tail) q_tail->next = j; else q_head = j;
+    q_tail = j;
+  }
+  atomic_store(&k.jobs, 3);
+  pthread_t w;
+  q_workers = 1;
+  pthread_create(&w, NULL, worker, NULL);
+  stop_workers();
+  pthread_join(w, NULL);
+  for (int i = 0; i < 3; i++) EXPECT(atomic_load(&e[i]->pending) == 0 && atomic_load(&e[i]->fn) == NULL);
+  EXPECT(q_head == NULL && q_busy == 0 && q_stop == 1 && atomic_load(&k.jobs) == 0);
+  q_stop = 0;
+  q_workers = 0;
+  for (int i = 0; i < 3; i++) free(e[i]);
+}
+
+/* defer(): a launch with a new key while a variant of its kernel is queued is kept for the
+ * tracker (runtime.DEFERRED records, in order), up to defer_max; not with nothing queued, not
+ * for a kernel without a tracker (defer_max 0), not in synchronous mode. */
+static void test_defer(void) {
+  static kinfo ki;
+  ki.nparams = 2; ki.sizes[0] = 4; ki.sizes[1] = 8; ki.defer_max = 3;
+  uint32_t a = 0;
+  uint64_t b = 0x1122334455667788ull;
+  void *params[2] = {&a, &b};
+  dim3 grid = {1, 2, 3}, block = {4, 5, 6};
+  g_async = ASYNC_AUTO;
+  EXPECT(!defer(&ki, params, grid, block));   /* nothing queued: the miss asks Python */
+  atomic_store(&ki.jobs, 1);
+  for (a = 0; a < 3; a++) EXPECT(defer(&ki, params, grid, block));
+  EXPECT(!defer(&ki, params, grid, block) && ki.ndeferred == 3 && atomic_load(&n_deferred) == 3);   /* full */
+  EXPECT(deferred_bytes(&ki) == 3 * (24 + 12));
+  for (uint32_t i = 0; i < 3; i++) {
+    const uint8_t *r = ki.deferred + i * 36;
+    uint32_t dims[6], got_a;
+    uint64_t got_b;
+    memcpy(dims, r, 24); memcpy(&got_a, r + 24, 4); memcpy(&got_b, r + 28, 8);
+    EXPECT(dims[0] == 1 && dims[2] == 3 && dims[3] == 4 && dims[5] == 6 && got_a == i && got_b == b);
+  }
+  ki.ndeferred = 0;   /* (what a miss that passed them to Python does) */
+  g_async = ASYNC_OFF;
+  EXPECT(!defer(&ki, params, grid, block));
+  g_async = ASYNC_ON;
+  EXPECT(defer(&ki, params, grid, block));
+  ki.ndeferred = 0;
+  ki.defer_max = 0;
+  EXPECT(!defer(&ki, params, grid, block));
+  g_async = -1;
+  free(ki.deferred);
+}
+
+/* PROTEUS_ASYNC_COMPILATION as config.py reads it: unset, blank or auto; 1/true/yes/on; 0/off. */
+static void test_async_env(void) {
+  const char *values[] = {NULL, "", " Auto ", "1", "on", "0", "off"};
+  int want[] = {ASYNC_AUTO, ASYNC_AUTO, ASYNC_AUTO, ASYNC_ON, ASYNC_ON, ASYNC_OFF, ASYNC_OFF};
+  for (int i = 0; i < 7; i++) {
+    if (values[i]) setenv("PROTEUS_ASYNC_COMPILATION", values[i], 1); else unsetenv("PROTEUS_ASYNC_COMPILATION");
+    g_async = -1;
+    read_async_env();
+    EXPECT(g_async == want[i]);
+  }
+  unsetenv("PROTEUS_ASYNC_COMPILATION");
+}
+
+/* GPU time samples: the 2nd launch, every 64th until 16 samples, then every 4,096th; the
+ * budget's estimate is their mean times the launches. */
+static _Atomic int records;
+static CUresult fake_ctx(CUcontext *c) { *c = (CUcontext)0x77; return CUDA_SUCCESS; }
+static CUresult fake_record(void *ev, CUstream s) { (void)ev; (void)s; atomic_fetch_add(&records, 1); return CUDA_SUCCESS; }
+static CUresult fake_event_query(void *ev) { (void)ev; return CUDA_SUCCESS; }
+static CUresult fake_elapsed(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.5f; return CUDA_SUCCESS; }
+static void test_gpu_time_samples(void) {
+  static kinfo ki;
+  real_cuCtxGetCurrent = fake_ctx;
+  real_cuStreamIsCapturing = fake_capturing;
+  real_cuEventRecord = fake_record;
+  real_cuEventQuery = fake_event_query;
+  real_cuEventElapsedTime = fake_elapsed;
+  ki.ev_ctx = (CUcontext)0x77;
+  atomic_store(&ki.sample_state, SAMPLE_IDLE);
+  for (int i = 0; i < 20000; i++) {
+    atomic_fetch_add(&ki.launches, 1);
+    sample_poll(&ki);
+    int started = sample_begin(&ki, (CUstream)0x5);
+    sample_end(&ki, (CUstream)0x5, started);
+    if (i + 1 == 1100) EXPECT(atomic_load(&ki.samples) == 16 && atomic_load(&records) == 32);   /* launches 2, 66, ... 962 */
+  }
+  /* then 4098, 8194, 12290, 16386 (the last collected on the next launch) */
+  EXPECT(atomic_load(&ki.samples) == 20 && atomic_load(&records) == 40);
+  EXPECT(gpu_ms(&ki) > 9999.0 && gpu_ms(&ki) < 10001.0);   /* 0.5 ms x 20,000 launches */
+}
+
+/* An app that ends with exit() from main: main's end is taken there (its CPU is not: exit
+ * may come from another thread). In a child, since exit ends the process. */
+static void check_main_times(void) {
+  _exit(atomic_load(&t_main_end_ns) > atomic_load(&t_main_start_ns) ? 0 : 3);
+}
+static void test_exit_from_main_times_main(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    atomic_store(&t_main_start_ns, now_ns());
+    atexit(check_main_times);
+    exit(0);   /* the shim's exit, as the app's would be */
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+int main(void) {
+  test_hash();
+  test_handles();
+  test_keys_and_variants();
+  test_last_hit();
+  test_policy_race();
+  test_async_env();
+  test_defer();
+  test_exit_drains_the_queue();
+  test_await_variant();
+  test_gpu_time_samples();
+  test_exit_from_main_times_main();
+  if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
+  printf("shim unit tests: all passed\n");
+  return 0;
+}

@@ -1,0 +1,106 @@
+"""libproteus.so on the CPU: it builds, its hot-path pieces work, and it is harmless in
+programs that do not use CUDA."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proteus_rewrite.inject import shim
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def libproteus(tmp_path_factory) -> Path:
+    return shim.build(tmp_path_factory.mktemp("shim") / "libproteus.so")
+
+
+def test_hash_table_and_key_unit_tests(tmp_path):
+    exe = tmp_path / "test_shim"
+    srcs = [str(ROOT / "shim" / n) for n in shim.SOURCES if n != "hip.c"]
+    subprocess.run(["cc", "-std=gnu11", "-O1", "-Wall", "-I", str(ROOT / "shim"), str(Path(__file__).parent / "test_shim.c"), *srcs,
+                    "-o", str(exe), "-ldl", "-lpthread"], check=True, capture_output=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "all passed" in proc.stdout
+
+
+def test_exports_only_the_interposed_symbols(libproteus):
+    out = subprocess.run(["nm", "-D", "--defined-only", str(libproteus)], capture_output=True, text=True).stdout
+    exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
+    assert exported == {
+        "dlsym", "__libc_start_main", "exit",  # main's return and exit() wait for the compiler's start-up
+        "cuLaunchKernel", "cuLaunchKernelEx", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleGetFunction",
+        "cuModuleUnload",
+        "__cudaRegisterFatBinary", "__cudaRegisterFatBinaryEnd", "__cudaRegisterFunction", "__cudaRegisterVar",
+        "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC",
+        # HIP (shim/hip.c)
+        "__hipRegisterFatBinary", "__hipRegisterFunction", "__hipRegisterVar", "__hipUnregisterFatBinary",
+        "hipLaunchKernel", "hipLaunchKernel_spt", "hipModuleLaunchKernel", "hipModuleLoadData", "hipModuleLoadDataEx",
+        "hipModuleGetFunction", "hipModuleUnload",
+    }
+
+
+@pytest.mark.parametrize("disable", ["0", "1"])
+def test_preloading_into_programs_without_cuda_changes_nothing(libproteus, tmp_path, disable):
+    env = dict(os.environ, LD_PRELOAD=str(libproteus), PROTEUS_DISABLE=disable, PROTEUS_REPORT=str(tmp_path / "r.json"))
+    assert subprocess.run(["/bin/true"], env=env).returncode == 0
+    assert subprocess.run(["/bin/false"], env=env).returncode == 1
+    ls = subprocess.run(["ls", str(ROOT)], env=env, capture_output=True, text=True)
+    assert ls.returncode == 0 and "README.md" in ls.stdout and ls.stderr == ""
+    # Python resolves symbols with dlsym while importing extension modules: they must still load.
+    py = subprocess.run([sys.executable, "-c", "import ctypes, json, zlib, llvmlite.binding; print('ok')"], env=env,
+                        capture_output=True, text=True)
+    assert py.stdout.strip() == "ok" and py.stderr == ""
+    assert not (tmp_path / "r.json").exists()  # no kernels, no report
+
+
+EXIT_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static void bye(void) { puts("atexit ran"); }
+int main(int argc, char **argv) {
+  atexit(bye);
+  printf("main ran with %d argument(s): %s\n", argc - 1, argc > 1 ? argv[1] : "");   /* buffered: a pipe */
+  if (argc > 1 && !strcmp(argv[1], "exit")) exit(9);
+  return 7;
+}
+"""
+
+
+def test_main_and_exit_keep_their_meaning_under_the_shim(libproteus, tmp_path):
+    """The shim wraps main (through __libc_start_main) and exit() so that it can wait for the
+    compiler before exit handlers run: arguments, exit codes, atexit handlers and buffered
+    output must come through as without it."""
+    src = tmp_path / "exits.c"
+    src.write_text(EXIT_PROGRAM)
+    exe = tmp_path / "exits"
+    subprocess.run(["cc", "-O1", "-o", str(exe), str(src)], check=True)
+    env = dict(os.environ, LD_PRELOAD=str(libproteus))
+    for args, code, out in (([], 7, "main ran with 0 argument(s): \natexit ran\n"),
+                            (["exit"], 9, "main ran with 1 argument(s): exit\natexit ran\n")):
+        native = subprocess.run([str(exe), *args], capture_output=True, text=True)
+        shimmed = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env)
+        assert (native.returncode, native.stdout) == (code, out)
+        assert (shimmed.returncode, shimmed.stdout, shimmed.stderr) == (code, out, "")
+    assert subprocess.run(["sh", "-c", "exit 3"], env=env).returncode == 3
+    assert subprocess.run([sys.executable, "-c", "import sys; sys.exit(5)"], env=env).returncode == 5
+
+
+def test_rewrite_installs_the_shim_and_its_python_config(samples, tmp_path):
+    from ..conftest import run_cli
+
+    proc = run_cli(str(samples / "loop_count"), "-o", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "libproteus.so").is_file()
+    cfg = (tmp_path / "proteus-python.cfg").read_text().splitlines()
+    lib = next(l.split(" ", 1)[1] for l in cfg if l.startswith("libpython "))
+    assert os.path.isfile(lib) and ".so" in lib
+    assert f"path {ROOT}" in cfg
+    assert f"LD_PRELOAD={tmp_path / 'libproteus.so'}" in proc.stdout

@@ -1,0 +1,26 @@
+"""Launches of the samples' kernels for CPU tests: a kernel by name, and a launch with some
+arguments given (the others zero, pointers at fixed fake addresses)."""
+
+from __future__ import annotations
+
+from proteus_rewrite.jit import Launch
+from proteus_rewrite.jit.launch import parse_value
+
+PTR_X, PTR_Y = 0x7F0000000000, 0x7F0000400000
+
+
+def kernel(t, prefix):
+    (k,) = [k for k in t.kernels if k.demangled.startswith(prefix) and k.arch == 90]
+    return k
+
+
+def launch_for(k, values: dict[int, str], block=(256, 1, 1), grid=(4096, 1, 1), globals_=None):
+    raw = []
+    for p in k.params:
+        if p.index in values:
+            raw.append(parse_value(p, values[p.index]))
+        elif p.kind == "pointer":
+            raw.append((PTR_X + 0x100000 * p.index).to_bytes(8, "little"))
+        else:
+            raw.append(bytes(p.size))
+    return Launch(tuple(raw), grid, block, 90, globals_ or {})
