@@ -75,6 +75,7 @@ APPS: dict[str, App] = {
     "changing_scalars": App(("changing_scalars.cu",), note="a scalar that changes every launch; 1 or 8 threads, verified"),
     "templates": App(("templates.cu",), note="templates, struct by value, __launch_bounds__"),
     "annotated": App(("annotated.cu",), note='annotate("jit", 2, 3)'),
+    "launch_paths": App(("launch_paths.cu",), note="NULL-argument launch, >48 KiB dynamic shared memory, function attributes"),
 }
 
 

@@ -5,7 +5,7 @@
     python3 samples/build_hip.py --arch gfx90a         # one architecture
     python3 samples/build_hip.py loop_count --out /tmp/hip
 
-The apps are only built here, never run: no AMD GPU is available (docs/hip.md).
+The apps are only built here, never run: no AMD GPU is available (docs/user/hip.md).
 
 Why not one `clang++-19 -x hip -fembed-bitcode` command: with -fembed-bitcode, clang-19's driver
 compiles device code in two cc1 steps (source -> bitcode, bitcode -> object) and leaves

@@ -57,6 +57,7 @@ void init_driver_calls(void) {
   LOAD(cuDriverGetVersion); LOAD(cuCtxSetCurrent); LOAD(cuEventCreate); LOAD(cuEventRecord); LOAD(cuEventQuery);
   LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery);
   LOAD(cuLibraryLoadData); LOAD(cuLibraryGetKernel); LOAD(cuKernelGetFunction); LOAD(cuDeviceGetCount); LOAD(cuDeviceGet);
+  LOAD(cuFuncSetAttribute); LOAD(cuFuncSetCacheConfig); LOAD(cuKernelSetAttribute); LOAD(cuKernelSetCacheConfig);
 #undef LOAD
   if (real_cuLaunchKernel) atomic_store_explicit(&driver_calls_loaded, 1, memory_order_release);
 }
@@ -148,8 +149,9 @@ CUdeviceptr global_address(kinfo *ki, void *owner, const char *name) {
 /* ------------------------------------------------------------------ the launch path */
 
 
-/* Load a variant's image (malloc'd; freed here): its function, or NULL (reported to Python). */
-CUfunction load_image(kinfo *ki, uint8_t *image) {
+/* Load a variant's image (malloc'd; freed here) and find its entry point `name`: its function, or
+ * NULL (reported to Python). */
+CUfunction load_image(kinfo *ki, uint8_t *image, const char *name) {
   CUfunction fn = NULL;
   const char *fault = getenv(ENV_FAULT_INJECT);   /* tests only: see proteus_rewrite/faults.py */
   CUresult r = 200;   /* CUDA_ERROR_INVALID_IMAGE, also what the injected fault answers */
@@ -162,7 +164,7 @@ CUfunction load_image(kinfo *ki, uint8_t *image) {
     CUkernel kern;
     r = real_cuLibraryLoadData(&lib, image, NULL, NULL, 0, NULL, NULL, 0);
     if (r == CUDA_SUCCESS) {
-      CUresult got = real_cuLibraryGetKernel(&kern, lib, ki->name);
+      CUresult got = real_cuLibraryGetKernel(&kern, lib, name);
       if (got == CUDA_SUCCESS) got = real_cuKernelGetFunction(&fn, kern);
       if (got == CUDA_SUCCESS) fn = (CUfunction)kern;
       else if (real_cuLibraryUnload) real_cuLibraryUnload(lib);
@@ -172,11 +174,12 @@ CUfunction load_image(kinfo *ki, uint8_t *image) {
     CUmodule mod;
     r = real_cuModuleLoadData(&mod, image);
     if (r == CUDA_SUCCESS) {
-      CUresult got = real_cuModuleGetFunction(&fn, mod, ki->name);
+      CUresult got = real_cuModuleGetFunction(&fn, mod, name);
       if (got != CUDA_SUCCESS && real_cuModuleUnload) real_cuModuleUnload(mod);
       r = got;
     }
   }
+  if (r == CUDA_SUCCESS) apply_attrs(ki, fn);
   if (r != CUDA_SUCCESS) {
     fn = NULL;
     PyObject *res = py.CallFunction(f_load_failed, FMT_LOAD_FAILED, ki->kid, r);
@@ -207,7 +210,9 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
   if (!ki) return NULL;
   int state = atomic_load_explicit(&ki->state, memory_order_acquire);
   CUcontext ctx = NULL;
-  if (state == K_DISABLED || !params) goto original;
+  /* NULL parameters: a kernel that takes none may be launched so (cudaLaunchKernel(f, g, b, NULL,
+   * ...)); one that takes some is being launched through `extra`, left to the original */
+  if (state == K_DISABLED || (!params && state == K_ACTIVE && ki->nparams)) goto original;
   /* A context-free kernel's hit needs no context: where there is none, the variant's launch
    * fails as the original's would, and the original runs and answers. */
   int ctx_free = state == K_ACTIVE && ki->ctx_free;
@@ -371,6 +376,8 @@ static void *wrap_proc(const char *sym, void *real, unsigned long long flags) {
   WRAP("cuLibraryLoadData", cuLibraryLoadData); WRAP("cuLibraryGetKernel", cuLibraryGetKernel);
   WRAP("cuKernelGetFunction", cuKernelGetFunction);
   WRAP("cuModuleUnload", cuModuleUnload); WRAP("cuLibraryUnload", cuLibraryUnload);
+  WRAP("cuFuncSetAttribute", cuFuncSetAttribute); WRAP("cuFuncSetCacheConfig", cuFuncSetCacheConfig);
+  WRAP("cuKernelSetAttribute", cuKernelSetAttribute); WRAP("cuKernelSetCacheConfig", cuKernelSetCacheConfig);
 #undef WRAP
   if (!strcmp(sym, "cuModuleGetGlobal")) real_cuModuleGetGlobal = real;
   if (!strcmp(sym, "cuLibraryGetGlobal")) real_cuLibraryGetGlobal = real;
@@ -422,6 +429,13 @@ EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p
   init_driver_calls();
   return w_cuLaunchKernelEx(c, f, p, e);
 }
+EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value) { init_driver_calls(); return w_cuFuncSetAttribute(f, attrib, value); }
+EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, int config) { init_driver_calls(); return w_cuFuncSetCacheConfig(f, config); }
+EXPORT CUresult cuKernelSetAttribute(int attrib, int value, CUkernel k, CUdevice dev) {
+  init_driver_calls();
+  return w_cuKernelSetAttribute(attrib, value, k, dev);
+}
+EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev) { init_driver_calls(); return w_cuKernelSetCacheConfig(k, config, dev); }
 EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) { init_driver_calls(); return w_cuModuleLoadData(m, image); }
 EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, void *o, void **v) {
   init_driver_calls();

@@ -39,6 +39,10 @@
   X(CUresult, cuEventElapsedTime, (float *, void *, void *)) \
   X(CUresult, cuStreamIsCapturing, (CUstream, int *)) \
   X(CUresult, cuStreamQuery, (CUstream)) \
+  X(CUresult, cuFuncSetAttribute, (CUfunction, int, int)) \
+  X(CUresult, cuFuncSetCacheConfig, (CUfunction, int)) \
+  X(CUresult, cuKernelSetAttribute, (int, int, CUkernel, CUdevice)) \
+  X(CUresult, cuKernelSetCacheConfig, (CUkernel, int, CUdevice)) \
   X(void **, __cudaRegisterFatBinary, (void *)) \
   X(void, __cudaRegisterFatBinaryEnd, (void **)) \
   X(void, __cudaRegisterFunction, (void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *)) \
@@ -57,8 +61,14 @@ HIDDEN void init_driver_calls(void);
 HIDDEN int current_arch(void);                       /* SM version of the current context's device, 0: none */
 HIDDEN void resolve(kinfo *ki);                      /* a kernel's first launch: jit_lock held */
 HIDDEN CUdeviceptr global_address(kinfo *ki, void *owner, const char *name);
-HIDDEN CUfunction load_image(kinfo *ki, uint8_t *image);   /* frees image; NULL: refused (reported) */
+HIDDEN CUfunction load_image(kinfo *ki, uint8_t *image, const char *name);   /* frees image; NULL: refused */
 HIDDEN int stream_busy(CUstream s);
+/* cuda_attrs.c: the app's function attributes, carried to the variants */
+HIDDEN void apply_attrs(kinfo *ki, CUfunction variant);
+HIDDEN CUresult w_cuFuncSetAttribute(CUfunction f, int attrib, int value);
+HIDDEN CUresult w_cuFuncSetCacheConfig(CUfunction f, int config);
+HIDDEN CUresult w_cuKernelSetAttribute(int attrib, int value, CUkernel k, CUdevice dev);
+HIDDEN CUresult w_cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev);
 
 /* ---- GPU time samples: a pair of events around a few launches: the 2nd, then every 64th
  * until SAMPLES_DENSE samples, then every 4,096th. The budget multiplies their mean by the

@@ -17,7 +17,7 @@
  * nothing of HIP is looked up or loaded until a HIP app calls one of these functions: a CUDA
  * app never loads anything HIP.
  *
- * Not done for HIP (docs/hip.md): asynchronous compilation (a miss compiles on the launching
+ * Not done for HIP (docs/user/hip.md): asynchronous compilation (a miss compiles on the launching
  * thread), GPU-time sampling for the compile budget (HIP kernels get the grace period only),
  * hipExtModuleLaunchKernel, hipLaunchCooperativeKernel and hipExtLaunchKernel (they run the
  * original kernel, uncounted), and arguments passed through `extra` (run unspecialized).
@@ -227,10 +227,20 @@ static hipFunction_t hip_compile(kinfo *ki, void *owner, int dev, void **params,
   for (uint32_t i = 0; i < ki->nglobals; i++) addrs[i] = hip_global_address(ki, owner, ki->globals[i]);
   int g = py.GILStateEnsure();
   ssize_t n = 0;
-  uint8_t *image = py_bytes(py.CallFunction(f_specialize, FMT_SPECIALIZE_HIP, ki->kid, (const char *)args, (ssize_t)nargs,
-                                            grid.x, grid.y, grid.z, block.x, block.y, block.z, (const char *)addrs,
-                                            (ssize_t)(ki->nglobals * 8), hip_arch(dev), 0.0),
-                            &n);
+  uint8_t *ans = py_bytes(py.CallFunction(f_specialize, FMT_SPECIALIZE_HIP, ki->kid, (const char *)args, (ssize_t)nargs,
+                                          grid.x, grid.y, grid.z, block.x, block.y, block.z, (const char *)addrs,
+                                          (ssize_t)(ki->nglobals * 8), hip_arch(dev), 0.0),
+                          &n);
+  /* the answer: PROTO_IMAGE_HEAD, the entry point's name (a HIP variant keeps the kernel's), the code object */
+  uint32_t nlen = 0;
+  if (ans && (size_t)n >= PROTO_IMAGE_HEAD) memcpy(&nlen, ans, PROTO_IMAGE_HEAD);
+  uint8_t *image = NULL;
+  char *entry = NULL;
+  if (ans && (size_t)n > PROTO_IMAGE_HEAD + (size_t)nlen && (image = malloc((size_t)n - PROTO_IMAGE_HEAD - nlen)) &&
+      (entry = strndup((const char *)ans + PROTO_IMAGE_HEAD, nlen)))
+    memcpy(image, ans + PROTO_IMAGE_HEAD + nlen, (size_t)n - PROTO_IMAGE_HEAD - nlen);
+  else { free(image); image = NULL; }
+  free(ans);
   if (image) {
     hipModule_t mod = NULL;
     hipError_t before = pending_error();
@@ -238,7 +248,7 @@ static hipFunction_t hip_compile(kinfo *ki, void *owner, int dev, void **params,
     hipError_t r = fault && strstr(fault, "module-load") ? HIP_ERROR_INVALID_IMAGE
                    : HIP_REAL(hipModuleLoadData) ? real_hipModuleLoadData(&mod, image) : HIP_ERROR_INVALID_IMAGE;
     if (r == HIP_SUCCESS) {
-      r = HIP_REAL(hipModuleGetFunction) ? real_hipModuleGetFunction(&fn, mod, ki->name) : HIP_ERROR_INVALID_IMAGE;
+      r = HIP_REAL(hipModuleGetFunction) ? real_hipModuleGetFunction(&fn, mod, entry) : HIP_ERROR_INVALID_IMAGE;
       if (r != HIP_SUCCESS && HIP_REAL(hipModuleUnload)) real_hipModuleUnload(mod);
     }
     if (r != HIP_SUCCESS) {
@@ -250,6 +260,7 @@ static hipFunction_t hip_compile(kinfo *ki, void *owner, int dev, void **params,
     }
     /* else: the module keeps its bytes (ROCm may read them after hipModuleLoadData returns) */
   }
+  free(entry);
   py.GILStateRelease(g);
 done:
   free(args);
@@ -268,7 +279,7 @@ hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block)
   if (!ki) return NULL;
   int state = atomic_load_explicit(&ki->state, memory_order_acquire);
   int dev = -1;
-  if (state == K_DISABLED || !params || !HIP_REAL(hipGetDevice) || real_hipGetDevice(&dev) != HIP_SUCCESS || dev < 0) goto original;
+  if (state == K_DISABLED || (!params && state == K_ACTIVE && ki->nparams) || !HIP_REAL(hipGetDevice) || real_hipGetDevice(&dev) != HIP_SUCCESS || dev < 0) goto original;
   CUcontext ctx = (CUcontext)(uintptr_t)(dev + 1);
 
   uint8_t key[MAX_KEY];

@@ -333,6 +333,7 @@ __attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **
   read_async_env();
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
   stage(MISS_RESOLVE, &t);
+  if (!params && ki->nparams) { pthread_mutex_unlock(&jit_lock); goto original; }   /* launched through `extra` */
   CUcontext kctx = ki->ctx_free ? NULL : ctx;   /* the context in the key: none for a context-free kernel */
   /* The tracker sees the launch in the same call that asks the caches (miss_job); where it
    * changes the kernel's policy, the key is built again under the new one and asked for alone. */

@@ -20,14 +20,15 @@
 #include "shim.h"
 
 int g_disable = -1;         /* PROTEUS_DISABLE */
-int g_trace_launch;          /* PROTEUS_TRACE_OUTPUT contains kernel-trace */
+int g_trace_launch;          /* PROTEUS_TRACE_OUTPUT contains "launches" (ours; upstream's kernel-trace counts at exit) */
 
 void read_env(void) {
   if (g_disable >= 0) return;
   const char *d = getenv(ENV_DISABLE);
   const char *t = getenv(ENV_TRACE_OUTPUT);
-  g_trace_launch = t && strstr(t, "kernel-trace");
-  g_disable = d && (d[0] == '1' || d[0] == 't' || d[0] == 'T' || d[0] == 'y');
+  g_trace_launch = t && strstr(t, "launches");
+  /* upstream reads an integer, any nonzero one disabling; true/yes as this project always took */
+  g_disable = d && ((atoi(d) != 0) || d[0] == 't' || d[0] == 'T' || d[0] == 'y' || d[0] == 'Y');
 }
 
 void warn(const char *fmt, ...) {

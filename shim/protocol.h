@@ -29,6 +29,9 @@
 #define PROTO_MISS_IMAGE 1
 #define PROTO_MISS_ORIGINAL 2
 
+/* a variant's image: u32 name length, the entry point's name, the image */
+#define PROTO_IMAGE_HEAD 4
+
 /* per kernel for write_report: i32 kid, u64 launches, hits, fallbacks, launch_errors, compiling, gpu_us; name\0 */
 #define PROTO_COUNTERS 52
 #define PROTO_COUNTERS_U64 6
@@ -96,7 +99,7 @@ enum {
 #define FMT_LOAD_FAILED "ii"
 #define FMT_PREPARE_COMPILER "i"
 #define FMT_PREPARE_COMPILER_AHEAD "ii"
-#define FMT_FINISH NULL
+#define FMT_FINISH "y#"
 #define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKK)"
 
 /* PROTEUS_* variables the shim reads itself */

@@ -253,18 +253,31 @@ static uint8_t *call_job(PyObject *f, job *j, int cached_only, ssize_t *n) {
   return ans;
 }
 
+/* Load the variant of an answer (protocol.h: PROTO_IMAGE_HEAD, the entry point's name, the image). */
+static CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n) {
+  uint32_t nlen;
+  if (n < PROTO_IMAGE_HEAD) return NULL;
+  memcpy(&nlen, p, PROTO_IMAGE_HEAD);
+  if (n < PROTO_IMAGE_HEAD + (size_t)nlen + 1) return NULL;
+  char *name = strndup((const char *)p + PROTO_IMAGE_HEAD, nlen);
+  size_t nimage = n - PROTO_IMAGE_HEAD - nlen;
+  uint8_t *image = malloc(nimage);   /* a copy: the driver reads the ELF image's headers in place, aligned */
+  if (!name || !image) { free(name); free(image); return NULL; }
+  memcpy(image, p + PROTO_IMAGE_HEAD + nlen, nimage);
+  CUfunction fn = load_image(ki, image, name);
+  free(name);
+  return fn;
+}
+
 /* Specialize and load one variant. The caller holds the GIL; the context is current. With
  * cached_only, only the caches are asked: *uncached is set when the variant needs compiling. */
 CUfunction run_job(job *j, int cached_only, int *uncached) {
-  kinfo *ki = j->ki;
   ssize_t n = 0;
-  uint8_t *image = call_job(f_specialize, j, cached_only, &n);
-  if (image && n == 0) {   /* b"": not in any cache */
-    if (uncached) *uncached = 1;
-    free(image);
-    return NULL;
-  }
-  return image ? load_image(ki, image) : NULL;
+  uint8_t *ans = call_job(f_specialize, j, cached_only, &n);
+  if (ans && n == 0 && uncached) *uncached = 1;   /* b"": not in any cache */
+  CUfunction fn = ans && n ? load_answer(j->ki, ans, (size_t)n) : NULL;
+  free(ans);
+  return fn;
 }
 
 /* A miss's first request, one call (runtime.miss): the tracker sees the launch, then, unless
@@ -275,25 +288,20 @@ CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64
   ssize_t n = 0;
   uint8_t *ans = call_job(f_miss, j, cached_only, &n);
   uint32_t tracked = 0, npol = 0;
-  if (!ans || n < 9) { free(ans); return NULL; }   /* (an exception: printed; runs the original) */
-  memcpy(&tracked, ans + 1, 4);
-  memcpy(&npol, ans + 5, 4);
+  if (!ans || n < PROTO_MISS_HEAD) { free(ans); return NULL; }   /* (an exception: printed; runs the original) */
+  memcpy(&tracked, ans + PROTO_MISS_TRACK_NS_AT, 4);
+  memcpy(&npol, ans + PROTO_MISS_POLICY_LEN_AT, 4);
   *track_ns = tracked;
-  if ((size_t)n < 9 + (size_t)npol) { free(ans); return NULL; }
-  apply_policy(ki, ans + 9, npol);
-  int status = ans[0];
-  size_t off = 9 + npol, nimage = (size_t)n - off;
-  if (status == 0) *changed = 1;                         /* MISS_POLICY_CHANGED */
-  if (status != 1) { free(ans); return NULL; }           /* MISS_ORIGINAL */
-  if (nimage == 0) {                                      /* MISS_IMAGE, empty: not in any cache */
-    if (uncached) *uncached = 1;
-    free(ans);
-    return NULL;
-  }
-  uint8_t *image = malloc(nimage);   /* a copy: the driver reads the ELF image's headers in place, aligned */
-  if (image) memcpy(image, ans + off, nimage);
+  if ((size_t)n < PROTO_MISS_HEAD + (size_t)npol) { free(ans); return NULL; }
+  apply_policy(ki, ans + PROTO_MISS_HEAD, npol);
+  int status = ans[PROTO_MISS_STATUS_AT];
+  size_t off = PROTO_MISS_HEAD + npol, nimage = (size_t)n - off;
+  if (status == PROTO_MISS_POLICY_CHANGED) *changed = 1;
+  CUfunction fn = NULL;
+  if (status == PROTO_MISS_IMAGE && nimage == 0 && uncached) *uncached = 1;   /* not in any cache */
+  if (status == PROTO_MISS_IMAGE && nimage) fn = load_answer(ki, ans + off, nimage);
   free(ans);
-  return image ? load_image(ki, image) : NULL;
+  return fn;
 }
 
 
@@ -309,37 +317,49 @@ void pass_deferred(kinfo *ki) {
 }
 
 
-/* At exit (lifecycle.c's destructor): runtime.finish, then PROTEUS_REPORT. */
+/* Per kernel launched: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch
+ * errors, launches while compiling, sampled GPU ms x 1000, name\0 (protocol.COUNTERS). */
+static uint8_t *counters(size_t *len) {
+  size_t n = 0;
+  for (kinfo *k = all_kernels; k; k = k->next_all) n++;
+  uint8_t *buf = calloc(n + 1, PROTO_COUNTERS + 256);
+  *len = 0;
+  if (!buf) return NULL;
+  for (kinfo *k = all_kernels; k; k = k->next_all) {
+    if (!atomic_load(&k->launches)) continue;
+    int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
+    uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
+                     atomic_load(&k->pending_launches), (uint64_t)(gpu_ms(k) * 1000.0)};
+    memcpy(buf + *len, &kid, 4); memcpy(buf + *len + 4, c, sizeof c); *len += PROTO_COUNTERS;
+    size_t nl = strnlen(k->name, 255);
+    memcpy(buf + *len, k->name, nl); buf[*len + nl] = 0; *len += nl + 1;
+  }
+  return buf;
+}
+
+
+/* At exit (lifecycle.c's destructor): runtime.finish (end-of-run trace lines, the next run's
+ * guess whether it compiles), then PROTEUS_REPORT. */
 void report_at_exit(void) {
-  if (py_state > 0 && py.IsInitialized()) {   /* the next run's guess whether it compiles: runtime.finish */
+  if (py_state > 0 && py.IsInitialized()) {
     int g = py.GILStateEnsure();
     int locked = pthread_mutex_trylock(&jit_lock) == 0;   /* (a thread stopped inside a miss keeps it) */
     for (kinfo *k = all_kernels; locked && k; k = k->next_all) pass_deferred(k);   /* what no miss took: the report counts it */
     if (locked) pthread_mutex_unlock(&jit_lock);
-    PyObject *r = py.CallFunction(f_finish, FMT_FINISH);
+    size_t n = 0;
+    uint8_t *c = counters(&n);   /* after pass_deferred: it may activate a kernel */
+    PyObject *r = py.CallFunction(f_finish, FMT_FINISH, c ? (const char *)c : "", (ssize_t)n);
     if (r) py.DecRef(r); else py.ErrPrint();
+    free(c);
     py.GILStateRelease(g);
   }
   const char *path = getenv(ENV_REPORT);
   if (!path || !all_kernels) return;
   /* CLOCK_MONOTONIC, as a parent's clock reads it: where a run's time went, from exec to exit */
   unsigned long long timeline[4] = {atomic_load(&t_loaded_ns), atomic_load(&t_main_start_ns), atomic_load(&t_main_end_ns), now_ns()};
-  /* per kernel: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch errors,
-   * launches while compiling, sampled GPU ms x 1000, name\0 */
-  size_t n = 0;
-  for (kinfo *k = all_kernels; k; k = k->next_all) n++;
-  uint8_t *buf = calloc(n, PROTO_COUNTERS + 256);
-  if (!buf) return;
   size_t len = 0;
-  for (kinfo *k = all_kernels; k; k = k->next_all) {
-    if (!atomic_load(&k->launches)) continue;
-    int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
-    uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
-                     atomic_load(&k->pending_launches), (uint64_t)(gpu_ms(k) * 1000.0)};
-    memcpy(buf + len, &kid, 4); memcpy(buf + len + 4, c, sizeof c); len += PROTO_COUNTERS;
-    size_t nl = strnlen(k->name, 255);
-    memcpy(buf + len, k->name, nl); buf[len + nl] = 0; len += nl + 1;
-  }
+  uint8_t *buf = counters(&len);
+  if (!buf) return;
   /* the figures in write_report's order (protocol.h's W_*, runtime/protocol.py WAIT_FIELDS) */
   unsigned long long w[W_COUNT] = {
       [W_PYTHON_START] = atomic_load(&t_python_ns), [W_MISSES] = atomic_load(&t_miss_ns),

@@ -49,6 +49,7 @@ typedef struct {
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
 #define MAX_PARAMS 256
 #define MAX_KEY 4096
+#define MAX_ATTRS 16
 
 /* ------------------------------------------------------------------ kernels and handles */
 
@@ -113,6 +114,10 @@ typedef struct __attribute__((aligned(64))) kinfo {
   _Atomic uint32_t jobs, ndeferred;   /* ndeferred: written under jit_lock; read unlocked as a hint */
   uint32_t defer_max;
   uint8_t *deferred;
+  /* Function attributes the app set on the kernel (cuda_attrs.c): every variant gets them too,
+   * when it loads and when the app sets one later. Written under attr_lock. */
+  struct { int attrib, value, dev; } attrs[MAX_ATTRS];
+  int nattrs;
 } kinfo;
 _Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cache line");
 
@@ -188,6 +193,7 @@ HIDDEN const void *image_of(void *owner);
 HIDDEN void forget_owner(void *owner);
 HIDDEN sentry *variant_lookup(uint64_t h, kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);
 HIDDEN void variant_insert(sentry *ne);   /* jit_lock held */
+HIDDEN void for_each_variant(kinfo *ki, void (*f)(sentry *, void *), void *arg);   /* jit_lock or attr_lock held */
 HIDDEN sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending);
 HIDDEN void launch_error(const void *handle);
 

@@ -153,6 +153,14 @@ void variant_insert(sentry *ne) {   /* caller holds jit_lock */
 }
 
 
+void for_each_variant(kinfo *ki, void (*f)(sentry *, void *), void *arg) {
+  for (uint32_t i = 0; i < SSLOTS; i++) {
+    sentry *e = atomic_load_explicit(&variants[i], memory_order_acquire);
+    if (e && e->ki == ki) f(e, arg);
+  }
+}
+
+
 sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending) {
   /* on a line of its own: a hit reads the header and a short key in one */
   sentry *ne = aligned_alloc(64, (sizeof *ne + (size_t)len + 63) & ~(size_t)63);

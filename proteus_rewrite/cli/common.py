@@ -143,7 +143,7 @@ def require_bitcode(table: KernelTable, app: str) -> None:
     if not table.kernels_with_bitcode and table.app.platform == "hip":
         raise NoBitcodeError(
             f"none of its {len(table.kernels)} kernels carries LLVM bitcode (built without -fembed-bitcode?); "
-            "rebuild with clang: clang++ -x hip --offload-arch=gfxXXX -fembed-bitcode ... (docs/hip.md)",
+            "rebuild with clang: clang++ -x hip --offload-arch=gfxXXX -fembed-bitcode ... (docs/user/hip.md)",
             app,
         )
     if not table.kernels_with_bitcode:

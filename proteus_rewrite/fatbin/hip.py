@@ -61,7 +61,7 @@ def build(data: bytes, path: str, elf: hostelf.HostElf, progress=None) -> Kernel
             if not co.arch:
                 warnings.append(
                     f"bundle {bi}: the {e.arch} code object names no processor in its ELF header (clang's "
-                    "-fembed-bitcode driver step drops -target-cpu; docs/hip.md): the HIP runtime will not load it"
+                    "-fembed-bitcode driver step drops -target-cpu; docs/user/hip.md): the HIP runtime will not load it"
                 )
             elif e.arch and co.arch != e.arch:
                 warnings.append(f"bundle {bi}: entry {e.id} holds a code object for {co.arch}")

@@ -1,10 +1,21 @@
 """JIT configuration from PROTEUS_* environment variables, with upstream Proteus's names,
-syntax and defaults (docs: README, "Configuration").
+syntax and defaults (docs: README, "Configuration"; upstream's table and what each of its
+variables does here: proteus_rewrite/compat.py).
 
-Per-kernel overrides come from PROTEUS_TUNED_KERNELS, a JSON file
-{kernel: {Pipeline, SpecializeArgs, LaunchBounds, SpecializeDims, SpecializeDimsRange,
-OptLevel, CodeGenOptLevel, TunedMaxThreads, MinBlocksPerSM}}; a kernel is named by its
-mangled or demangled name.
+Per-kernel settings come from PROTEUS_TUNED_KERNELS, a JSON file {kernel: {Pipeline, CodeGen,
+SpecializeArgs, LaunchBounds, SpecializeDims, SpecializeDimsRange, OptLevel, CodeGenOptLevel,
+TunedMaxThreads, MinBlocksPerSM}} read as upstream reads it: Pipeline, CodeGen and OptLevel are
+strings, the four switches JSON booleans, the rest integers; a key left out takes upstream's
+default, not the environment's (an entry is the kernel's whole configuration). A kernel is named
+by its mangled or demangled name. Unlike upstream, a bad key or value never stops anything: it is
+skipped, the rest of the file kept, and a one-line note says why.
+
+Notes (`Config.notes`) are one-line messages for settings that do nothing here or were
+skipped; the run time prints each once. Values that change the generated code or the cache
+(PROTEUS_OPT_LEVEL=4, PROTEUS_SPECIALIZE_ARGS=maybe, an unreadable tuned file) still raise
+SpecializeError, as upstream stops on them too: guessing would compile and cache code the user
+did not ask for, and the run time then runs the app unspecialized with one error line. Values of
+the diagnostic switches (traces, timers) are noted and fall back to the default instead.
 """
 
 from __future__ import annotations
@@ -16,22 +27,43 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .. import compat
 from ..errors import SpecializeError
 
 OPT_LEVELS = ("0", "1", "2", "3", "s", "z")
 ASYNC_MODES = ("0", "1", "auto")
 PTX_COMPILERS = ("auto", "nvjitlink", "ptxas", "driver")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _parse_bool(raw: str) -> bool | None:
+    text = raw.strip().lower()
+    if text in _TRUE or text in _FALSE:
+        return text in _TRUE
+    try:
+        return int(text) != 0  # upstream: static_cast<bool>(std::stoi(value)), so 2 is on
+    except ValueError:
+        return None
 
 
 def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
-    if raw.strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    if raw.strip().lower() in ("0", "false", "no", "off"):
-        return False
-    raise SpecializeError(f"{name}={raw!r}: expected 0 or 1")
+    value = _parse_bool(raw)
+    if value is None:
+        raise SpecializeError(f"{name}={raw!r}: expected 0 or 1")
+    return value
+
+
+def _soft_bool(env: Mapping[str, str], name: str, default: bool, notes: list[str]) -> bool:
+    """A diagnostic switch: a bad value is noted and the default kept."""
+    raw = env.get(name)
+    value = None if raw is None or raw == "" else _parse_bool(raw)
+    if raw and raw.strip() and value is None:
+        notes.append(f"{name}={raw!r}: expected 0 or 1; using {int(default)}")
+    return default if value is None else value
 
 
 @dataclass(frozen=True)
@@ -71,7 +103,9 @@ class Config:
     cache_dir: str | None = None  # PROTEUS_CACHE_DIR
     cache_max_mb: float = 1024  # PROTEUS_CACHE_MAX_MB (ours)
     dump_ir: bool = False  # PROTEUS_DUMP_LLVM_IR
-    trace: frozenset[str] = frozenset()  # PROTEUS_TRACE_OUTPUT: specialization;ir-dump;kernel-trace
+    # PROTEUS_TRACE_OUTPUT: the known tokens of compat.TRACE_TOKENS that were given
+    # (specialization, ir-dump, kernel-trace, cache-stats); an unknown one is noted, not kept.
+    trace: frozenset[str] = frozenset()
     # The specialization policy (ours; see proteus_rewrite/policy.py and README "Specialization policy")
     tracker: bool = True  # PROTEUS_TRACKER
     tracker_threshold: int = 8  # PROTEUS_TRACKER_THRESHOLD: T
@@ -86,6 +120,19 @@ class Config:
     async_threads: int = 1  # PROTEUS_ASYNC_THREADS
     # ours: the run time compiles in a process of its own (jit/process.py); 0: in the app's
     compile_process: bool = True  # PROTEUS_COMPILE_PROCESS
+    # Upstream's timing output (defaults from its Config.h). Timers: a "[proteus] <stage> N ms"
+    # line per stage (compat.timer_line); time trace: a Chrome trace JSON file written at exit
+    # (compat.chrome_trace), events shorter than the grain left out.
+    enable_timers: bool = False  # PROTEUS_ENABLE_TIMERS
+    enable_time_trace: bool = False  # PROTEUS_ENABLE_TIME_TRACE
+    time_trace_file: str = ""  # PROTEUS_TIME_TRACE_FILE ("": time_trace_path's default)
+    time_trace_grain_us: int = 500  # PROTEUS_TIME_TRACE_GRAIN, microseconds
+    notes: tuple[str, ...] = ()  # one-line notes for the run time to print once each
+
+    @property
+    def time_trace_path(self) -> str:
+        # LLVM's timeTraceProfilerWrite(File, "-"), as upstream calls it, names an unset file so.
+        return self.time_trace_file or "out.time-trace"
 
     def for_kernel(self, *names: str) -> CodegenConfig:
         for n in names:
@@ -96,34 +143,14 @@ class Config:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
         env = os.environ if env is None else env
-        opt = env.get("PROTEUS_OPT_LEVEL", "3") or "3"
-        if opt not in OPT_LEVELS:
-            raise SpecializeError(f"PROTEUS_OPT_LEVEL={opt!r}: expected one of {', '.join(OPT_LEVELS)}")
-        cg_opt = env.get("PROTEUS_CODEGEN_OPT_LEVEL", "3") or "3"
-        if cg_opt not in ("0", "1", "2", "3"):
-            raise SpecializeError(f"PROTEUS_CODEGEN_OPT_LEVEL={cg_opt!r}: expected 0 to 3")
-        compiler = env.get("PROTEUS_PTX_COMPILER", "auto") or "auto"
-        if compiler not in PTX_COMPILERS:
-            raise SpecializeError(f"PROTEUS_PTX_COMPILER={compiler!r}: expected one of {', '.join(PTX_COMPILERS)}")
-        codegen = CodegenConfig(
-            specialize_args=_bool(env, "PROTEUS_SPECIALIZE_ARGS", True),
-            specialize_launch_bounds=_bool(env, "PROTEUS_SPECIALIZE_LAUNCH_BOUNDS", True),
-            specialize_dims=_bool(env, "PROTEUS_SPECIALIZE_DIMS", True),
-            specialize_dims_range=_bool(env, "PROTEUS_SPECIALIZE_DIMS_RANGE", False),
-            specialize_alignment=_bool(env, "PROTEUS_SPECIALIZE_ALIGNMENT", False),
-            opt_level=opt,
-            codegen_opt_level=int(cg_opt),
-            opt_pipeline=env.get("PROTEUS_OPT_PIPELINE") or None,
-            ptx_compiler=compiler,
-            cap_registers=_bool(env, "PROTEUS_CAP_REGISTERS", True),
-        )
+        notes: list[str] = []
+        codegen = _codegen_from_env(env)
         try:
             max_mb = float(env.get("PROTEUS_CACHE_MAX_MB", "1024") or "1024")
             if not 0 < max_mb < float("inf"):
                 raise ValueError
         except ValueError:
             raise SpecializeError(f"PROTEUS_CACHE_MAX_MB={env['PROTEUS_CACHE_MAX_MB']!r}: expected a positive number of megabytes") from None
-        trace = frozenset(t.strip() for t in (env.get("PROTEUS_TRACE_OUTPUT") or "").split(";") if t.strip())
         mode = (env.get("PROTEUS_ASYNC_COMPILATION") or "auto").strip().lower()
         mode = {"true": "1", "yes": "1", "on": "1", "false": "0", "no": "0", "off": "0"}.get(mode, mode)
         if mode not in ASYNC_MODES:
@@ -131,7 +158,8 @@ class Config:
         threads = int(_number(env, "PROTEUS_ASYNC_THREADS", 1, integer=True))
         if not 1 <= threads <= 64:
             raise SpecializeError(f"PROTEUS_ASYNC_THREADS={env['PROTEUS_ASYNC_THREADS']!r}: expected 1 to 64")
-        return cls(
+        tuned = _tuned(env.get("PROTEUS_TUNED_KERNELS"), codegen, notes)
+        config = cls(
             tracker=_bool(env, "PROTEUS_TRACKER", True),
             tracker_threshold=int(_number(env, "PROTEUS_TRACKER_THRESHOLD", 8, integer=True)),
             tracker_ratio=_number(env, "PROTEUS_TRACKER_RATIO", 0.5),
@@ -141,14 +169,44 @@ class Config:
             async_threads=threads,
             compile_process=_bool(env, "PROTEUS_COMPILE_PROCESS", True),
             codegen=codegen,
-            tuned=_tuned(env.get("PROTEUS_TUNED_KERNELS"), codegen),
+            tuned=tuned,
             disable=_bool(env, "PROTEUS_DISABLE", False),
             use_stored_cache=_bool(env, "PROTEUS_USE_STORED_CACHE", True),
             cache_dir=env.get("PROTEUS_CACHE_DIR") or None,
             cache_max_mb=max_mb,
             dump_ir=_bool(env, "PROTEUS_DUMP_LLVM_IR", False),
-            trace=trace,
+            trace=_trace_tokens(env.get("PROTEUS_TRACE_OUTPUT"), notes),
+            enable_timers=_soft_bool(env, "PROTEUS_ENABLE_TIMERS", False, notes),
+            enable_time_trace=_soft_bool(env, "PROTEUS_ENABLE_TIME_TRACE", False, notes),
+            time_trace_file=env.get("PROTEUS_TIME_TRACE_FILE") or "",
+            time_trace_grain_us=_grain(env.get("PROTEUS_TIME_TRACE_GRAIN"), notes),
         )
+        notes += compat.env_notes(env)
+        return dataclasses.replace(config, notes=tuple(dict.fromkeys(notes)))
+
+
+def _codegen_from_env(env: Mapping[str, str]) -> CodegenConfig:
+    opt = (env.get("PROTEUS_OPT_LEVEL") or "3").strip()
+    if opt not in OPT_LEVELS:
+        raise SpecializeError(f"PROTEUS_OPT_LEVEL={opt!r}: expected one of {', '.join(OPT_LEVELS)}")
+    cg_opt = (env.get("PROTEUS_CODEGEN_OPT_LEVEL") or "3").strip()
+    if cg_opt not in ("0", "1", "2", "3"):
+        raise SpecializeError(f"PROTEUS_CODEGEN_OPT_LEVEL={cg_opt!r}: expected 0 to 3")
+    compiler = env.get("PROTEUS_PTX_COMPILER", "auto") or "auto"
+    if compiler not in PTX_COMPILERS:
+        raise SpecializeError(f"PROTEUS_PTX_COMPILER={compiler!r}: expected one of {', '.join(PTX_COMPILERS)}")
+    return CodegenConfig(
+        specialize_args=_bool(env, "PROTEUS_SPECIALIZE_ARGS", True),
+        specialize_launch_bounds=_bool(env, "PROTEUS_SPECIALIZE_LAUNCH_BOUNDS", True),
+        specialize_dims=_bool(env, "PROTEUS_SPECIALIZE_DIMS", True),
+        specialize_dims_range=_bool(env, "PROTEUS_SPECIALIZE_DIMS_RANGE", False),
+        specialize_alignment=_bool(env, "PROTEUS_SPECIALIZE_ALIGNMENT", False),
+        opt_level=opt,
+        codegen_opt_level=int(cg_opt),
+        opt_pipeline=env.get("PROTEUS_OPT_PIPELINE") or None,
+        ptx_compiler=compiler,
+        cap_registers=_bool(env, "PROTEUS_CAP_REGISTERS", True),
+    )
 
 
 def _number(env, name: str, default: float, integer: bool = False) -> float:
@@ -165,21 +223,31 @@ def _number(env, name: str, default: float, integer: bool = False) -> float:
     return value
 
 
-_TUNED_FIELDS = {
-    "Pipeline": ("opt_pipeline", str),
-    "SpecializeArgs": ("specialize_args", bool),
-    "LaunchBounds": ("specialize_launch_bounds", bool),
-    "SpecializeDims": ("specialize_dims", bool),
-    "SpecializeDimsRange": ("specialize_dims_range", bool),
-    "OptLevel": ("opt_level", str),
-    "CodeGenOptLevel": ("codegen_opt_level", int),
-    "TunedMaxThreads": ("tuned_max_threads", int),
-    "MinBlocksPerSM": ("min_blocks_per_sm", int),
-    "CapRegisters": ("cap_registers", bool),  # ours: PROTEUS_CAP_REGISTERS for one kernel
-}
+def _trace_tokens(raw: str | None, notes: list[str]) -> frozenset[str]:
+    tokens = [t.strip() for t in (raw or "").split(";") if t.strip()]
+    for t in tokens:
+        if t not in compat.TRACE_TOKENS:  # upstream: fatal ("Unknown PROTEUS_TRACE_OUTPUT token")
+            notes.append(f"PROTEUS_TRACE_OUTPUT: unknown token {t!r} ignored (known: {', '.join(compat.TRACE_TOKENS)})")
+    return frozenset(t for t in tokens if t in compat.TRACE_TOKENS)
 
 
-def _tuned(path: str | None, base: CodegenConfig) -> dict[str, CodegenConfig]:
+def _grain(raw: str | None, notes: list[str]) -> int:
+    if raw is None or not raw.strip():
+        return 500
+    try:
+        grain = int(raw.strip())
+    except ValueError:
+        grain = 0
+    if grain <= 0:  # upstream: fatal ("PROTEUS_TIME_TRACE_GRAIN must be > 0")
+        notes.append(f"PROTEUS_TIME_TRACE_GRAIN={raw!r}: expected microseconds > 0; using 500")
+        return 500
+    return grain
+
+
+# ---------------------------------------------------------------- PROTEUS_TUNED_KERNELS
+
+
+def _tuned(path: str | None, env_codegen: CodegenConfig, notes: list[str]) -> dict[str, CodegenConfig]:
     if not path:
         return {}
     try:
@@ -187,25 +255,83 @@ def _tuned(path: str | None, base: CodegenConfig) -> dict[str, CodegenConfig]:
             doc = json.load(f)
     except OSError as exc:
         raise SpecializeError(f"PROTEUS_TUNED_KERNELS: cannot read: {exc.strerror or exc}", path) from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SpecializeError(f"PROTEUS_TUNED_KERNELS: not JSON ({exc})", path) from None
     if not isinstance(doc, dict):
         raise SpecializeError("PROTEUS_TUNED_KERNELS: the top level must be an object {kernel: {...}}", path)
+    # Upstream's keys left out take upstream's defaults; this tool's own settings stay the environment's.
+    base = CodegenConfig(ptx_compiler=env_codegen.ptx_compiler, specialize_alignment=env_codegen.specialize_alignment,
+                         cap_registers=env_codegen.cap_registers)
     out = {}
     for kernel, entry in doc.items():
-        if not isinstance(entry, dict):
-            raise SpecializeError(f"PROTEUS_TUNED_KERNELS: entry for {kernel!r} is not an object", path)
+        if not isinstance(entry, dict):  # upstream skips it silently
+            notes.append(f"PROTEUS_TUNED_KERNELS: {kernel!r}: not an object: skipped")
+            continue
         changes = {}
         for key, value in entry.items():
-            if key not in _TUNED_FIELDS:
-                raise SpecializeError(f"PROTEUS_TUNED_KERNELS: {kernel!r}: unknown key {key!r}", path)
-            name, typ = _TUNED_FIELDS[key]
-            if typ is bool and isinstance(value, int):
-                value = bool(value)
-            elif typ is str and isinstance(value, int):
-                value = str(value)
-            if not isinstance(value, typ):
-                raise SpecializeError(f"PROTEUS_TUNED_KERNELS: {kernel!r}: {key} must be {typ.__name__}", path)
-            changes[name] = value
+            name, note = _tuned_value(key, value)
+            if note:
+                notes.append(f"PROTEUS_TUNED_KERNELS: {kernel!r}: {note}")
+            if name:
+                changes[name] = _normalized(name, value)
         out[kernel] = dataclasses.replace(base, **changes)
     return out
+
+
+def _tuned_value(key: str, value: object) -> tuple[str | None, str | None]:
+    """(the CodegenConfig field the value sets, or None; a note, or None) for one tuned key."""
+    spec = compat.TUNED_KEYS.get(key) or compat.OWN_TUNED_KEYS.get(key)
+    if spec is None:  # upstream ignores it silently
+        known = ", ".join([*compat.TUNED_KEYS, *compat.OWN_TUNED_KEYS])
+        return None, f"unknown key {key!r} ignored (known: {known})"
+    name, kind = spec
+    shown = json.dumps(value)
+    if compat.json_kind(value) != kind:
+        return None, f"{key} {shown} is not a JSON {kind}: ignored, as upstream ignores it{_hint(kind, value)}"
+    problem = _bad_tuned_value(key, value)
+    if problem:
+        return None, f"{key} {shown}: {problem}"
+    if key == "CodeGen":
+        return None, None if value.lower() == "rtc" else f"CodeGen {shown} has no effect here: {_codegen_why()}"
+    return name, None
+
+
+def _bad_tuned_value(key: str, value) -> str | None:
+    if key == "Pipeline" and not value.strip():
+        return "an empty pipeline: ignored"
+    if key == "CodeGen" and value.lower() not in compat.CODEGEN_OPTIONS:
+        return "not rtc, serial or parallel (upstream stops: 'Unknown codegen option'): ignored"
+    if key == "OptLevel" and value[:1] not in OPT_LEVELS:
+        return f"upstream reads only its first character, {value[:1]!r}, not one of {' '.join(OPT_LEVELS)}: ignored, 3 used"
+    if key == "CodeGenOptLevel" and not 0 <= value <= 3:
+        return "expected 0 to 3: ignored, 3 used"
+    if key == "TunedMaxThreads" and not (value == -1 or value >= 1):
+        return "expected a number of threads (-1: none): ignored"
+    if key == "MinBlocksPerSM" and value < 0:
+        return "expected 0 or more blocks: ignored"
+    return None
+
+
+def _normalized(name: str, value):
+    if name == "opt_level":
+        return value[:1]  # upstream keeps the first character
+    if name in ("codegen_opt_level", "tuned_max_threads", "min_blocks_per_sm"):
+        value = int(value)
+        # Upstream's "none" values (-1 threads, 0 blocks) are None here, so that an entry
+        # that spells them out shares its cache key with one that leaves them out.
+        return None if (name == "tuned_max_threads" and value == -1) or (name == "min_blocks_per_sm" and value == 0) else value
+    return value
+
+
+def _hint(kind: str, value: object) -> str:
+    if kind == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"; write {json.dumps(str(value))}"
+    if kind == "boolean" and value in (0, 1):
+        return f"; write {json.dumps(bool(value))}"
+    if kind == "integer" and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return f"; write {value.strip()}"
+    return ""
+
+
+def _codegen_why() -> str:
+    return next(v.why for v in compat.UPSTREAM_ENV if v.name == "PROTEUS_CODEGEN")

@@ -27,7 +27,7 @@ import llvmlite.binding as llvm
 from ..errors import SpecializeError
 from ..fatbin import bitcode as bitcode_mod
 from ..fatbin.table import KernelRecord, KernelTable
-from .plan import Plan
+from .plan import Findings, Plan
 
 IMPL = "__proteus_impl"
 # Function attributes the wrapper kernel takes over from the original: its target, and the
@@ -72,18 +72,18 @@ def load_module(table: KernelTable, kernel: KernelRecord, context: llvm.ContextR
 
 
 def specialize_module(table: KernelTable, kernel: KernelRecord, plan: Plan,
-                      context: llvm.ContextRef | None = None, notes: list[str] | None = None) -> llvm.ModuleRef:
+                      context: llvm.ContextRef | None = None, found: Findings | None = None) -> llvm.ModuleRef:
     """The specialized module, in `context` (the caller's, to close when done; None: LLVM's global
-    one). What a user should know about it is appended to `notes`."""
+    one); what it found goes into `found`."""
     module = load_module(table, kernel, context)
     try:
-        return _specialize(module, table, kernel, plan, context, notes)
+        return _specialize(module, table, kernel, plan, context, found if found is not None else Findings())
     finally:
         module.close()  # now, not whenever the garbage collector runs, perhaps in another thread
 
 
 def _specialize(module: llvm.ModuleRef, table: KernelTable, kernel: KernelRecord, plan: Plan,
-                context: llvm.ContextRef | None, notes: list[str] | None) -> llvm.ModuleRef:
+                context: llvm.ContextRef | None, found: Findings) -> llvm.ModuleRef:
     try:
         fn = module.get_function(kernel.name)
     except NameError:
@@ -116,11 +116,13 @@ def _specialize(module: llvm.ModuleRef, table: KernelTable, kernel: KernelRecord
 
     # Textual part, on LLVM's printout of the pruned module.
     text = str(module)
+    for reg in renamed:  # the calls that read a folded register, as upstream's [DimSpec] lines count them
+        found.sreg_calls[SREG_PREFIX + reg] = len(re.findall(r"call[^\n]*" + re.escape(llvm_name(SREG_RENAMED + reg.replace(".", "_"))) + r"\(", text))
     text = _drop_kernel_cc(text)
     text = _make_inlinable(text)
     text, undefined = define_undefined(text)
-    if undefined and notes is not None:
-        notes.append(f"{undefined} undefined value{'s' if undefined > 1 else ''} (uninitialized locals, or undef in the "
+    if undefined:
+        found.notes.append(f"{undefined} undefined value{'s' if undefined > 1 else ''} (uninitialized locals, or undef in the "
                      "recorded code) defined as zero")
     if plan.relink_globals:
         text = _redirect_globals(text, module, plan.globals, kernel, amdgpu)
@@ -358,7 +360,7 @@ def _wrapper(kernel: KernelRecord, params: list[str], plan: Plan, renamed: list[
         attrs.append(f'"nvvm.maxnreg"="{plan.max_registers}"')
     lines = [
         "",
-        f"define ptx_kernel void {llvm_name(kernel.name)}({', '.join(decls)}) {' '.join(attrs)} {{",
+        f"define ptx_kernel void {llvm_name(plan.entry or kernel.name)}({', '.join(decls)}) {' '.join(attrs)} {{",
         f"  call void {llvm_name(IMPL)}({', '.join(args)})",
         "  ret void",
         "}",

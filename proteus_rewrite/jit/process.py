@@ -72,9 +72,8 @@ def serve(sock: socket.socket) -> None:
                 known.update(msg["bitcode"])
                 table = _Modules({i: known[sha] for i, sha in msg["modules"].items()})
                 timings: dict[str, float] = {}
-                image, ptx, ir_text, notes = specializer.compile_variant(table, msg["kernel"], msg["plan"], msg["cg"],
-                                                                         msg["arch"], msg["isa"], msg["keep_ir"], timings)
-                answer.update(image=image, ptx=ptx, ir=ir_text, notes=notes, timings=timings)
+                answer.update(compiled=specializer.compile_variant(table, msg["kernel"], msg["plan"], msg["cg"], msg["arch"],
+                                                                   msg["isa"], msg["keep_ir"], timings), timings=timings)
             answer["ok"] = True
             answer["nvjitlink"] = codegen.loaded_nvjitlink()
         except Exception as exc:
@@ -231,7 +230,7 @@ class Compilers:
         timings["process"] = (time.perf_counter() - t) * 1000.0 - sum(answer.get("timings", {}).values())
         if not answer["ok"]:
             raise SpecializeError(answer["error"])
-        return answer["image"], answer["ptx"], answer["ir"], answer["notes"]
+        return answer["compiled"]
 
     def _acquire(self) -> _Worker:
         with self._cond:

@@ -34,7 +34,7 @@ from ..fatbin.table import KernelRecord, KernelTable
 from . import codegen, pipeline
 from .config import CodegenConfig, Config
 from .launch import Launch, foldable, ir_constant, python_value
-from .plan import Plan
+from .plan import Findings, Plan, variant_name
 
 log = logging.getLogger("proteus_rewrite")
 
@@ -70,6 +70,22 @@ class Result:
     ptx: codegen.PTX | None = None  # None when served from a cache, and for HIP
     ir_text: str | None = None  # optimized IR, when asked for
     notes: tuple[str, ...] = ()  # what the compilation found a user should know (ir.specialize_module)
+    sreg_calls: dict[str, int] = field(default_factory=dict)  # reads of each folded special register
+
+    @property
+    def entry(self) -> str:
+        """The variant's entry point in the image."""
+        return self.plan.entry or self.kernel
+
+
+@dataclass
+class Compiled:
+    """What compile_variant makes of a plan (and what a compiler process answers)."""
+
+    image: codegen.Image
+    ptx: codegen.PTX | None  # CUDA only
+    ir_text: str | None  # optimized IR, when asked for
+    found: Findings = field(default_factory=lambda: Findings())
 
 
 def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_globals: bool = True) -> Plan:
@@ -205,6 +221,7 @@ def specialize(
     ptx_target = ("driver", codegen.driver_ptx_isa(driver_version)) if driver_version else \
         ("compiler", codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
     key = cache_key(table, kernel, plan, cg, ptx_target, launch.arch)
+    plan = dataclasses.replace(plan, entry=variant_name(kernel.name, key))
     folded_values = {i: python_value(kernel.params[i], launch.args[i]) for i in plan.folded}
     timings["plan"] = _ms(t0)
 
@@ -218,46 +235,48 @@ def specialize(
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
     run = compiler.compile if compiler is not None else compile_variant
-    image, ptx, ir_text, notes = run(table, kernel, plan, cg, launch.arch, ptx_target[1], keep_ir, timings)
+    done = run(table, kernel, plan, cg, launch.arch, ptx_target[1], keep_ir, timings)
+    image = done.image
     timings["total"] = _ms(t0)
 
     if cache is not None:
         kind = "cubin" if isinstance(image, codegen.Cubin) else "ptx"
         cache.put(Entry(key, kind, launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
                                                             "tool": __version__}))
-    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, ptx, ir_text, tuple(notes))
+    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, done.ptx, done.ir_text,
+                  tuple(done.found.notes), done.found.sreg_calls)
 
 
 def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, arch: int | str, isa: int | None,
                     keep_ir: bool, timings: dict[str, float]):
-    """A plan -> loadable code: (image, PTX or None, optimized IR or None, notes), the stages timed
+    """A plan -> loadable code (Compiled: the image, PTX, optimized IR, findings), the stages timed
     into `timings`. What runs LLVM and the PTX compiler, and nothing else: `table` needs only
     `modules[i].bitcode` for the kernel's modules. `isa`: the newest PTX ISA the driver reads
     (CUDA; an offline compiler may read less: asking it loads it, so that is asked here)."""
-    notes: list[str] = []
+    found = Findings()
     if isinstance(arch, str):  # HIP
         obj, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
                                           lambda: codegen.amdgpu_target_machine(arch, cg.codegen_opt_level),
-                                          codegen.emit_amdgpu_object, "codeobj", "object", notes)
+                                          codegen.emit_amdgpu_object, "codeobj", "object", found)
         t = time.perf_counter()
         image = codegen.link_code_object(obj, arch)
         timings["link"] = _ms(t)
-        return image, None, ir_text, notes
+        return Compiled(image, None, ir_text, found)
     if cg.ptx_compiler != "driver":
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
     codegen.fp_contraction(pipeline.Tuning.from_cmdline(table.modules[kernel.module].cmdline).fp_contract)
     ptx, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
                                       lambda: codegen.target_machine(arch, isa, cg.codegen_opt_level),
-                                      lambda module, tm: codegen.emit_ptx(module, tm, arch), "ptx", "ptx", notes)
+                                      lambda module, tm: codegen.emit_ptx(module, tm, arch), "ptx", "ptx", found)
     t = time.perf_counter()
     faults.check("cubin")
     image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
     timings["cubin"] = _ms(t)
-    return image, ptx, ir_text, notes
+    return Compiled(image, ptx, ir_text, found)
 
 
 def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, timings: dict[str, float],
-                       target_machine, emit, fault: str, stage: str, notes: list[str]):
+                       target_machine, emit, fault: str, stage: str, found):
     """The LLVM part of a compilation, for either target: the specialized module in an LLVM
     context of its own, the optimization pipeline, then `emit(module, tm)` (timed as `stage`,
     with the test-only fault `fault` before it). Returns what emit made and, with keep_ir, the
@@ -272,7 +291,7 @@ def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, ti
         module = None
         try:
             t = time.perf_counter()
-            module = ir.specialize_module(table, kernel, plan, context, notes)
+            module = ir.specialize_module(table, kernel, plan, context, found)
             timings["ir"] = _ms(t)
             t = time.perf_counter()
             tm = target_machine()
@@ -384,7 +403,7 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
                        cache: CacheChain | None, keep_ir: bool, may_compile: bool, timings: dict[str, float],
                        t0: float, compiler) -> Result:
     """HIP: the plan compiled by llvmlite's AMDGPU backend for the device's processor and linked
-    by ld.lld into a code object, what hipModuleLoadData takes (docs/hip.md). No CUDA tool is
+    by ld.lld into a code object, what hipModuleLoadData takes (docs/user/hip.md). No CUDA tool is
     asked anything: the key names the linker where CUDA's names the PTX compiler."""
     cg = dataclasses.replace(cg, ptx_compiler="ld.lld")
     # Block and grid sizes are not folded on AMDGPU (ir.py), so only the launch bound (the flat
@@ -405,10 +424,12 @@ def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch,
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
     run = compiler.compile if compiler is not None else compile_variant
-    image, _, ir_text, notes = run(table, kernel, plan, cg, launch.arch, None, keep_ir, timings)
+    done = run(table, kernel, plan, cg, launch.arch, None, keep_ir, timings)
+    image = done.image
     timings["total"] = _ms(t0)
 
     if cache is not None:
         cache.put(Entry(key, "codeobj", launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
                                                                 "tool": __version__}))
-    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, None, ir_text, tuple(notes))
+    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, None, done.ir_text,
+                  tuple(done.found.notes), done.found.sreg_calls)

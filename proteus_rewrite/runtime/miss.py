@@ -16,7 +16,7 @@ from ..jit import specializer as spec_mod
 from ..jit.launch import Launch
 from ..policy import (BLOCK, GRID, RUN_KIND, Budget, compiles_likely, decode_run, encode_run, run_key, save_learned)
 from ..cache import Entry
-from . import protocol, session
+from . import protocol, session, trace
 
 
 def track(kid: int, args: bytes, grid: tuple, block: tuple, earlier: bytes = b"") -> bytes:
@@ -112,6 +112,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
     """The variant's image, or None to run the original. With cached_only, only the caches are
     asked, and b"" means the variant needs compiling (the shim then queues it)."""
     assert session._state is not None
+    t_start = time.perf_counter()
     if isinstance(arch, str):  # HIP's gcnArchName: gfx90a:sramecc+:xnack- -> gfx90a
         arch = arch.split(":", 1)[0]
     table, record = session._state.kernels[kid]
@@ -151,7 +152,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                 stats.queued[exc.key] = _launch_record(raw, exc.folded, unknown_dims, arch, block, grid, record.globals, addrs)
             return b""
         stats.budget_refusals += 1  # policy, not a failure: no warning
-        session.trace("specialization", f"{record.demangled}: compile budget spent ({stats.compile_ms:.0f} ms compiling, "
+        session.trace("variants", f"{record.demangled}: compile budget spent ({stats.compile_ms:.0f} ms compiling, "
                f"{gpu_ms:.0f} ms on the GPU); running the original kernel")
         return None
     except Exception as exc:
@@ -174,7 +175,11 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                            # enough to compile this variant again offline (proteus-rewrite prewarm)
                            "launch": _launch_record(raw, tuple(result.folded), unknown_dims, arch, block, grid,
                                                     record.globals, addrs)})
-    session.trace("specialization", f"{record.demangled}: variant {result.key[:12]} ({result.source}) folded "
+    cg = session._state.config.for_kernel(record.name, record.demangled)
+    trace.specialization(session._state.config, cg, record, result, block, grid, raw)
+    trace.event(session._state.config, f"{result.source} {record.demangled}", t_start,
+                time.perf_counter() - t_start, ", ".join(f"{k} {v:.1f} ms" for k, v in result.timings_ms.items()))
+    session.trace("variants", f"{record.demangled}: variant {result.key[:12]} ({result.source}) folded "
            f"{ {i: v for i, v in result.folded.items()} } block {tuple(block)} grid {tuple(grid)} "
            f"{result.timings_ms.get('total', 0.0):.1f} ms")
     if result.ir_text is not None:
@@ -182,7 +187,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         if session._state.config.dump_ir:
             os.makedirs(".proteus-dump", exist_ok=True)
             Path(f".proteus-dump/device-jit-{result.key}.ll").write_text(result.ir_text)
-    return result.image.data
+    return protocol.image_answer(result.entry, result.image.data)
 
 
 WARM_UP_ARCH = 75  # the oldest architecture CUDA 13 compiles for: any will do to warm the compiler up
@@ -199,23 +204,23 @@ def prepare_compiler(arch: int, ahead: int = 0) -> bool:
     assert session._state is not None
     if ahead and session._state.config.async_compilation != "0" and not compiles_likely(_last_run()):
         session._state.warm_up_skipped = True
-        session.trace("specialization", "the app's last run compiled nothing: the compiler is not warmed up ahead")
+        session.trace("variants", "the app's last run compiled nothing: the compiler is not warmed up ahead")
         try:
             spec_mod.prepare_keys(session._state.config, session._state.driver_version or None)
         except Exception as exc:  # the first launch meets it again, and reports it per kernel
-            session.trace("specialization", f"preparing cache keys: {type(exc).__name__}: {exc}")
+            session.trace("variants", f"preparing cache keys: {type(exc).__name__}: {exc}")
         return False
     try:
         if session._state.compiler is not None:  # it warms up by itself, while this thread goes on
             session._state.compiler.start(arch or WARM_UP_ARCH, session._state.config.for_kernel("proteus_warm_up"),
                                   session._state.driver_version or None)
             spec_mod.prepare_keys(session._state.config, session._state.driver_version or None)
-            session.trace("specialization", "compiler process started")
+            session.trace("variants", "compiler process started")
         else:
             ms = spec_mod.warm_up(arch or WARM_UP_ARCH, session._state.config, session._state.driver_version or None)
-            session.trace("specialization", f"compiler ready ({ms:.0f} ms)")
+            session.trace("variants", f"compiler ready ({ms:.0f} ms)")
     except Exception as exc:  # a real compilation will meet it again and report it per kernel
-        session.trace("specialization", f"preparing the compiler: {type(exc).__name__}: {exc}")
+        session.trace("variants", f"preparing the compiler: {type(exc).__name__}: {exc}")
     return True
 
 
@@ -243,20 +248,36 @@ def compiled_this_run() -> int:
     return sum(s.specializations + len(s.queued) for s in session._state.stats)
 
 
-def finish() -> None:
-    """At exit, from the shim: save the tracker's decisions no compile thread saved, and note
-    for the next run whether this one compiled, where that changes its guess
-    (policy.compiles_likely); a steady run writes nothing."""
+def finish(counters: bytes = b"") -> None:
+    """At exit, from the shim, with its per-kernel counters (protocol.COUNTERS): upstream's
+    end-of-run trace lines and the time trace (trace.at_exit); save the tracker's decisions no
+    compile thread saved; note for the next run whether this one compiled, where that changes
+    its guess (policy.compiles_likely): a steady run writes nothing."""
     try:
         if session._state is None or not session._state.tables or session._state.config.disable:
             return
+        _trace_at_exit(counters)
         _save_policies()
         compiled = compiled_this_run()
         if (compiled > 0) != compiles_likely(_last_run()):
             session._state.cache.put(Entry(_run_key(), RUN_KIND, 0, encode_run(compiled), {"kernel": "(the app's last run)"}),
                              enforce_cap=False)
     except Exception as exc:  # never into C
-        session.trace("specialization", f"noting the run: {type(exc).__name__}: {exc}")
+        session.trace("variants", f"noting the run: {type(exc).__name__}: {exc}")
+
+
+def _trace_at_exit(counters: bytes) -> None:
+    from .report import parse_counters
+
+    st = session._state
+    kernels, hits, launches_all = [], 0, 0
+    for kid, launches, table_hits, *_, name in parse_counters(counters):
+        variants = len(st.stats[kid].variants) if kid >= 0 else 0
+        kernels.append((st.stats[kid].demangled if kid >= 0 else name, variants, launches))
+        hits, launches_all = hits + table_hits, launches_all + launches
+    disk = st.cache.stats().get("disk")
+    trace.at_exit(st.config, kernels, (hits, launches_all),
+                  (disk.hits, disk.hits + disk.misses) if disk is not None else (0, 0), [])
 
 
 def load_failed(kid: int, code: int) -> None:

@@ -35,6 +35,24 @@ MAX_DEFERRED = 64  # kept per kernel at most: the shim holds them until a drain
 MISS_HEADER = struct.Struct("<BII")
 MISS_POLICY_CHANGED, MISS_IMAGE, MISS_ORIGINAL = 0, 1, 2
 
+# A variant's image, as specialize and miss answer it: u32 length of its entry point's name, the
+# name (no NUL), then the image (cubin, PTX or code object). An empty answer has no header: the
+# variant needs compiling.
+IMAGE_HEADER = struct.Struct("<I")
+
+
+def image_answer(entry: str, image: bytes) -> bytes:
+    name = entry.encode()
+    return IMAGE_HEADER.pack(len(name)) + name + image
+
+
+def split_image_answer(answer: bytes) -> tuple[str, bytes]:
+    """image_answer's inverse, as the shim reads it: (the entry's name, the image)."""
+    (n,) = IMAGE_HEADER.unpack_from(answer)
+    start = IMAGE_HEADER.size
+    return answer[start:start + n].decode(), answer[start + n:]
+
+
 # Per kernel, what the shim hands write_report: i32 kid (-1: never specialized), u64 launches,
 # table hits, fallbacks, launch errors, launches while its variant compiled, sampled GPU
 # microseconds; then the kernel's name, NUL-terminated.
@@ -73,7 +91,7 @@ CALLS = (
     Call("load_failed", "ii"),                             # kid, driver error code
     Call("prepare_compiler", "i"),                         # SM version (0: unknown)
     Call("prepare_compiler_ahead", "ii"),                  # SM version, ahead (may decline)
-    Call("finish", None),
+    Call("finish", "y#"),                                  # the per-kernel counters (COUNTERS)
     Call("write_report", "sy#K(" + "K" * len(WAIT_FIELDS) + ")"),  # path, counters, unknown launches, WAIT_FIELDS
 )
 
@@ -114,6 +132,9 @@ def header() -> str:
         f"#define PROTO_MISS_POLICY_CHANGED {MISS_POLICY_CHANGED}",
         f"#define PROTO_MISS_IMAGE {MISS_IMAGE}",
         f"#define PROTO_MISS_ORIGINAL {MISS_ORIGINAL}",
+        "",
+        "/* a variant's image: u32 name length, the entry point's name, the image */",
+        f"#define PROTO_IMAGE_HEAD {IMAGE_HEADER.size}",
         "",
         "/* per kernel for write_report: i32 " + ", ".join(COUNTER_FIELDS[:1]) + ", u64 " + ", ".join(COUNTER_FIELDS[1:])
         + "; name\\0 */",

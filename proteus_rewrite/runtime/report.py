@@ -55,6 +55,18 @@ def _wait_sections(waits: tuple[int, ...]) -> dict:
     }
 
 
+def parse_counters(counters: bytes) -> list[tuple]:
+    """The shim's per-kernel counters (protocol.COUNTERS, then the name): one tuple each,
+    COUNTER_FIELDS then the name."""
+    out, off = [], 0
+    while off + protocol.COUNTERS.size <= len(counters):
+        fields = protocol.COUNTERS.unpack_from(counters, off)
+        end = counters.index(b"\0", off + protocol.COUNTERS.size)
+        out.append((*fields, counters[off + protocol.COUNTERS.size : end].decode(errors="replace")))
+        off = end + 1
+    return out
+
+
 def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: tuple[int, ...] = ()) -> None:
     """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks.
     `waits`, from the shim: WAIT_FIELDS, in that order (ns, counts, CLOCK_MONOTONIC times).
@@ -68,12 +80,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         except OSError as exc:
             print(f"proteus: warning: {os.environ['PROTEUS_PROFILE']}: cannot write the profile: {exc.strerror or exc}",
                   file=sys.stderr, flush=True)
-    kernels, off = [], 0
-    while off + protocol.COUNTERS.size <= len(counters):
-        kid, launches, hits, fallbacks, launch_errors, compiling, gpu_us = protocol.COUNTERS.unpack_from(counters, off)
-        end = counters.index(b"\0", off + protocol.COUNTERS.size)
-        name = counters[off + protocol.COUNTERS.size : end].decode(errors="replace")
-        off = end + 1
+    kernels = []
+    for kid, launches, hits, fallbacks, launch_errors, compiling, gpu_us, name in parse_counters(counters):
         entry = {"name": name, "launches": launches, "fallback_launches": fallbacks + launch_errors + compiling,
                  "launch_errors": launch_errors, "launches_while_compiling": compiling,
                  "gpu_ms_estimate": round(gpu_us / 1000.0, 3)}

@@ -116,6 +116,8 @@ def init(shim_dir: str, driver_version: int) -> bool:
     except ProteusError as exc:  # a bad PROTEUS_* value: one line, and the app runs as built
         print(f"proteus: error: {exc}; kernels run unspecialized", file=sys.stderr)
         return False
+    for note in config.notes:  # settings that do nothing here, or were ignored: once each
+        print(f"proteus: warning: {note}", file=sys.stderr)
     store_dir = Path(os.environ.get("PROTEUS_STORE_DIR") or shim_dir)
     tables, by_fatbin, by_entry = [], {}, {}
     for path in sorted(store_dir.glob(f"*{store.SUFFIX}")):
@@ -137,9 +139,9 @@ def init(shim_dir: str, driver_version: int) -> bool:
     if config.compile_process:
         python = process.python_executable(_recorded_python(shim_dir))
         if python:
-            _state.compiler = process.Compilers(python, config.async_threads, quiet="specialization" not in config.trace)
+            _state.compiler = process.Compilers(python, config.async_threads, quiet="variants" not in config.trace)
         else:
-            trace("specialization", "no Python executable to run the compiler in: compiling in the app's process")
+            trace("variants", "no Python executable to run the compiler in: compiling in the app's process")
     return True
 
 

@@ -60,7 +60,7 @@ def test_wsm5_variant_with_its_launch_values_folded_computes_what_the_recorded_c
                                     Config.from_env({"PROTEUS_COMPILE_PROCESS": "0"}), keep_ir=True,
                                     driver_version=13000)
     assert set(result.folded) == set(WSM5_VALUES)
-    assert _first_column_rain(result.ir_text, k.name) == pytest.approx(expected, rel=1e-5)
+    assert _first_column_rain(result.ir_text, result.entry) == pytest.approx(expected, rel=1e-5)
     assert any("undefined value" in n for n in result.notes), result.notes
 
 
@@ -103,7 +103,8 @@ def test_a_noinline_kernel_is_specialized_and_verifies(tmp_path, recipe):
                                     Config.from_env({"PROTEUS_COMPILE_PROCESS": "0"}), keep_ir=True,
                                     driver_version=13000)
     assert result.folded == {3: 4096}  # annotate("jit", 4): the 1-based fourth argument only
-    assert "noinline" not in result.ir_text.split(f"@{k.name}(")[1].split("\n")[0]
+    (entry,) = [line for line in result.ir_text.splitlines() if line.startswith("define") and f'@"{result.entry}"(' in line]
+    assert "noinline" not in entry
     assert result.ptx.text.count(".entry") == 1
 
 

@@ -1,7 +1,7 @@
 """HIP through the code paths CUDA built first: `inspect`'s table, `specialize` to a code object,
 the run-time half's kernel_info/specialize/load_failed with a processor name for the arch, the
 JIT cache holding code objects, prewarm, and the Makefile's samples target. CPU only: every
-code object is checked with LLVM's tools, never loaded (docs/hip.md)."""
+code object is checked with LLVM's tools, never loaded (docs/user/hip.md)."""
 
 from __future__ import annotations
 
@@ -288,12 +288,14 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     blob = runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a:sramecc+:xnack-")
     kid = _info(blob)[0]
     args = struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16)
-    image = runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a:sramecc+:xnack-")
+    answer = runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a:sramecc+:xnack-")
+    entry, image = protocol.split_image_answer(answer)
+    assert entry == AXPY  # HIP keeps the kernel's name: a code object is looked up by it
     _is_code_object(image)
     co = tmp_path / "v.co"
     co.write_bytes(image)
     assert _fmas(co) == 8
-    assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a") == image  # from memory
+    assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a") == answer  # from memory
     runtime.load_failed(kid, 200)
     assert "hipModuleLoadData/hipModuleGetFunction failed with HIP error 200" in capsys.readouterr().err
     counters = struct.pack("<iQQQQQQ", kid, 3, 1, 0, 1, 0, 0) + AXPY.encode() + b"\0"
@@ -542,3 +544,26 @@ def test_prepare_keys_computes_what_a_cache_key_needs_without_a_compiler():
             "print(codegen.locate_nvjitlink.cache_info().currsize, 'libllvmlite' in maps, 'nvJitLink' in maps)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.split() == ["1", "False", "False"], proc.stderr
+
+
+def test_upstream_trace_lines_go_to_stdout_and_ours_to_stderr(hip_runtime, tmp_path, monkeypatch, capfd):
+    """PROTEUS_TRACE_OUTPUT as upstream reads it: its tokens print its lines (compat.py) on the C
+    library's stdout, at the launch that compiles and at exit; this project's tokens, on stderr."""
+    monkeypatch.setenv("PROTEUS_TRACE_OUTPUT", "specialization;kernel-trace;variants")
+    monkeypatch.setenv("PROTEUS_ENABLE_TIMERS", "1")
+    monkeypatch.setenv("PROTEUS_ENABLE_TIME_TRACE", "1")
+    monkeypatch.setenv("PROTEUS_TIME_TRACE_FILE", str(tmp_path / "run.time-trace"))
+    monkeypatch.setenv("PROTEUS_TIME_TRACE_GRAIN", "0")
+    runtime.reset()
+    runtime.init(str(tmp_path), 0)
+    kid = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))[0]
+    assert runtime.specialize(kid, struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16), (4096, 1, 1), (256, 1, 1), b"", "gfx90a")
+    runtime.finish(struct.pack("<iQQQQQQ", kid, 5, 4, 0, 0, 0, 0) + AXPY.encode() + b"\0")
+    out, err = capfd.readouterr()
+    assert f"[KernelConfig] ID:{AXPY} CG:RTC SA:1 LB:1 SD:1 SDR:0 OL:3 CGL:3 TMT:-1 BPSM:0 \n" in out  # upstream's defaults
+    assert f"[ArgSpec] Replaced Function {AXPY} ArgNo 1 with value i32 8" in out
+    assert "axpy_loop(int, int, float, float const*, float*)  rank=0  specializations=1  launches=5" in out
+    assert "axpy_loop(int, int, float, float const*, float*): variant" in err and "[ArgSpec]" not in err
+    assert re.search(r"^\[proteus\] optimizeIR optlevel 3 codegenopt 3 \d+ ms$", out, re.M)  # PROTEUS_ENABLE_TIMERS
+    doc = json.loads((tmp_path / "run.time-trace").read_text())  # PROTEUS_ENABLE_TIME_TRACE: Chrome's format
+    assert any(e.get("ph") == "X" and e["name"].startswith("compiled axpy_loop") and e["dur"] > 0 for e in doc["traceEvents"])

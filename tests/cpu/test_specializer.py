@@ -38,7 +38,7 @@ def test_trip_count_is_folded_and_the_loop_fully_unrolled(table):
     assert body.count("fma.rn.f32") == 8  # one per iteration, no loop left
     assert "0f3F000000" in body  # a = 0.5 is an immediate
     assert "1048575" in body  # i < n became i > 1048575
-    assert not re.search(r"ld\.param\.\w+\s+%\w+, \[_Z9axpy_loopiifPKfPf_param_[012]\]", body)
+    assert not re.search(rf"ld\.param\.\w+\s+%\w+, \[{re.escape(r.entry)}_param_[012]\]", body)
     assert not has_back_edge(body)
 
 
@@ -48,7 +48,7 @@ def test_unknown_trip_count_keeps_the_loop(table):
     launch = launch_for(k, {0: "1048576", 2: "0.5"})
     r = specialize(t, k, Launch(launch.args, launch.grid, launch.block, 90, unknown=frozenset({1})), CFG)
     assert 1 not in r.folded
-    assert "_Z9axpy_loopiifPKfPf_param_1" in ptx_body(r).split("{", 1)[1]
+    assert f"{r.entry}_param_1" in ptx_body(r).split("{", 1)[1]
     assert has_back_edge(ptx_body(r))
 
 
@@ -85,7 +85,7 @@ def test_no_specialization_at_all_still_compiles_the_original_semantics(table):
     r = specialize(t, k, launch_for(k, {0: "10", 1: "8", 2: "0.5"}), off)
     body = ptx_body(r)
     assert r.folded == {} and ".maxntid" not in body
-    assert all(f"_Z9axpy_loopiifPKfPf_param_{i}" in body.split("{", 1)[1] for i in range(5))
+    assert all(f"{r.entry}_param_{i}" in body.split("{", 1)[1] for i in range(5))
 
 
 def test_device_globals_resolve_to_the_aot_addresses_and_are_not_duplicated(table):
@@ -118,7 +118,7 @@ def test_annotated_kernel_folds_exactly_its_annotated_arguments(table):
     r = specialize(t, k, launch_for(k, {1: "1048576", 2: "6", 3: "1.5"}), CFG)
     assert sorted(r.folded) == [1, 2]  # annotate("jit", 2, 3) is 1-based
     body = ptx_body(r).split("{", 1)[1]
-    assert "_Z6smoothPfiif_param_3" in body and "_Z6smoothPfiif_param_2" not in body
+    assert f"{r.entry}_param_3" in body and f"{r.entry}_param_2" not in body
 
 
 def test_struct_by_value_templates_and_rdc_kernels_specialize(table):
@@ -127,19 +127,20 @@ def test_struct_by_value_templates_and_rdc_kernels_specialize(table):
         t = table(app)
         k = kernel(t, prefix)
         r = specialize(t, k, launch_for(k, values), CFG)
-        assert f".entry {k.name}(" in r.ptx.text
+        assert f".entry {r.entry}(" in r.ptx.text
         assert r.image.data[:4] == b"\x7fELF"
 
 
-def test_the_entry_point_keeps_the_original_name_and_parameter_layout(table):
+def test_the_entry_point_is_named_for_its_variant_and_keeps_the_parameter_layout(table):
     from proteus_rewrite.fatbin import cubin
 
     t = table("templates")
     k = kernel(t, "affine")
     r = specialize(t, k, launch_for(k, {}), CFG)
     c = cubin.parse(r.image.data)
-    assert list(c.kernels) == [k.name]
-    assert [(p.offset, p.size) for p in c.kernels[k.name].params] == [(p.offset, p.size) for p in k.params]
+    # the original's name and the key's start: a profiler shows which launches ran a variant
+    assert list(c.kernels) == [r.entry] == [f"{k.name}$proteus${r.key[:12]}"]
+    assert [(p.offset, p.size) for p in c.kernels[r.entry].params] == [(p.offset, p.size) for p in k.params]
 
 
 @pytest.mark.parametrize("compiler", ["nvjitlink", "ptxas"])
@@ -155,7 +156,7 @@ def test_driver_compiler_leaves_ptx_for_the_driver(table):
     t = table("loop_count")
     k = kernel(t, "mix_rounds")
     r = specialize(t, k, launch_for(k, {1: "5"}), Config.from_env({"PROTEUS_PTX_COMPILER": "driver"}))
-    assert ".version" in r.image.text and ".entry _Z10mix_roundsyjxPy(" in r.image.text
+    assert ".version" in r.image.text and f".entry {r.entry}(" in r.image.text and r.entry.startswith("_Z10mix_roundsyjxPy$proteus$")
 
 
 def test_key_changes_with_every_input_of_the_code(table):

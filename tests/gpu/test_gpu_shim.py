@@ -11,12 +11,14 @@ import subprocess
 import pytest
 
 from ..conftest import run_cli
+from ..support import cupti
 
 pytestmark = pytest.mark.gpu
 
 APPS = ["loop_count", "loop_count_dynamic", "loop_count_multi_arch", "loop_count_fembed", "warp_reduce",
         "device_globals", "multi_kernel", "two_tu",
-        "two_tu_rdc", "mixed_nvcc", "templates", "annotated", "driver_api", "launch_overhead", "launch_overhead_dynamic"]
+        "two_tu_rdc", "mixed_nvcc", "templates", "annotated", "driver_api", "launch_overhead", "launch_overhead_dynamic",
+        "launch_paths"]
 
 
 def checksums(stdout: str) -> dict[str, str]:
@@ -53,17 +55,22 @@ def shim_env(outdir, cache, report, **extra):
 
 
 @pytest.mark.parametrize("app", APPS)
-def test_sample_under_the_shim_matches_native_and_uses_specialized_kernels(samples, recorded, tmp_path, app):
+def test_sample_under_the_shim_matches_native_and_uses_specialized_kernels(samples, recorded, tmp_path, app, kernel_trace):
     exe = samples / app
     args = ("2000",) if app.startswith("launch_overhead") else ()
     native = run(exe, args=args)
     assert native.returncode == 0, native.stderr
     cache, report = tmp_path / "cache", tmp_path / "report.json"
 
-    cold = run(exe, shim_env(recorded[app], cache, report), args)
+    ran = tmp_path / "cold.kernels"
+    cold = run(exe, {**shim_env(recorded[app], cache, report), **kernel_trace(ran)}, args)
     assert cold.returncode == 0, cold.stderr
     assert checksums(cold.stdout) == checksums(native.stdout) != {}
     doc = json.loads(report.read_text())
+    # the driver's account, not the shim's: every launch ran a variant, bar the nvcc-built kernels
+    names = cupti.kernels_run(ran)
+    assert cupti.variants(names), names
+    assert {n for n in cupti.originals(names)} <= {"_Z9histogramPKfiPji", "_Z9normalizePKjPfif"}, names
     specialized = [k for k in doc["kernels"] if k.get("specialized_launches", 0) > 0]
     assert specialized, doc
     expect_unspecialized = {"_Z9histogramPKfiPji", "_Z9normalizePKjPfif"} if app == "mixed_nvcc" else set()
@@ -83,8 +90,10 @@ def test_sample_under_the_shim_matches_native_and_uses_specialized_kernels(sampl
                                 PROTEUS_ASYNC_COMPILATION="auto"), args)
     assert default.returncode == 0 and checksums(default.stdout) == checksums(native.stdout), default.stderr
 
-    warm = run(exe, shim_env(recorded[app], cache, report), args)
+    ran = tmp_path / "warm.kernels"
+    warm = run(exe, {**shim_env(recorded[app], cache, report), **kernel_trace(ran)}, args)
     assert warm.returncode == 0 and checksums(warm.stdout) == checksums(native.stdout)
+    assert cupti.variants(cupti.kernels_run(ran))
     doc = json.loads(report.read_text())
     for k in doc["kernels"]:
         if k["name"] in expect_unspecialized:
@@ -143,11 +152,17 @@ def test_nvcc_binary_and_foreign_store_run_their_original_kernels(samples, recor
 
 
 def test_trace_output_reports_specializations(samples, recorded, tmp_path):
+    # upstream's tokens print upstream's lines on the app's stdout; this project's own on stderr
     proc = run(samples / "loop_count", shim_env(recorded["loop_count"], tmp_path / "c", tmp_path / "r.json",
-                                                PROTEUS_TRACE_OUTPUT="specialization;kernel-trace"))
-    assert proc.returncode == 0
+                                                PROTEUS_TRACE_OUTPUT="specialization;kernel-trace;variants;launches"))
+    assert proc.returncode == 0, proc.stderr
+    assert "[KernelConfig] ID:_Z9axpy_loopiifPKfPf " in proc.stdout
+    assert "[ArgSpec] Replaced Function _Z9axpy_loopiifPKfPf ArgNo 1 with value i32 8" in proc.stdout
+    assert "=== Kernel Trace (rank 0) ===" in proc.stdout
     assert "axpy_loop(int, int, float, float const*, float*): variant" in proc.stderr
     assert "proteus: launch _Z9axpy_loopiifPKfPf grid 4096,1,1 block 256,1,1" in proc.stderr
+    quiet = run(samples / "loop_count", shim_env(recorded["loop_count"], tmp_path / "c2", tmp_path / "r2.json"))
+    assert "[KernelConfig]" not in quiet.stdout and "proteus:" not in quiet.stderr
 
 
 def test_without_a_usable_python_the_original_kernels_run(samples, recorded, tmp_path):
@@ -201,13 +216,15 @@ REWRITE_APPS = ["loop_count", "loop_count_dynamic", "loop_count_nopie", "device_
 
 
 @pytest.mark.parametrize("app", REWRITE_APPS)
-def test_rewritten_executable_runs_specialized_without_ld_preload(samples, tmp_path, app):
+def test_rewritten_executable_runs_specialized_without_ld_preload(samples, tmp_path, app, kernel_trace):
     proc = run_cli(str(samples / app), "-o", str(tmp_path / "dir"))
     assert proc.returncode == 0, proc.stderr
     native = run(samples / app)
     env = {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), "PROTEUS_REPORT": str(tmp_path / "r.json"), **SYNC}
-    rewritten = run(tmp_path / "dir" / app, env)
+    rewritten = run(tmp_path / "dir" / app, {**env, **kernel_trace(tmp_path / "ran")})
     assert rewritten.returncode == 0, rewritten.stderr
+    names = cupti.kernels_run(tmp_path / "ran")
+    assert names and not cupti.originals(names), names
     assert checksums(rewritten.stdout) == checksums(native.stdout) != {}
     doc = json.loads((tmp_path / "r.json").read_text())
     assert all(k["specialized_launches"] == k["launches"] > 0 for k in doc["kernels"]), doc

@@ -6,7 +6,7 @@ runtime (tests/shim/fake_hip.c, built here as libamdhip64.so.5 with ROCm 5.2's s
 its own headers' types): memory is host memory and kernels are only logged, never executed, so
 these runs prove what the shim does with the runtime (registration, which kernel each launch
 runs, which code object is loaded, falling back) and that the app's own flow is unchanged, but
-nothing about running a JIT code object on a GPU (docs/hip.md)."""
+nothing about running a JIT code object on a GPU (docs/user/hip.md)."""
 
 from __future__ import annotations
 

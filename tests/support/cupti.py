@@ -10,6 +10,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from .clang import CUDA
+
 HERE = Path(__file__).resolve().parent
 VARIANT_MARK = "$proteus$"  # what a specialized variant's name carries (jit/ir.py variant_name)
 
@@ -30,8 +32,12 @@ def injection_library(build_dir: str) -> Path:
     include, lib = _cupti_dirs()
     cupti = sorted(lib.glob("libcupti.so*"))[0]
     out = Path(build_dir) / "libkernel_trace.so"
-    subprocess.run(["cc", "-std=gnu11", "-O2", "-Wall", "-shared", "-fPIC", f"-I{include}", str(HERE / "kernel_trace.c"),
-                    "-o", str(out), str(cupti), f"-Wl,-rpath,{lib}"], check=True, capture_output=True, text=True)
+    # cupti.h includes cuda.h, which the wheel leaves to the toolkit the samples build against
+    cmd = ["cc", "-std=gnu11", "-O2", "-Wall", "-shared", "-fPIC", f"-I{include}", f"-I{CUDA / 'include'}",
+           str(HERE / "kernel_trace.c"), "-o", str(out), str(cupti), f"-Wl,-rpath,{lib}"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"building {out.name} failed:\n{done.stderr}")
     return out
 
 

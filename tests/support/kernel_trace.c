@@ -29,9 +29,9 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
   (void)ctx; (void)stream; (void)size;
   CUpti_Activity *record = NULL;
   while (out && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-    /* the name's place is the same in every version of the kernel record */
+    /* the record of the library built against (CUPTI 13.0 fills CUpti_ActivityKernel10) */
     if (record->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || record->kind == CUPTI_ACTIVITY_KIND_KERNEL)
-      fprintf(out, "%s\n", ((CUpti_ActivityKernel13 *)record)->name);
+      fprintf(out, "%s\n", ((CUpti_ActivityKernel10 *)record)->name);
   }
   free(buffer);
 }

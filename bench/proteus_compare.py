@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""proteus-rewrite beside upstream Proteus on the Proteus paper's six HeCBench programs, in one
+run on one GPU: each program's plain build (no bitcode flag), the same program built with the
+recommended recipe and run under proteus-rewrite (cold cache once, then warm), and Proteus's
+annotated build (../shared/tools/proteus-upstream bundle; cold once, then warm).
+
+Kernel figures are the programs' own printed ones; end to end is the process's wall time.
+Every run's output is compared with the plain build's (timing lines masked), and one extra warm
+run of ours is traced with CUPTI (--kernel-trace-lib) to count the launches that ran a variant,
+from the driver's records. Standard library only: it runs on the GPU host.
+
+    python3 bench/proteus_compare.py --hec DIR --proteus DIR --tool .venv/bin/proteus-rewrite --out OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# name: (arguments, [(metric, regex of its value, "lower" or "higher" is better)], input files)
+# The arguments are upstream run.sh's (runs.txt), but feynman-kac's: 1, not 10 (about 12 s).
+PROGRAMS = {
+    "rsbench": (["-s", "large", "-m", "event"],
+                [("kernel lookups/s", r"Simulation Kernel Only Statistics\s*\nLookups/s:\s+([\d,]+)", "higher")], []),
+    "wsm5": (["10"], [("avg kernel ms", r"Average kernel execution time: ([\d.]+) \(ms\)", "lower")], []),
+    "sw4ck": (["sw4ck.in", "100"],
+              [("avg kernels ms", r"(?s)Average execution time of sw4ck kernels:.*Average execution time of sw4ck kernels: ([\d.]+)",
+                "lower")], ["sw4ck.in"]),
+    "adam": (["10000", "200", "100"], [("avg kernel ms", r"Average kernel execution time ([\d.]+) \(ms\)", "lower")], []),
+    "lulesh": (["-i", "100", "-s", "128", "-r", "11", "-b", "1", "-c", "1"],
+               [("FOM z/s", r"FOM\s+=\s+([\d.]+)", "higher"), ("elapsed s", r"Elapsed time\s+=\s+([\d.]+)", "lower")], []),
+    "feynman-kac": (["1"], [("avg kernel s", r"Average kernel time: ([\d.]+) \(s\)", "lower")], []),
+}
+# Lines that carry times or rates: their numbers are not compared.
+TIMING = re.compile(r"time|Time|Lookups/s|Runtime|FOM|Grind|Elapsed|seconds|took|Running on", re.I)
+NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?")
+
+
+def masked(text: str) -> list[str]:
+    return [NUMBER.sub("#", line) if TIMING.search(line) else line for line in text.splitlines() if line.strip()]
+
+
+def metrics(program: str, text: str) -> dict[str, float]:
+    out = {}
+    for name, pattern, _ in PROGRAMS[program][1]:
+        m = re.search(pattern, text)
+        if m:
+            out[name] = float(m.group(1).replace(",", ""))
+    return out
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> dict:
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = "timeout", (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), ""
+    return {"rc": rc, "wall_s": round(time.perf_counter() - t0, 3), "stdout": out, "stderr_tail": err[-2000:]}
+
+
+def summary(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.a = args
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.deadline = time.monotonic() + args.budget_s
+        self.doc = {"stamp": stamp(args), "programs": {}}
+
+    def save(self) -> None:
+        (self.out / "proteus-compare.json").write_text(json.dumps(self.doc, indent=1))
+        (self.out / "proteus-compare.md").write_text(markdown(self.doc))
+
+    def series(self, prog: str, label: str, cmd: list[str], cwd: Path, env: dict, reps: int, reference: list[str] | None) -> dict:
+        runs = []
+        for _ in range(reps):
+            r = run(cmd, cwd, env, self.a.timeout)
+            r["metrics"] = metrics(prog, r["stdout"])
+            r["same_output"] = reference is None or masked(r["stdout"]) == reference
+            (self.out / "logs").mkdir(exist_ok=True)
+            (self.out / "logs" / f"{prog}.{label}.{len(runs)}.txt").write_text(r.pop("stdout") + "\n--- stderr\n" + r["stderr_tail"])
+            runs.append(r)
+        keys = {k for r in runs for k in r["metrics"]}
+        return {"runs": runs, "wall_s": summary([r["wall_s"] for r in runs if r["rc"] == 0]),
+                "metrics": {k: summary([r["metrics"][k] for r in runs if k in r["metrics"]]) for k in sorted(keys)},
+                "all_ok": all(r["rc"] == 0 and r["same_output"] for r in runs)}
+
+    def program(self, prog: str) -> None:
+        args, _, inputs = PROGRAMS[prog]
+        hec, up = Path(self.a.hec) / prog, Path(self.a.proteus)
+        res = self.doc["programs"].setdefault(prog, {})
+        ref = run([str(hec / "main_plain"), *args], hec, {}, self.a.timeout)
+        reference = masked(ref["stdout"])
+        res["reference_rc"] = ref["rc"]
+        res["plain"] = self.series(prog, "plain", [str(hec / "main_plain"), *args], hec, {}, self.a.reps, reference)
+        self.save()
+        # ours: the recommended build, rewritten (the rewritten executable loads the shim itself)
+        rec = self.out / "rewritten" / prog
+        p = subprocess.run([self.a.tool, str(hec / "main_all"), "-o", str(rec)], capture_output=True, text=True)
+        res["rewrite_rc"] = p.returncode
+        if p.returncode == 0:
+            for f in inputs:
+                shutil.copy(hec / f, rec / f)
+            cache = self.out / "cache" / "ours" / prog
+            shutil.rmtree(cache, ignore_errors=True)
+            env = {"PROTEUS_CACHE_DIR": str(cache)}
+            exe = [str(rec / "main_all"), *args]
+            res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")}, 1, reference)
+            res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps, reference)
+            if self.a.kernel_trace_lib:
+                trace = self.out / f"{prog}.kernels.txt"
+                self.series(prog, "ours-traced", exe, rec, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
+                                                            "PROTEUS_TEST_KERNEL_TRACE": str(trace),
+                                                            "PROTEUS_REPORT": str(self.out / f"{prog}.warm.json")}, 1, reference)
+                names = trace.read_text().splitlines() if trace.exists() else []
+                res["cupti"] = {"launches": len(names), "variant_launches": sum("$proteus$" in n for n in names),
+                                "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
+        self.save()
+        # Proteus: its annotated build, its cache in a fresh directory
+        pcache = self.out / "cache" / "proteus" / prog
+        shutil.rmtree(pcache, ignore_errors=True)
+        penv = {"LD_LIBRARY_PATH": f"{up / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}", "PROTEUS_CACHE_DIR": str(pcache)}
+        pexe = [str(up / "bin" / f"{prog}.exe"), *args]
+        res["proteus_cold"] = self.series(prog, "proteus-cold", pexe, up / "src" / prog, penv, 1, reference)
+        res["proteus_warm"] = self.series(prog, "proteus-warm", pexe, up / "src" / prog, penv, self.a.reps, reference)
+        self.save()
+
+    def main(self) -> int:
+        for prog in self.a.programs:
+            if time.monotonic() > self.deadline:
+                self.doc.setdefault("skipped_for_time", []).append(prog)
+                continue
+            print(f"proteus_compare: {prog}", flush=True)
+            try:
+                self.program(prog)
+            except Exception as exc:  # one program's failure is a result, not the end of the run
+                self.doc["programs"].setdefault(prog, {})["error"] = f"{type(exc).__name__}: {exc}"
+            self.save()
+        return 0
+
+
+def stamp(a: argparse.Namespace) -> dict:
+    def first(cmd: list[str]) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return "unknown"
+    return {"commit": a.commit or first(["git", "rev-parse", "HEAD"]),
+            "gpu": first(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]),
+            "reps": a.reps, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "hecbench": a.hecbench_commit, "proteus_bundle": (Path(a.proteus) / "VERSIONS").read_text().strip()
+            if (Path(a.proteus) / "VERSIONS").exists() else "unknown"}
+
+
+def markdown(doc: dict) -> str:
+    s = doc["stamp"]
+    lines = [f"# proteus-rewrite vs Proteus, paper programs ({s['date']})", "",
+             f"commit {s['commit']}; GPU, driver: {s['gpu']}; HeCBench {s['hecbench']}; medians of {s['reps']} runs "
+             "(min-max); ratios are speed-ups over the plain build (>1 is faster).", "",
+             "| program | metric | plain | ours warm | Proteus warm | ours / plain | Proteus / plain | ours cold e2e s | Proteus cold e2e s | output = plain | variant launches (CUPTI) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for prog, r in doc["programs"].items():
+        if "plain" not in r:
+            lines.append(f"| {prog} | {r.get('error', 'not run')} |" + " |" * 9)
+            continue
+        for name, _, better in PROGRAMS[prog][1]:
+            cells = []
+            base = (r["plain"]["metrics"].get(name) or {}).get("median")
+            for key in ("plain", "ours_warm", "proteus_warm"):
+                m = (r.get(key, {}).get("metrics", {}) or {}).get(name)
+                cells.append(f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g})" if m else "-")
+            ratios = []
+            for key in ("ours_warm", "proteus_warm"):
+                m = (r.get(key, {}).get("metrics", {}) or {}).get(name)
+                if m and base:
+                    ratios.append(f"{(m['median'] / base if better == 'higher' else base / m['median']):.2f}x")
+                else:
+                    ratios.append("-")
+            cold = [f"{r[k]['wall_s']['median']:.2f}" if r.get(k, {}).get("wall_s") else "-" for k in ("ours_cold", "proteus_cold")]
+            ok = all(r.get(k, {}).get("all_ok", False) for k in ("plain", "ours_cold", "ours_warm", "proteus_cold", "proteus_warm"))
+            c = r.get("cupti")
+            traced = f"{c['variant_launches']}/{c['launches']}" if c else "-"
+            lines.append(f"| {prog} | {name} | {' | '.join(cells)} | {' | '.join(ratios)} | {' | '.join(cold)} | "
+                         f"{'yes' if ok else 'NO'} | {traced} |")
+    lines += ["", "End to end, warm (wall s, median): "
+              + "; ".join(f"{p}: plain {r['plain']['wall_s']['median']:.2f}, ours {r['ours_warm']['wall_s']['median']:.2f}, "
+                          f"Proteus {r['proteus_warm']['wall_s']['median']:.2f}"
+                          for p, r in doc["programs"].items()
+                          if all(r.get(k, {}).get("wall_s") for k in ("plain", "ours_warm", "proteus_warm")))]
+    if doc.get("skipped_for_time"):
+        lines.append(f"\nNot run (time budget): {', '.join(doc['skipped_for_time'])}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hec", required=True, help="built programs: DIR/<program>/main_plain and main_all")
+    ap.add_argument("--proteus", required=True, help="the unpacked upstream bundle (bin/, lib/, src/)")
+    ap.add_argument("--tool", required=True, help="the proteus-rewrite command")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=120)
+    ap.add_argument("--budget-s", type=float, default=420, help="start no program after this many seconds")
+    ap.add_argument("--programs", nargs="*", default=list(PROGRAMS), choices=list(PROGRAMS))
+    ap.add_argument("--kernel-trace-lib", default="", help="a CUPTI injection library (tests/support/kernel_trace.c)")
+    ap.add_argument("--commit", default=os.environ.get("PROTEUS_COMMIT", ""))
+    ap.add_argument("--hecbench-commit", default="unknown")
+    args = ap.parse_args(argv)
+    if args.reps < 3:
+        ap.error("--reps: at least 3 (medians of fewer say little)")
+    for need in (Path(args.hec), Path(args.proteus) / "bin"):
+        if not need.is_dir():
+            print(f"proteus_compare: {need}: no such directory", file=sys.stderr)
+            return 2
+    return Bench(args).main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

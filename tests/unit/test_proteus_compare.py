@@ -1,0 +1,64 @@
+"""bench/proteus_compare.py against fake programs, a fake tool and a fake Proteus bundle: the
+figures it reads, the ratios it reports and the output check (it runs once per GPU session)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import stat
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("proteus_compare", ROOT / "bench" / "proteus_compare.py")
+pc = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pc)
+
+RSBENCH = """Running on: NVIDIA H100 80GB HBM3
+Kernel initialization, compilation, and execution took {t} seconds.
+Total Time Statistics (CUDA Init / JIT Compilation + Simulation Kernel)
+Runtime:               {t} seconds
+Lookups/s:             2,663,880
+Simulation Kernel Only Statistics
+Lookups/s:             {rate}
+Verification checksum: {check} (Valid)
+"""
+
+
+def _exe(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\ncat <<'X'\n" + text + "X\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_figures_ratios_and_output_check(tmp_path):
+    hec, up = tmp_path / "hec", tmp_path / "up"
+    _exe(hec / "rsbench" / "main_plain", RSBENCH.format(t="3.2", rate="10,000,000", check=358389))
+    _exe(hec / "rsbench" / "main_all", RSBENCH.format(t="2.9", rate="12,500,000", check=358389))
+    _exe(up / "bin" / "rsbench.exe", RSBENCH.format(t="2.5", rate="20,000,000", check=999))  # a wrong checksum
+    (up / "src" / "rsbench").mkdir(parents=True)
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/"\n')  # proteus-rewrite EXE -o DIR
+    tool.chmod(0o755)
+    out = tmp_path / "out"
+    assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out),
+                    "--programs", "rsbench", "--commit", "abc"]) == 0
+    doc = json.loads((out / "proteus-compare.json").read_text())
+    r = doc["programs"]["rsbench"]
+    assert r["plain"]["metrics"]["kernel lookups/s"]["median"] == 10_000_000  # the kernel-only rate, not the total
+    assert r["ours_warm"]["all_ok"] and not r["proteus_warm"]["all_ok"]  # timing masked, checksum not
+    md = (out / "proteus-compare.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| rsbench"))
+    assert "| 1.25x | 2.00x |" in row and "| NO |" in row
+
+
+def test_masking_keeps_results_and_hides_times():
+    a = pc.masked("Elapsed time = 4.35 (s)\nFinal Origin Energy = 9.087649e+08\n")
+    b = pc.masked("Elapsed time = 5.01 (s)\nFinal Origin Energy = 9.087649e+08\n")
+    assert a == b
+    assert pc.masked("Final Origin Energy = 9.087649e+08") != pc.masked("Final Origin Energy = 9.087650e+08")
+
+
+def test_sw4ck_reads_the_second_average():
+    text = "Average execution time of sw4ck kernels: 6.55 milliseconds\n\nError = 0 %\n\n" \
+           "Average execution time of sw4ck kernels: 8.85 milliseconds\n"
+    assert pc.metrics("sw4ck", text) == {"avg kernels ms": 8.85}
