@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One GPU session's work, in stages that fit the device tool's calls (each under 10 minutes;
+# the payloads built here travel in .gpu/, carried by the calls). Every stage writes to $OUT
+# as it goes, so a stage cut short keeps what it finished.
+#
+#   bench/gpu-session.sh tests     the README's install (bench/gpu-env.sh), the GPU tests, and
+#                                  beside them upstream Proteus's tests/gpu programs
+#                                  (bench/upstream_tests) natively and under the tool
+#   bench/gpu-session.sh compare   the paper's six programs: plain, ours, Proteus
+#                                  (bench/proteus_compare.py), alone on the GPU
+set -uo pipefail
+stage=${1:?usage: gpu-session.sh tests|compare}
+export OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PROTEUS_COMMIT=${PROTEUS_COMMIT:-$(git rev-parse HEAD 2>/dev/null || cat .gpu/commit 2>/dev/null || echo unknown)}
+# The device tool brings back a few files only: at exit, everything in one archive.
+pack() { (cd "$OUT" && tar -cJf /tmp/results.tar.xz --exclude=results.tar.xz . && find . -mindepth 1 -delete && mv /tmp/results.tar.xz .); }
+trap pack EXIT
+kernel_trace_lib() {   # the CUPTI injection library the GPU tests use, built once here
+  python -c "from tests.support import cupti; print(cupti.injection_library('/tmp/cupti'))" 2>>"$OUT/cupti.log"
+}
+
+case $stage in
+tests)
+  [ -d samples/build/loop_count ] || tar -xJf .gpu/samples.tar.xz -C samples
+  source bench/gpu-env.sh || exit 1
+  mkdir -p /tmp/cupti
+  lib=$(kernel_trace_lib)
+  if [ -f .gpu/upstream-tests.tar.xz ]; then   # beside the tests: correctness only, no timing
+    mkdir -p /tmp/ut && tar -xJf .gpu/upstream-tests.tar.xz -C /tmp/ut
+    runner=$(find /tmp/ut -name run.py | head -1)
+    (timeout 330 python "$runner" --tool "$PWD/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace-lib "$lib"} \
+       --out "$OUT/upstream-tests" > "$OUT/upstream-tests.log" 2>&1) &
+  fi
+  timeout 400 python -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest-gpu.log" 2>&1
+  echo "pytest exit $?" >> "$OUT/pytest-gpu.log"
+  wait
+  tail -25 "$OUT/pytest-gpu.log"; tail -5 "$OUT/upstream-tests.log" 2>/dev/null
+  ;;
+compare)
+  export PATH="$PWD/.venv/bin:$PATH"
+  mkdir -p /tmp/h /tmp/pu
+  [ -d /tmp/h/hec ] || tar -xJf .gpu/hec6.tar.xz -C /tmp/h
+  [ -d /tmp/pu/proteus-upstream ] || tar -xJf .gpu/bundle.tar.xz -C /tmp/pu
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
+  lib=$(kernel_trace_lib)
+  python bench/proteus_compare.py --hec /tmp/h/hec --proteus /tmp/pu/proteus-upstream --tool "$PWD/.venv/bin/proteus-rewrite" \
+    --out "$OUT/compare" --budget-s "${BUDGET_S:-380}" --hecbench-commit "${HECBENCH_COMMIT:-unknown}" \
+    ${lib:+--kernel-trace-lib "$lib"} ${PROGRAMS:+--programs $PROGRAMS}
+  rm -rf "$OUT/compare/cache" "$OUT/compare/rewritten"
+  cat "$OUT/compare/proteus-compare.md"
+  ;;
+*) echo "gpu-session.sh: unknown stage '$stage' (tests, compare)" >&2; exit 2 ;;
+esac
