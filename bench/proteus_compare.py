@@ -121,6 +121,10 @@ class Bench:
             exe = [str(rec / "main_all"), *args]
             res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")}, 1, reference)
             res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps, reference)
+            if prog in self.a.nocap:   # the register cap (AOT's count) lifted: its own cache, filled first
+                nocap = {"PROTEUS_CACHE_DIR": str(cache) + "-nocap", "PROTEUS_CAP_REGISTERS": "0"}
+                self.series(prog, "ours-nocap-cold", exe, rec, nocap, 1, reference)
+                res["ours_nocap_warm"] = self.series(prog, "ours-nocap-warm", exe, rec, nocap, self.a.reps, reference)
             if self.a.kernel_trace_lib:
                 trace = self.out / f"{prog}.kernels.txt"
                 self.series(prog, "ours-traced", exe, rec, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
@@ -201,6 +205,13 @@ def markdown(doc: dict) -> str:
                           f"Proteus {r['proteus_warm']['wall_s']['median']:.2f}"
                           for p, r in doc["programs"].items()
                           if all(r.get(k, {}).get("wall_s") for k in ("plain", "ours_warm", "proteus_warm")))]
+    for p, r in doc["programs"].items():
+        for name, _, better in PROGRAMS[p][1]:
+            m, base = (r.get("ours_nocap_warm", {}).get("metrics") or {}).get(name), (r.get("plain", {}).get("metrics") or {}).get(name)
+            if m and base:
+                ratio = m["median"] / base["median"] if better == "higher" else base["median"] / m["median"]
+                lines.append(f"\n{p} {name}, ours warm without the register cap (PROTEUS_CAP_REGISTERS=0): "
+                             f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g}), {ratio:.2f}x plain")
     if doc.get("skipped_for_time"):
         lines.append(f"\nNot run (time budget): {', '.join(doc['skipped_for_time'])}")
     return "\n".join(lines) + "\n"
@@ -216,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--budget-s", type=float, default=420, help="start no program after this many seconds")
     ap.add_argument("--programs", nargs="*", default=list(PROGRAMS), choices=list(PROGRAMS))
+    ap.add_argument("--nocap", nargs="*", default=[], choices=list(PROGRAMS),
+                    help="programs also run warm with PROTEUS_CAP_REGISTERS=0 (the series ours_nocap_warm)")
     ap.add_argument("--kernel-trace-lib", default="", help="a CUPTI injection library (tests/support/kernel_trace.c)")
     ap.add_argument("--commit", default=os.environ.get("PROTEUS_COMMIT", ""))
     ap.add_argument("--hecbench-commit", default="unknown")

@@ -41,7 +41,7 @@ def test_figures_ratios_and_output_check(tmp_path):
     tool.chmod(0o755)
     out = tmp_path / "out"
     assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out),
-                    "--programs", "rsbench", "--commit", "abc"]) == 0
+                    "--programs", "rsbench", "--commit", "abc", "--nocap", "rsbench"]) == 0
     doc = json.loads((out / "proteus-compare.json").read_text())
     r = doc["programs"]["rsbench"]
     assert r["plain"]["metrics"]["kernel lookups/s"]["median"] == 10_000_000  # the kernel-only rate, not the total
@@ -49,6 +49,7 @@ def test_figures_ratios_and_output_check(tmp_path):
     md = (out / "proteus-compare.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| rsbench"))
     assert "| 1.25x | 2.00x |" in row and "| NO |" in row
+    assert "without the register cap (PROTEUS_CAP_REGISTERS=0): 1.25e+07 (1.25e+07-1.25e+07), 1.25x plain" in md
 
 
 def test_masking_keeps_results_and_hides_times():
