@@ -29,7 +29,7 @@ tests)
   if [ -f .gpu/upstream-tests.tar.xz ]; then   # beside the tests: correctness only, no timing
     mkdir -p /tmp/ut && tar -xJf .gpu/upstream-tests.tar.xz -C /tmp/ut
     runner=$(find /tmp/ut -name run.py | head -1)
-    (timeout 330 python "$runner" --tool "$PWD/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace-lib "$lib"} \
+    (timeout 330 python "$runner" -j 4 --tool "$PWD/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace-lib "$lib"} \
        --out "$OUT/upstream-tests" > "$OUT/upstream-tests.log" 2>&1) &
   fi
   timeout 400 python -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest-gpu.log" 2>&1
@@ -45,7 +45,7 @@ compare)
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
   lib=$(kernel_trace_lib)
   python bench/proteus_compare.py --hec /tmp/h/hec --proteus /tmp/pu/proteus-upstream --tool "$PWD/.venv/bin/proteus-rewrite" \
-    --out "$OUT/compare" --budget-s "${BUDGET_S:-380}" --hecbench-commit "${HECBENCH_COMMIT:-unknown}" \
+    --out "$OUT/compare" --budget-s "${BUDGET_S:-330}" --grace-s "${GRACE_S:-90}" --timeout "${RUN_TIMEOUT:-90}" --hecbench-commit "${HECBENCH_COMMIT:-unknown}" \
     ${lib:+--kernel-trace-lib "$lib"} ${PROGRAMS:+--programs $PROGRAMS} ${NOCAP:+--nocap $NOCAP}
   rm -rf "$OUT/compare/cache" "$OUT/compare/rewritten"
   cat "$OUT/compare/proteus-compare.md"

@@ -16,6 +16,7 @@ import hashlib
 
 from ..errors import FormatError
 from . import amdgpu_codeobj as codeobj_mod
+from . import common
 from . import hostelf
 from . import offload_bundle as bundle_mod
 from .table import EntryRecord, FatbinRecord, KernelRecord, KernelTable, ModuleRecord
@@ -26,8 +27,6 @@ DEFAULT_MAX_THREADS = 1024
 
 
 def build(data: bytes, path: str, elf: hostelf.HostElf, progress=None) -> KernelTable:
-    from . import kernels as k  # the shared helpers (bitcode analysis in a child, parameter merging)
-
     section = elf.sections[hostelf.HIP_FATBIN]
     bundles = bundle_mod.parse_section(section.data)
     warnings: list[str] = []
@@ -74,17 +73,17 @@ def build(data: bytes, path: str, elf: hostelf.HostElf, progress=None) -> Kernel
                 mod = module_index[digest]
             device_code.append((bi, arch, co, mod))
 
-    analyses = k.analyze_isolated([m.bitcode for m in modules])
+    analyses = common.analyze_isolated([m.bitcode for m in modules])
     modules = [dataclasses.replace(m, source_filename=a.source_filename, triple=a.triple) for m, a in zip(modules, analyses)]
     kernels: list[KernelRecord] = []
     for bi, arch, co, mod in device_code:
         for meta in co.metadata.kernels:
             bk = analyses[mod].kernels.get(meta.name) if mod is not None else None
-            params = k._merge_params(meta.name, meta.params, bk, warnings)
+            params = common.merge_params(meta.name, meta.params, bk, warnings)
             declared = meta.max_flat_workgroup_size
             kernels.append(KernelRecord(
                 name=meta.name,
-                demangled=k.demangle(meta.name),
+                demangled=common.demangle(meta.name),
                 fatbin=bi,
                 arch=arch,
                 module=mod if bk is not None else None,
@@ -105,6 +104,6 @@ def build(data: bytes, path: str, elf: hostelf.HostElf, progress=None) -> Kernel
         names = ", ".join(sorted({x.demangled for x in missing})[:5])
         warnings.append(f"{len(missing)} of {len(kernels)} kernels have no embedded bitcode and will run unspecialized: {names}")
 
-    app = dataclasses.replace(k.hostelf_app_info(path, data, elf), cudart="none", rdc=False, platform="hip")
+    app = dataclasses.replace(common.hostelf_app_info(path, data, elf), cudart="none", rdc=False, platform="hip")
     return KernelTable(app=app, fatbins=tuple(fatbins), modules=tuple(modules), kernels=tuple(kernels),
                        warnings=tuple(warnings))

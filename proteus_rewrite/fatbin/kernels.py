@@ -2,7 +2,8 @@
 
 Combines the per-format parsers: host ELF -> fat binary containers -> entries -> cubin
 (or PTX) -> embedded bitcode. HIP executables (.hip_fatbin) take the same road through
-offload bundles and AMDGPU code objects (hip.py) and yield the same records. The device code gives the authoritative parameter layout
+offload bundles and AMDGPU code objects (hip.py) and yield the same records; what both roads share
+is in common.py. The device code gives the authoritative parameter layout
 (what the CUDA runtime copies at launch); the bitcode gives each parameter's LLVM type.
 
 -fgpu-rdc builds: each object carries its relocatable fat binary in `__nv_relfatbin`, and
@@ -19,17 +20,16 @@ import hashlib
 import os
 from collections.abc import Callable
 
-import cxxfilt
-
-from ..errors import BitcodeError, FormatError, InputError, NotCudaBinaryError, ProteusError
-from .table import AppInfo, EntryRecord, FatbinRecord, KernelRecord, KernelTable, ModuleRecord, ParamRecord  # noqa: F401
-from . import bitcode as bitcode_mod
+from ..errors import FormatError, InputError, NotCudaBinaryError, ProteusError
 from . import container as container_mod
 from . import cubin as cubin_mod
-from . import hostelf
+from . import hip, hostelf
 from . import ptx as ptx_mod
 from . import recipe as recipe_mod
+from .common import analyze_isolated, demangle, hostelf_app_info, merge_params, params_end
 from .entry import Kind
+# the records, importable from here too (the kernel table is this module's product)
+from .table import AppInfo, EntryRecord, FatbinRecord, KernelRecord, KernelTable, ModuleRecord, ParamRecord  # noqa: F401
 
 
 Progress = Callable[[int, int], None]
@@ -68,8 +68,6 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
     section = elf.sections.get(hostelf.CUDA_FATBIN)
     if section is None:
         if hostelf.HIP_FATBIN in elf.sections:
-            from . import hip
-
             return hip.build(data, path, elf, progress)
         if hostelf.CUDA_RELFATBIN in elf.sections:
             raise NotCudaBinaryError(
@@ -123,7 +121,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
         for name, layout in layouts.items():
             defining = next((i for i in mod_ids if name in analyses[i].kernels), None)
             bk = analyses[defining].kernels[name] if defining is not None else None
-            params = _merge_params(name, layout.params, bk, warnings)
+            params = merge_params(name, layout.params, bk, warnings)
             kernels.append(
                 KernelRecord(
                     name=name,
@@ -133,7 +131,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
                     module=defining,
                     link_modules=tuple(i for i in mod_ids if i != defining) if defining is not None else (),
                     params=params,
-                    param_size=layout.param_size if layout.param_size is not None else _end(params),
+                    param_size=layout.param_size if layout.param_size is not None else params_end(params),
                     globals=bk.globals if bk else (),
                     max_threads=layout.max_threads or (bk.max_threads if bk else None),
                     min_ctas=(bk.min_ctas if bk else None) or getattr(layout, "min_ctas", None),
@@ -162,79 +160,6 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
     )
 
 
-def analyze_isolated(bitcodes: list[bytes]) -> list[bitcode_mod.BitcodeModule]:
-    """Read the bitcode modules in a forked child process. LLVM (llvmlite's build keeps its
-    assertions) aborts the whole process on some malformed bitcode: in a child, that is one
-    BitcodeError naming the module instead of a crash."""
-    if not bitcodes:
-        return []
-    result = _in_child(bitcodes)
-    if result is not None:
-        return result
-    for i, bc in enumerate(bitcodes):  # find the module that brought LLVM down
-        if _in_child([bc]) is None:
-            raise BitcodeError(f"LLVM crashed reading embedded bitcode module {i} (corrupt bitcode)")
-    raise BitcodeError("LLVM crashed reading the embedded bitcode (corrupt bitcode)")
-
-
-def _in_child(bitcodes: list[bytes]):
-    """analyze() in a fork; None if the child died. ProteusErrors come back and are raised here.
-    (The result travels as a pickle from our own child, never from a file.)"""
-    import pickle
-
-    rfd, wfd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: analyze, send, and leave without running any cleanup of the parent's
-        os.close(rfd)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # an LLVM assertion's text must not reach the user
-        try:
-            try:
-                payload = pickle.dumps(("ok", [bitcode_mod.analyze(bc) for bc in bitcodes]))
-            except ProteusError as exc:
-                payload = pickle.dumps(("error", exc))
-            with os.fdopen(wfd, "wb") as w:
-                w.write(payload)
-        finally:
-            os._exit(0)
-    os.close(wfd)
-    with os.fdopen(rfd, "rb") as r:
-        data = r.read()
-    _, status = os.waitpid(pid, 0)
-    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0 or not data:
-        return None
-    kind, value = pickle.loads(data)
-    if kind == "error":
-        raise value
-    return value
-
-
-def hostelf_app_info(path: str, data: bytes, elf: hostelf.HostElf) -> AppInfo:
-    return AppInfo(
-        name=os.path.basename(path),
-        path=os.path.abspath(path),
-        sha256=hashlib.sha256(data).hexdigest(),
-        size=len(data),
-        file_type=elf.file_type,
-        pie=elf.is_pie,
-        stripped=elf.stripped,
-        cudart=elf.cudart,
-        rdc=hostelf.CUDA_RELFATBIN in elf.sections,
-        rewritten=_rewrite_record(elf),
-    )
-
-
-def _rewrite_record(elf: hostelf.HostElf) -> dict | None:
-    import json
-
-    sec = elf.sections.get(hostelf.MARKER_SECTION)
-    if sec is None:
-        return None
-    try:
-        return json.loads(sec.data.rstrip(b"\0"))
-    except ValueError:
-        return {"tool": "unknown (unreadable .proteus_rewrite section)"}
-
-
 def _cubin_digest(payload: bytes) -> str:
     """SHA-256 of the cubin proper (the fat binary may pad it), as the run time hashes it."""
     size = cubin_mod.image_size(payload[:64]) if len(payload) >= 64 else len(payload)
@@ -259,41 +184,3 @@ def _device_code_by_arch(cont: container_mod.Container):
         yield arch, by_arch[arch].get(Kind.ELF), by_arch[arch].get(Kind.PTX)
 
 
-def _merge_params(name: str, layout, bk: bitcode_mod.BitcodeKernel | None, warnings: list[str]) -> tuple[ParamRecord, ...]:
-    if bk is not None and len(bk.params) != len(layout):
-        warnings.append(
-            f"{demangle(name)}: bitcode has {len(bk.params)} parameters, device code {len(layout)}; "
-            "its parameters will not be specialized"
-        )
-        bk = None
-    out = []
-    for i, lp in enumerate(layout):
-        bp = bk.params[i] if bk else None
-        kind = bp.kind if bp else "unknown"
-        if bp and bp.size is not None and bp.size != lp.size:
-            warnings.append(
-                f"{demangle(name)}: parameter {i} is {bp.size} bytes in bitcode ({bp.llvm_type}) but {lp.size} "
-                "in device code; it will not be specialized"
-            )
-            kind = "unknown"
-        align = (bp.align if bp and bp.align else None) or _natural_align(lp.offset, lp.size)
-        out.append(ParamRecord(i, kind, bp.llvm_type if bp else None, lp.size, lp.offset, align, bp.byval if bp else False))
-    return tuple(out)
-
-
-def _natural_align(offset: int, size: int) -> int:
-    align = 1
-    while align < 8 and align * 2 <= size and offset % (align * 2) == 0:
-        align *= 2
-    return align
-
-
-def _end(params: tuple[ParamRecord, ...]) -> int:
-    return max((p.offset + p.size for p in params), default=0)
-
-
-def demangle(name: str) -> str:
-    try:
-        return cxxfilt.demangle(name)
-    except cxxfilt.InvalidName:
-        return name

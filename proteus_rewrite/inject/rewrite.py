@@ -33,9 +33,9 @@ MARKER = hostelf.MARKER_SECTION
 
 def marker(elf: hostelf.HostElf) -> dict | None:
     """The rewrite record of a parsed host ELF, or None if it was not rewritten by us."""
-    from ..fatbin.kernels import _rewrite_record
+    from ..fatbin.common import rewrite_record
 
-    return _rewrite_record(elf)
+    return rewrite_record(elf)
 
 
 def rewrite(app: str | os.PathLike, data: bytes, outdir: str | os.PathLike, original_sha256: str, force: bool = False) -> Path:

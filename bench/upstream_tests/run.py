@@ -1,0 +1,519 @@
+#!/usr/bin/env python3
+"""Run upstream Proteus's CUDA GPU test programs natively and under proteus-rewrite, on a GPU host.
+
+    python3 upstream_tests/run.py --tool $(which proteus-rewrite) -j 4 --out results
+    python3 upstream_tests/run.py --only kernel,daxpy.rdc --kernel-trace-lib ./libkernel_trace.so
+    python3 upstream_tests/run.py --native-only            # the programs alone
+
+Runs from the tarball `build.py --pack` makes (or from bench/upstream_tests/ in the repo):
+binaries in work/build/RECIPE/NAME, what to expect in programs.json. Per program:
+  - native runs of the plain build (no bitcode: the reference) and of the recommended build;
+  - `proteus-rewrite EXE -o DIR` of the recommended build, then two runs of it with
+    LD_PRELOAD=DIR/libproteus.so and PROTEUS_ASYNC_COMPILATION=0: "cold" with an empty
+    PROTEUS_CACHE_DIR, "warm" with the cache the cold run left; PROTEUS_REPORT of each;
+  - with --kernel-trace-lib (tests/support/kernel_trace.c built against CUPTI), every run also
+    gets CUDA_INJECTION64_PATH and PROTEUS_TEST_KERNEL_TRACE: the kernels the driver really ran,
+    specialized variants being those whose names contain "$proteus$".
+Each tool run's stdout must equal the native run's (after programs.json's masks) with the same
+exit code, and every run must pass upstream's CHECK lines about the program's own output (lines
+Proteus's runtime prints, "[proteus]...", "[ArgSpec]...", are upstream's own trace: not checked).
+Writes OUT/upstream-tests.json and OUT/upstream-tests.md after every program; one program's
+failure, hang or crash never stops the others.
+
+Standard library only (Python 3.10+): this file travels to GPU hosts that have nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VARIANT_MARK = "$proteus$"  # in the name of every specialized variant (proteus_rewrite/jit/ir.py)
+# A line upstream's Proteus runtime prints about itself: "[proteus][JitEngineDevice] ...",
+# "[ArgSpec] ...", "[GVarInfo]: ..."; no program output checked upstream starts like that.
+TRACE_LINE = re.compile(r"^\[[A-Za-z]")
+MASKED = "<masked>"
+MODES = ("cold", "warm")
+TAIL = 4000  # characters of stdout/stderr kept per run
+_lock = threading.Lock()
+
+
+def log(msg: str) -> None:
+    with _lock:
+        print(msg, file=sys.stderr, flush=True)
+
+
+# --- upstream's CHECK lines: the part of FileCheck they use ---------------------------------
+
+def output_checks(program: dict) -> list[dict]:
+    """The directives about the program's own output: those of every prefix upstream's RUN lines
+    use (a first run may check only CHECK-FIRST, a later one CHECK), less Proteus's trace lines."""
+    prefixes = {p for r in program.get("runs", []) for p in r["check_prefixes"]}
+    return [c for c in program.get("checks", []) if c["prefix"] in prefixes and not TRACE_LINE.match(c["pattern"])]
+
+
+_PIECE = re.compile(r"\{\{(.*?)\}\}|\[\[(\w+)(?::(.*?))?\]\]")
+UNBOUND = r"\S+"  # what a variable no checked line defines matches at its first use
+
+
+def _literal(text: str) -> str:
+    # FileCheck treats any run of blanks as one: "a  b" in the output matches "a b"
+    return r"[ \t]+".join(re.escape(part) for part in re.split(r"[ \t]+", text))
+
+
+def check_regex(pattern: str, variables: dict[str, str]) -> tuple[re.Pattern, dict[str, str]]:
+    """A FileCheck pattern as a regex: literal text, {{regex}}, [[VAR:regex]] definitions and
+    [[VAR]] uses. A variable used but never defined (upstream defines some on trace lines, which
+    are not checked here) is bound by its first use. Returns the regex and group -> variable."""
+    out, groups, pos = [], {}, 0
+    for m in _PIECE.finditer(pattern):
+        out.append(_literal(pattern[pos:m.start()]))
+        if m.group(1) is not None:
+            out.append(f"(?:{m.group(1)})")
+        elif m.group(3) is None and m.group(2) in variables:
+            out.append(re.escape(variables[m.group(2)]))
+        else:
+            group = f"v{len(groups)}"
+            groups[group] = m.group(2)
+            out.append(f"(?P<{group}>{m.group(3) if m.group(3) is not None else UNBOUND})")
+        pos = m.end()
+    out.append(_literal(pattern[pos:]))
+    return re.compile("".join(out)), groups
+
+
+def _describe(c: dict) -> str:
+    directive = {"CHECK": "", "COUNT": f"-COUNT-{c['count']}"}.get(c["directive"], "-" + c["directive"])
+    return f"{c['prefix']}{directive}: {c['pattern']} (source line {c['line']})"
+
+
+def filecheck(text: str, checks: list[dict]) -> list[str]:
+    """Check `text` against FileCheck directives (CHECK, NEXT, SAME, EMPTY, NOT, DAG, COUNT,
+    LABEL), matching within lines as FileCheck does; returns the failures (empty: all pass).
+    Like FileCheck, it stops at the first directive that fails."""
+    lines = text.splitlines()
+    variables: dict[str, str] = {}
+    pos = (0, 0)  # (line, column) where the next match may start
+    last = -1  # line of the previous match, for NEXT / SAME / EMPTY
+    nots: list[tuple[dict, tuple[int, int]]] = []  # CHECK-NOTs waiting for the next match
+
+    def search(c: dict, start: tuple[int, int], avoid: list[tuple[int, int, int]] = ()) -> tuple[int, int, int] | None:
+        rx, groups = check_regex(c["pattern"], variables)
+        for n in range(start[0], len(lines)):
+            col = start[1] if n == start[0] else 0
+            while (m := rx.search(lines[n], col)) is not None:
+                if not any(a[0] == n and m.start() < a[2] and a[1] < m.end() for a in avoid):
+                    variables.update({var: m.group(g) for g, var in groups.items()})
+                    return n, m.start(), m.end()
+                col = m.start() + 1  # DAG matches must not overlap one another
+        return None
+
+    def forbidden(until: tuple[int, int]) -> str | None:
+        for c, start in nots:
+            rx, _ = check_regex(c["pattern"], variables)
+            for n in range(start[0], min(until[0] + 1, len(lines))):
+                lo = start[1] if n == start[0] else 0
+                hi = until[1] if n == until[0] else len(lines[n])
+                if rx.search(lines[n][:hi], lo):
+                    return f"{_describe(c)}: found on output line {n + 1}"
+        nots.clear()
+        return None
+
+    i = 0
+    while i < len(checks):
+        c = checks[i]
+        if c["directive"] == "NOT":
+            nots.append((c, pos))
+            i += 1
+            continue
+        if c["directive"] == "DAG":
+            found: list[tuple[int, int, int]] = []
+            while i < len(checks) and checks[i]["directive"] == "DAG":
+                hit = search(checks[i], pos, found)
+                if hit is None:
+                    return [f"{_describe(checks[i])}: not found after output line {pos[0]}"]
+                found.append(hit)
+                i += 1
+            bad = forbidden(min((f[0], f[1]) for f in found))
+            if bad:
+                return [bad]
+            pos = max((f[0], f[2]) for f in found)
+            last = pos[0]
+            continue
+        if c["directive"] == "EMPTY":
+            if last + 1 >= len(lines) or lines[last + 1].strip():
+                return [f"{_describe(c)}: output line {last + 2} is not empty"]
+            last += 1
+            pos = (last + 1, 0)
+            i += 1
+            continue
+        for _ in range(c["count"]):
+            hit = search(c, pos)
+            if hit is None:
+                return [f"{_describe(c)}: not found after output line {pos[0]}"]
+            if c["directive"] == "NEXT" and hit[0] != last + 1:
+                return [f"{_describe(c)}: on output line {hit[0] + 1}, not the one after line {last + 1}"]
+            if c["directive"] == "SAME" and hit[0] != last:
+                return [f"{_describe(c)}: on output line {hit[0] + 1}, not on line {last + 1}"]
+            bad = forbidden((hit[0], hit[1]))
+            if bad:
+                return [bad]
+            pos, last = (hit[0], hit[2]), hit[0]
+        i += 1
+    bad = forbidden((len(lines), 0))
+    return [bad] if bad else []
+
+
+# --- comparing outputs -----------------------------------------------------------------------
+
+def masked(text: str, masks: list[str]) -> list[str]:
+    """Output lines with each mask's matches replaced (device addresses and the like), trailing
+    blanks dropped."""
+    rxs = [re.compile(m) for m in masks]
+    out = []
+    for line in text.splitlines():
+        for rx in rxs:
+            line = rx.sub(MASKED, line)
+        out.append(line.rstrip())
+    return out
+
+
+def first_difference(expected: list[str], got: list[str]) -> str | None:
+    for i in range(max(len(expected), len(got))):
+        a = expected[i] if i < len(expected) else None
+        b = got[i] if i < len(got) else None
+        if a != b:
+            return f"line {i + 1}: native {a!r}, tool {b!r}"
+    return None
+
+
+def kernel_counts(path: Path) -> dict | None:
+    """From the CUPTI injection library's file: kernels run, specialized variants and originals."""
+    try:
+        names = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return None  # no file: the library was not loaded, or the process died before exit
+    errors = [n for n in names if n.startswith("#error")]
+    names = [n for n in names if n and not n.startswith("#")]
+    variants = [n for n in names if VARIANT_MARK in n]
+    counts = {"variants": len(variants), "originals": len(names) - len(variants)}
+    if errors:
+        counts["error"] = errors[0]
+    return counts
+
+
+def report_summary(path: Path) -> dict | None:
+    """From a PROTEUS_REPORT (proteus_rewrite/runtime/report.py): launches, how many ran a
+    specialized variant, fallbacks, and failures by reason."""
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # no report: the shim did not load or the process died before exit
+    launches = specialized = fallbacks = 0
+    failures: dict[str, int] = {}
+    for k in report.get("kernels", []):
+        launches += int(k.get("launches", 0))
+        specialized += int(k.get("specialized_launches", 0))
+        fallbacks += int(k.get("fallback_launches", 0))
+        for reason, count in (k.get("failures") or {}).items():
+            failures[reason] = failures.get(reason, 0) + int(count)
+    return {"launches": launches, "specialized_launches": specialized, "fallback_launches": fallbacks,
+            "failures": failures}
+
+
+# --- running ---------------------------------------------------------------------------------
+
+@dataclass
+class Context:
+    work: Path
+    out: Path
+    tool: list[str]
+    timeout: float
+    trace_lib: str | None
+    native_only: bool
+
+
+def clean_env(extra: dict[str, str]) -> dict[str, str]:
+    """The caller's environment without the tool's and the tracer's variables (a native run must
+    be native), plus `extra`."""
+    drop = ("LD_PRELOAD", "CUDA_INJECTION64_PATH")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROTEUS_") and k not in drop}
+    env.update(extra)
+    return env
+
+
+def run_cmd(cmd: list[str], cwd: Path, env_extra: dict[str, str], timeout: float) -> dict:
+    """Run one command in its own process group (a timeout kills all of it: a child left holding
+    the pipes would otherwise hang us too)."""
+    record: dict = {"cmd": shlex.join(cmd), "env": env_extra}
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=clean_env(env_extra), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as exc:
+        return {**record, "rc": "oserror", "seconds": 0.0, "stdout": "", "stderr": str(exc)}
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        rc: int | str = proc.returncode
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = proc.communicate()
+        rc = "timeout"
+    return {**record, "rc": rc, "seconds": round(time.monotonic() - t0, 2),
+            "stdout": out.decode(errors="replace"), "stderr": err.decode(errors="replace")}
+
+
+def run_app(exe: Path, program: dict, scratch: Path, label: str, env: dict[str, str], ctx: Context) -> dict:
+    trace = scratch / f"kernels-{label}.txt"
+    trace.unlink(missing_ok=True)
+    if ctx.trace_lib:
+        env = {**env, "CUDA_INJECTION64_PATH": ctx.trace_lib, "PROTEUS_TEST_KERNEL_TRACE": str(trace)}
+    result = run_cmd([str(exe), *program.get("args", [])], scratch, env, ctx.timeout)
+    result["check_failures"] = filecheck(result["stdout"], output_checks(program))
+    if ctx.trace_lib:
+        result["kernels"] = kernel_counts(trace)
+    return result
+
+
+def mode_verdict(native: dict, run: dict, program: dict) -> tuple[str, str]:
+    """(verdict, detail) of one tool run against the native run of the same binary."""
+    if run["rc"] == "timeout":
+        return "TIMEOUT", f"over {run['seconds']} s"
+    if run["rc"] != native["rc"]:
+        return "CRASH", f"{_exit(run)} (natively {_exit(native)})"
+    diff = first_difference(masked(native["stdout"], program.get("mask", [])),
+                            masked(run["stdout"], program.get("mask", [])))
+    if diff:
+        return "DIFF", diff
+    if run["check_failures"]:
+        return "CHECK-FAILED", run["check_failures"][0]
+    return "ok", ""
+
+
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[-1][:200]
+
+
+def _exit(run: dict) -> str:
+    """How a run ended, for a person: 'exit 3', 'SIGABRT', with its last word (stderr, else stdout)."""
+    rc = run["rc"]
+    how = f"exit {rc}"
+    if isinstance(rc, int) and rc < 0:
+        try:
+            how = signal.Signals(-rc).name
+        except ValueError:
+            pass
+    last = _last_line(run["stderr"]) or _last_line(run["stdout"])
+    return f"{how}: {last}" if last else how
+
+
+def run_program(program: dict, ctx: Context) -> dict:
+    name = program["name"]
+    scratch = ctx.out / "scratch" / name
+    shutil.rmtree(scratch, ignore_errors=True)  # cold means cold, also on a second run.py run
+    scratch.mkdir(parents=True)
+    res: dict = {"name": name, "source": program["source"], "note": program.get("note", ""), "runs": {}}
+    t0 = time.monotonic()
+    builds = {r: ctx.work / "build" / r / name for r in ("plain", "recommended")}
+    for recipe, exe in builds.items():
+        if exe.exists():
+            res["runs"][f"native-{recipe}"] = run_app(exe, program, scratch, f"native-{recipe}", {}, ctx)
+    res.update(judge_native(res["runs"], program))
+    if res["verdict"] is None and not ctx.native_only:
+        tool_dir = scratch / "tool"
+        rewrite = run_cmd([*ctx.tool, str(builds["recommended"]), "-o", str(tool_dir)], scratch, {}, ctx.timeout)
+        res["runs"]["rewrite"] = rewrite
+        if rewrite["rc"] != 0:
+            res["verdict"] = "REWRITE-FAILED"
+            res["detail"] = _exit(rewrite)
+        else:
+            native = res["runs"]["native-recommended"]
+            for mode in MODES:
+                report = scratch / f"report-{mode}.json"
+                env = {"LD_PRELOAD": str(tool_dir / "libproteus.so"), "PROTEUS_ASYNC_COMPILATION": "0",
+                       "PROTEUS_CACHE_DIR": str(scratch / "cache"), "PROTEUS_REPORT": str(report)}
+                run = res["runs"][mode] = run_app(builds["recommended"], program, scratch, mode, env, ctx)
+                run["report"] = report_summary(report)
+                run["verdict"], run["detail"] = mode_verdict(native, run, program)
+            bad = [m for m in MODES if res["runs"][m]["verdict"] != "ok"]
+            res["verdict"] = f"{bad[0]}: {res['runs'][bad[0]]['verdict']}" if bad else "ok"
+            res["detail"] = res["runs"][bad[0]]["detail"] if bad else ""
+    elif res["verdict"] is None:
+        res["verdict"], res["detail"] = "native ok", ""
+    res["seconds"] = round(time.monotonic() - t0, 1)
+    for run in res["runs"].values():  # the JSON keeps the ends of the outputs
+        run["stdout_tail"] = run.pop("stdout")[-TAIL:]
+        run["stderr_tail"] = run.pop("stderr")[-TAIL:]
+    return res
+
+
+def judge_native(runs: dict, program: dict) -> dict:
+    """The native runs' verdict: None when they are fit to compare the tool's runs with."""
+    native = runs.get("native-recommended")
+    if native is None:
+        return {"verdict": "not-built", "detail": "no recommended build"}
+    plain = runs.get("native-plain")
+    if plain is not None:
+        same = plain["rc"] == native["rc"] and not first_difference(
+            masked(plain["stdout"], program.get("mask", [])), masked(native["stdout"], program.get("mask", [])))
+        native["same_as_plain"] = same
+    if native["rc"] == "timeout":
+        return {"verdict": "native-timeout", "detail": f"over {native['seconds']} s"}
+    if native["rc"] != 0:
+        return {"verdict": "native-failed", "detail": _exit(native)}
+    if native["check_failures"]:
+        return {"verdict": "native-check-failed", "detail": native["check_failures"][0]}
+    return {"verdict": None, "detail": ""}
+
+
+# --- the report ------------------------------------------------------------------------------
+
+def _kernels_cell(run: dict | None) -> str:
+    k = (run or {}).get("kernels")
+    if not k:
+        return "-"
+    return f"{k['variants']}/{k['originals']}" + (" (error)" if "error" in k else "")
+
+
+def _native_cell(runs: dict) -> str:
+    native = runs.get("native-recommended")
+    if native is None:
+        return "-"
+    ok = native["rc"] == 0 and not native["check_failures"]
+    plain = native.get("same_as_plain")
+    return ("ok" if ok else "FAIL") + ("" if plain is None else ", = plain" if plain else ", != plain")
+
+
+def markdown(results: list[dict], header: dict) -> str:
+    lines = ["# Upstream Proteus GPU tests under proteus-rewrite", "",
+             *[f"- {k}: `{v}`" for k, v in header.items()], "",
+             "native: the recommended build alone exits 0 and passes upstream's CHECK lines about program output "
+             "(`= plain`: same output as the build without bitcode). cold / warm: under the tool, empty cache / "
+             "the cache cold left; ok = same exit code, same stdout as native, CHECK lines pass. kernels: "
+             "variants/originals the driver ran (CUPTI), `-` = no trace.", ""]
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+    lines += ["Verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())), ""]
+    lines += ["| program | native | cold | warm | kernels cold | kernels warm | specialized launches (cold) | detail |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        runs = r["runs"]
+        rep = (runs.get("cold") or {}).get("report") or {}
+        spec = f"{rep['specialized_launches']}/{rep['launches']}" if rep else "-"
+        detail = (r.get("detail") or r.get("note") or "").replace("|", "\\|")[:160]
+        cells = [r["name"], _native_cell(runs), (runs.get("cold") or {}).get("verdict", "-"),
+                 (runs.get("warm") or {}).get("verdict", "-"), _kernels_cell(runs.get("cold")),
+                 _kernels_cell(runs.get("warm")), spec, detail]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(out: Path, header: dict, results: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (("upstream-tests.json", json.dumps({**header, "programs": results}, indent=1) + "\n"),
+                       ("upstream-tests.md", markdown(results, header))):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(out / name)
+
+
+def _first_line(cmd: list[str]) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (proc.stdout.strip().splitlines() or [""])[0]
+
+
+# --- the CLI ---------------------------------------------------------------------------------
+
+def default_tool() -> list[str]:
+    found = shutil.which("proteus-rewrite")
+    if found:
+        return [found]
+    beside = Path(sys.executable).parent / "proteus-rewrite"
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "proteus_rewrite.cli"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", default=str(HERE / "work"), help="the built tree (default: %(default)s)")
+    parser.add_argument("--programs", default=str(HERE / "programs.json"), help="default: %(default)s")
+    parser.add_argument("--tool", help="the proteus-rewrite command (default: on PATH or beside this Python)")
+    parser.add_argument("--out", default="upstream-tests-results", help="results folder (default: %(default)s)")
+    parser.add_argument("-j", "--jobs", type=int, default=4, help="programs in parallel (default 4)")
+    parser.add_argument("--timeout", type=float, default=60, help="seconds per run (default 60)")
+    parser.add_argument("--kernel-trace-lib", help="CUPTI injection library (tests/support/kernel_trace.c)")
+    parser.add_argument("--only", default="", help="comma-separated program names")
+    parser.add_argument("--native-only", action="store_true", help="native runs only, no tool")
+    parser.add_argument("--nvidia-smi", default="nvidia-smi")
+    args = parser.parse_args(argv)
+
+    doc = json.loads(Path(args.programs).read_text())
+    programs = [p for p in doc["programs"] if not p.get("excluded")]
+    only = [n for n in args.only.split(",") if n]
+    if only:
+        unknown = sorted(set(only) - {p["name"] for p in programs})
+        if unknown:
+            parser.error(f"unknown or excluded program(s): {', '.join(unknown)}")
+        programs = [p for p in programs if p["name"] in only]
+    trace_lib = None
+    if args.kernel_trace_lib:
+        trace_lib = str(Path(args.kernel_trace_lib).resolve())
+        if not Path(trace_lib).is_file():
+            parser.error(f"--kernel-trace-lib {trace_lib}: no such file")
+    tool = shlex.split(args.tool) if args.tool else default_tool()
+    if "/" in tool[0]:  # programs run in their scratch folder: a relative path would not resolve there
+        tool[0] = str(Path(tool[0]).resolve())
+    work = Path(args.work).resolve()
+    manifest_path = work / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    ctx = Context(work, Path(args.out).resolve(), tool, args.timeout, trace_lib, args.native_only)
+    header = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "host": os.uname().nodename, "command": shlex.join([sys.executable, *sys.argv]),
+              "tool": shlex.join(tool), "tool_version": "" if args.native_only else _first_line([*tool, "--version"]),
+              "gpu": _first_line([args.nvidia_smi, "--query-gpu=name,driver_version", "--format=csv,noheader"]),
+              "upstream_commit": doc.get("upstream", {}).get("commit"), "clang": manifest.get("clang"),
+              "timeout_s": args.timeout, "kernel_trace": bool(trace_lib),
+              "excluded": len(doc["programs"]) - len([p for p in doc["programs"] if not p.get("excluded")])}
+    results: dict[str, dict] = {}
+
+    def one(program: dict) -> None:
+        try:
+            res = run_program(program, ctx)
+        except Exception:  # a bug meeting one program's oddity must not cost the others
+            res = {"name": program["name"], "source": program.get("source"), "runs": {},
+                   "verdict": "HARNESS-ERROR", "detail": traceback.format_exc()[-2000:]}
+        with _lock:
+            results[program["name"]] = res
+            write_results(ctx.out, header, [results[p["name"]] for p in programs if p["name"] in results])
+            done = len(results)
+        log(f"[{done}/{len(programs)}] {program['name']}: {res['verdict']}  {res.get('detail', '')[:120]}")
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        list(pool.map(one, programs))
+    write_results(ctx.out, header, [results[p["name"]] for p in programs if p["name"] in results])
+    log(f"wrote {ctx.out / 'upstream-tests.md'} and {ctx.out / 'upstream-tests.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
