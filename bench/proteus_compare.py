@@ -5,9 +5,12 @@ recommended recipe and run under proteus-rewrite (cold cache once, then warm), a
 annotated build (../shared/tools/proteus-upstream bundle; cold once, then warm).
 
 Kernel figures are the programs' own printed ones; end to end is the process's wall time.
-Every run's output is compared with the plain build's (timing lines masked), and one extra warm
+Ours must print what the same binary prints natively (run once, the reference for ours); Proteus
+and that native run are compared with the plain build (timing lines masked). One extra warm
 run of ours is traced with CUPTI (--kernel-trace-lib) to count the launches that ran a variant,
-from the driver's records. Standard library only: it runs on the GPU host.
+from the driver's records. --extra PROG=BUILD runs another build of a program (hec/PROG/BUILD)
+natively and under the tool, cold with PROTEUS_ASYNC_COMPILATION=0 and warm, for output identity
+only. Standard library only: it runs on the GPU host.
 
     python3 bench/proteus_compare.py --hec DIR --proteus DIR --tool .venv/bin/proteus-rewrite --out OUT
 """
@@ -95,7 +98,8 @@ class Bench:
             r["metrics"] = metrics(prog, r["stdout"])
             if reference is None and not runs:
                 self.reference = masked(r["stdout"])
-            r["same_output"] = masked(r["stdout"]) == (self.reference if reference is None else reference)
+            r["output"] = masked(r["stdout"])
+            r["same_output"] = r["output"] == (self.reference if reference is None else reference)
             (self.out / "logs").mkdir(exist_ok=True)
             (self.out / "logs" / f"{prog}.{label}.{len(runs)}.txt").write_text(r.pop("stdout") + "\n--- stderr\n" + r["stderr_tail"])
             runs.append(r)
@@ -109,7 +113,11 @@ class Bench:
         hec, up = Path(self.a.hec) / prog, Path(self.a.proteus)
         res = self.doc["programs"].setdefault(prog, {})
         res["plain"] = self.series(prog, "plain", [str(hec / "main_plain"), *args], hec, {}, self.a.reps, None)
-        reference = self.reference  # the first plain run's output: every other run must print it
+        reference = self.reference  # the first plain run's output: Proteus's must print it
+        # the bitcode-carrying build natively: the output ours must print (the tool's promise is
+        # the native run of the same binary), and whether carrying bitcode changed the AOT code
+        res["native"] = self.series(prog, "native", [str(hec / "main_all"), *args], hec, {}, 1, reference)
+        native = res["native"]["runs"][0]["output"] if res["native"]["runs"] else reference
         self.save()
         # ours: the recommended build, rewritten (the rewritten executable loads the shim itself)
         rec = self.out / "rewritten" / prog
@@ -122,17 +130,17 @@ class Bench:
             shutil.rmtree(cache, ignore_errors=True)
             env = {"PROTEUS_CACHE_DIR": str(cache)}
             exe = [str(rec / "main_all"), *args]
-            res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")}, 1, reference)
-            res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps, reference)
+            res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")}, 1, native)
+            res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps, native)
             if prog in self.a.nocap:   # the register cap (AOT's count) lifted: its own cache, filled first
                 nocap = {"PROTEUS_CACHE_DIR": str(cache) + "-nocap", "PROTEUS_CAP_REGISTERS": "0"}
-                self.series(prog, "ours-nocap-cold", exe, rec, nocap, 1, reference)
-                res["ours_nocap_warm"] = self.series(prog, "ours-nocap-warm", exe, rec, nocap, self.a.reps, reference)
+                self.series(prog, "ours-nocap-cold", exe, rec, nocap, 1, native)
+                res["ours_nocap_warm"] = self.series(prog, "ours-nocap-warm", exe, rec, nocap, self.a.reps, native)
             if self.a.kernel_trace_lib:
                 trace = self.out / f"{prog}.kernels.txt"
                 self.series(prog, "ours-traced", exe, rec, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
-                                                            "PROTEUS_TEST_KERNEL_TRACE": str(trace),
-                                                            "PROTEUS_REPORT": str(self.out / f"{prog}.warm.json")}, 1, reference)
+                                                            "CUPTI_KERNEL_TRACE_FILE": str(trace),
+                                                            "PROTEUS_REPORT": str(self.out / f"{prog}.warm.json")}, 1, native)
                 names = trace.read_text().splitlines() if trace.exists() else []
                 res["cupti"] = {"launches": len(names), "variant_launches": sum("$proteus$" in n for n in names),
                                 "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
@@ -140,11 +148,33 @@ class Bench:
         # Proteus: its annotated build, its cache in a fresh directory
         pcache = self.out / "cache" / "proteus" / prog
         shutil.rmtree(pcache, ignore_errors=True)
+        pcache.mkdir(parents=True)  # Proteus makes the last directory only
         penv = {"LD_LIBRARY_PATH": f"{up / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}", "PROTEUS_CACHE_DIR": str(pcache)}
         pexe = [str(up / "bin" / f"{prog}.exe"), *args]
         res["proteus_cold"] = self.series(prog, "proteus-cold", pexe, up / "src" / prog, penv, 1, reference)
         res["proteus_warm"] = self.series(prog, "proteus-warm", pexe, up / "src" / prog, penv, self.a.reps, reference)
         self.save()
+
+    def extra(self, prog: str, build: str) -> None:
+        """Another build of `prog`, for output identity only: natively, then under the tool cold
+        with every launch waiting for its variant, then warm."""
+        args, _, inputs = PROGRAMS[prog]
+        hec = Path(self.a.hec) / prog
+        res = self.doc.setdefault("extra", {}).setdefault(f"{prog}/{build}", {})
+        res["native"] = self.series(prog, f"{build}-native", [str(hec / build), *args], hec, {}, 1, [])
+        native = res["native"]["runs"][0]["output"] if res["native"]["runs"] else []
+        rec = self.out / "rewritten" / f"{prog}-{build}"
+        p = subprocess.run([self.a.tool, str(hec / build), "-o", str(rec)], capture_output=True, text=True)
+        res["rewrite_rc"] = p.returncode
+        if p.returncode != 0:
+            res["error"] = p.stderr.strip()[-300:]
+            return
+        for f in inputs:
+            shutil.copy(hec / f, rec / f)
+        env = {"PROTEUS_CACHE_DIR": str(self.out / "cache" / "ours" / f"{prog}-{build}")}
+        res["ours_sync"] = self.series(prog, f"{build}-ours-sync", [str(rec / build), *args], rec,
+                                       {**env, "PROTEUS_ASYNC_COMPILATION": "0"}, 1, native)
+        res["ours_warm"] = self.series(prog, f"{build}-ours-warm", [str(rec / build), *args], rec, env, 1, native)
 
     def main(self) -> int:
         for prog in self.a.programs:
@@ -156,6 +186,14 @@ class Bench:
                 self.program(prog)
             except Exception as exc:  # one program's failure is a result, not the end of the run
                 self.doc["programs"].setdefault(prog, {})["error"] = f"{type(exc).__name__}: {exc}"
+            self.save()
+        for spec in self.a.extra:
+            prog, build = spec.split("=", 1)
+            print(f"proteus_compare: {prog} ({build})", flush=True)
+            try:
+                self.extra(prog, build)
+            except Exception as exc:
+                self.doc.setdefault("extra", {}).setdefault(spec, {})["error"] = f"{type(exc).__name__}: {exc}"
             self.save()
         return 0
 
@@ -178,11 +216,11 @@ def markdown(doc: dict) -> str:
     lines = [f"# proteus-rewrite vs Proteus, paper programs ({s['date']})", "",
              f"commit {s['commit']}; GPU, driver: {s['gpu']}; HeCBench {s['hecbench']}; medians of {s['reps']} runs "
              "(min-max); ratios are speed-ups over the plain build (>1 is faster).", "",
-             "| program | metric | plain | ours warm | Proteus warm | ours / plain | Proteus / plain | ours cold e2e s | Proteus cold e2e s | output = plain | variant launches (CUPTI) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| program | metric | plain | ours warm | Proteus warm | ours / plain | Proteus / plain | ours cold e2e s | Proteus cold e2e s | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for prog, r in doc["programs"].items():
         if "plain" not in r:
-            lines.append(f"| {prog} | {r.get('error', 'not run')} |" + " |" * 9)
+            lines.append(f"| {prog} | {r.get('error', 'not run')} |" + " |" * 11)
             continue
         for name, _, better in PROGRAMS[prog][1]:
             cells = []
@@ -198,11 +236,13 @@ def markdown(doc: dict) -> str:
                 else:
                     ratios.append("-")
             cold = [f"{r[k]['wall_s']['median']:.2f}" if r.get(k, {}).get("wall_s") else "-" for k in ("ours_cold", "proteus_cold")]
-            ok = all(r.get(k, {}).get("all_ok", False) for k in ("plain", "ours_cold", "ours_warm", "proteus_cold", "proteus_warm"))
+            def same(*keys: str) -> str:
+                return "yes" if all(r.get(k, {}).get("all_ok", False) for k in keys) else "NO"
+            ok = [same("plain", "native"), same("ours_cold", "ours_warm"), same("proteus_cold", "proteus_warm")]
             c = r.get("cupti")
             traced = f"{c['variant_launches']}/{c['launches']}" if c else "-"
             lines.append(f"| {prog} | {name} | {' | '.join(cells)} | {' | '.join(ratios)} | {' | '.join(cold)} | "
-                         f"{'yes' if ok else 'NO'} | {traced} |")
+                         f"{' | '.join(ok)} | {traced} |")
     lines += ["", "End to end, warm (wall s, median): "
               + "; ".join(f"{p}: plain {r['plain']['wall_s']['median']:.2f}, ours {r['ours_warm']['wall_s']['median']:.2f}, "
                           f"Proteus {r['proteus_warm']['wall_s']['median']:.2f}"
@@ -215,6 +255,12 @@ def markdown(doc: dict) -> str:
                 ratio = m["median"] / base["median"] if better == "higher" else base["median"] / m["median"]
                 lines.append(f"\n{p} {name}, ours warm without the register cap (PROTEUS_CAP_REGISTERS=0): "
                              f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g}), {ratio:.2f}x plain")
+    for spec, r in doc.get("extra", {}).items():
+        nat = r.get("native", {}).get("runs") or [{}]
+        said = {k: ("yes" if r[k]["all_ok"] else "NO") for k in ("ours_sync", "ours_warm") if k in r}
+        lines.append(f"\n{spec}: native exit {nat[0].get('rc', '-')}; under the tool, output = native: "
+                     f"cold with PROTEUS_ASYNC_COMPILATION=0 {said.get('ours_sync', '-')}, warm {said.get('ours_warm', '-')}"
+                     + (f" ({r['error']})" if r.get("error") else ""))
     if doc.get("skipped_for_time"):
         lines.append(f"\nNot run (time budget): {', '.join(doc['skipped_for_time'])}")
     return "\n".join(lines) + "\n"
@@ -233,10 +279,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--programs", nargs="*", default=list(PROGRAMS), choices=list(PROGRAMS))
     ap.add_argument("--nocap", nargs="*", default=[], choices=list(PROGRAMS),
                     help="programs also run warm with PROTEUS_CAP_REGISTERS=0 (the series ours_nocap_warm)")
+    ap.add_argument("--extra", nargs="*", default=[], metavar="PROG=BUILD",
+                    help="another build of a program, natively and under the tool, for output identity")
     ap.add_argument("--kernel-trace-lib", default="", help="a CUPTI injection library (tests/support/kernel_trace.c)")
     ap.add_argument("--commit", default=os.environ.get("PROTEUS_COMMIT", ""))
     ap.add_argument("--hecbench-commit", default="unknown")
     args = ap.parse_args(argv)
+    for spec in args.extra:
+        if "=" not in spec or spec.split("=", 1)[0] not in PROGRAMS:
+            ap.error(f"--extra {spec!r}: PROG=BUILD, PROG one of {', '.join(PROGRAMS)}")
     if args.reps < 3:
         ap.error("--reps: at least 3 (medians of fewer say little)")
     for need in (Path(args.hec), Path(args.proteus) / "bin"):

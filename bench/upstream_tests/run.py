@@ -12,7 +12,7 @@ binaries in work/build/RECIPE/NAME, what to expect in programs.json. Per program
     LD_PRELOAD=DIR/libproteus.so and PROTEUS_ASYNC_COMPILATION=0: "cold" with an empty
     PROTEUS_CACHE_DIR, "warm" with the cache the cold run left; PROTEUS_REPORT of each;
   - with --kernel-trace-lib (tests/support/kernel_trace.c built against CUPTI), every run also
-    gets CUDA_INJECTION64_PATH and PROTEUS_TEST_KERNEL_TRACE: the kernels the driver really ran,
+    gets CUDA_INJECTION64_PATH and CUPTI_KERNEL_TRACE_FILE: the kernels the driver really ran,
     specialized variants being those whose names contain "$proteus$".
 Each tool run's stdout must equal the native run's (after programs.json's masks) with the same
 exit code, and every run must pass upstream's CHECK lines about the program's own output (lines
@@ -192,6 +192,15 @@ def masked(text: str, masks: list[str]) -> list[str]:
     return out
 
 
+def comparable(text: str, program: dict) -> list[str]:
+    """A run's output as compared with another run's: masked, and sorted where upstream's own
+    checks are order-free (CHECK-DAG: printf from several blocks, whose order the GPU picks)."""
+    lines = masked(text, program.get("mask", []))
+    if any(c["directive"] == "DAG" for c in output_checks(program)):
+        return sorted(lines)
+    return lines
+
+
 def first_difference(expected: list[str], got: list[str]) -> str | None:
     for i in range(max(len(expected), len(got))):
         a = expected[i] if i < len(expected) else None
@@ -284,7 +293,7 @@ def run_app(exe: Path, program: dict, scratch: Path, label: str, env: dict[str, 
     trace = scratch / f"kernels-{label}.txt"
     trace.unlink(missing_ok=True)
     if ctx.trace_lib:
-        env = {**env, "CUDA_INJECTION64_PATH": ctx.trace_lib, "PROTEUS_TEST_KERNEL_TRACE": str(trace)}
+        env = {**env, "CUDA_INJECTION64_PATH": ctx.trace_lib, "CUPTI_KERNEL_TRACE_FILE": str(trace)}
     result = run_cmd([str(exe), *program.get("args", [])], scratch, env, ctx.timeout)
     result["check_failures"] = filecheck(result["stdout"], output_checks(program))
     if ctx.trace_lib:
@@ -298,8 +307,7 @@ def mode_verdict(native: dict, run: dict, program: dict) -> tuple[str, str]:
         return "TIMEOUT", f"over {run['seconds']} s"
     if run["rc"] != native["rc"]:
         return "CRASH", f"{_exit(run)} (natively {_exit(native)})"
-    diff = first_difference(masked(native["stdout"], program.get("mask", [])),
-                            masked(run["stdout"], program.get("mask", [])))
+    diff = first_difference(comparable(native["stdout"], program), comparable(run["stdout"], program))
     if diff:
         return "DIFF", diff
     if run["check_failures"]:
@@ -372,7 +380,7 @@ def judge_native(runs: dict, program: dict) -> dict:
     plain = runs.get("native-plain")
     if plain is not None:
         same = plain["rc"] == native["rc"] and not first_difference(
-            masked(plain["stdout"], program.get("mask", [])), masked(native["stdout"], program.get("mask", [])))
+            comparable(plain["stdout"], program), comparable(native["stdout"], program))
         native["same_as_plain"] = same
     if native["rc"] == "timeout":
         return {"verdict": "native-timeout", "detail": f"over {native['seconds']} s"}

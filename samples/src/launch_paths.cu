@@ -7,7 +7,7 @@
 __device__ unsigned long long g_ticks[256];
 
 __global__ void no_params() {  // launched as cudaLaunchKernel(f, grid, block, NULL, 0, stream)
-  g_ticks[threadIdx.x] += threadIdx.x * 3 + blockIdx.x;
+  atomicAdd(&g_ticks[threadIdx.x], threadIdx.x * 3ull + blockIdx.x);  // both blocks: integer atomics, one result
 }
 
 // Sums `per_block` floats per block through a dynamic shared buffer of that size.

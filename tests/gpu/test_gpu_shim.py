@@ -187,11 +187,11 @@ def test_an_app_that_runs_python_itself_uses_its_own_interpreter(samples, record
 
     code = ("import subprocess, sys, ctypes\n"
             "from cuda.bindings import driver as cu\n"
-            "from tests.cuda_driver import Context\n"
+            "from tests.support.cuda_driver import Context\n"
             "from proteus_rewrite.fatbin import extract\n"
             "import numpy as np, struct\n"
             "ctx = Context()\n"
-            "from tests.test_gpu_specializer import aot_cubin\n"
+            "from tests.gpu.test_gpu_specializer import aot_cubin\n"
             "from pathlib import Path\n"
             f"img = aot_cubin(Path({str(samples / 'loop_count')!r}))\n"
             "buf = ctypes.create_string_buffer(img, len(img))\n"

@@ -39,7 +39,11 @@ def test_specialized_axpy_matches_the_original_bit_for_bit(gpu, table, samples):
         dx, dy = gpu.alloc(x), gpu.alloc(y)
         args = [struct.pack("<i", n), struct.pack("<i", 8), struct.pack("<f", 0.5), dx.to_bytes(8, "little"), dy.to_bytes(8, "little")]
         launch = Launch(tuple(args), ((n + 255) // 256, 1, 1), (256, 1, 1), 90)
-        fn = gpu.function(gpu.load(specialize(t, k, launch, Config.from_env({})).image.data), k.name) if use_jit else gpu.function(aot, k.name)
+        if use_jit:
+            r = specialize(t, k, launch, Config.from_env({}))
+            fn = gpu.function(gpu.load(r.image.data), r.entry)  # the variant's own name
+        else:
+            fn = gpu.function(aot, k.name)
         gpu.launch(fn, launch.grid, launch.block, args)
         outs.append(gpu.read(dy, y))
     assert outs[0].tobytes() == outs[1].tobytes()
@@ -57,8 +61,8 @@ def test_every_ptx_compiler_loads_and_runs(gpu, table, samples, compiler):
         args = [struct.pack("<Q", n), struct.pack("<I", 5), struct.pack("<q", -42), dv.to_bytes(8, "little")]
         launch = Launch(tuple(args), (n // 256, 1, 1), (256, 1, 1), 90)
         if jit:
-            image = specialize(t, k, launch, Config.from_env({"PROTEUS_PTX_COMPILER": compiler})).image
-            fn = gpu.function(gpu.load(image.data), k.name)
+            r = specialize(t, k, launch, Config.from_env({"PROTEUS_PTX_COMPILER": compiler}))
+            fn = gpu.function(gpu.load(r.image.data), r.entry)
         else:
             fn = gpu.function(gpu.load(aot_cubin(samples / "loop_count")), k.name)
         gpu.launch(fn, launch.grid, launch.block, args)
@@ -82,7 +86,11 @@ def test_jit_and_aot_kernels_share_device_variables(gpu, table, samples):
         dout = gpu.alloc(np.zeros(n, dtype=np.float32))
         args = [din.to_bytes(8, "little"), struct.pack("<i", n)]
         launch = Launch(tuple(args), (n // 256, 1, 1), (256, 1, 1), 90, addr)
-        fn = gpu.function(gpu.load(specialize(t, acc, launch, Config.from_env({})).image.data), acc.name) if jit else gpu.function(aot, acc.name)
+        if jit:
+            r = specialize(t, acc, launch, Config.from_env({}))
+            fn = gpu.function(gpu.load(r.image.data), r.entry)
+        else:
+            fn = gpu.function(aot, acc.name)
         gpu.launch(fn, launch.grid, launch.block, args)  # JIT writes the AOT module's hits and table...
         apply = gpu.function(aot, "_Z5applyPfPKfi")  # ...which the AOT kernel then reads
         gpu.launch(apply, launch.grid, launch.block, [dout.to_bytes(8, "little"), din.to_bytes(8, "little"), struct.pack("<i", n)])

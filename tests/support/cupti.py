@@ -43,7 +43,7 @@ def injection_library(build_dir: str) -> Path:
 
 def trace_env(build_dir: str | os.PathLike, trace_file: str | os.PathLike) -> dict[str, str]:
     """Environment entries that make a CUDA process write the names of the kernels it ran."""
-    return {"CUDA_INJECTION64_PATH": str(injection_library(str(build_dir))), "PROTEUS_TEST_KERNEL_TRACE": str(trace_file)}
+    return {"CUDA_INJECTION64_PATH": str(injection_library(str(build_dir))), "CUPTI_KERNEL_TRACE_FILE": str(trace_file)}
 
 
 def kernels_run(trace_file: str | os.PathLike) -> list[str]:

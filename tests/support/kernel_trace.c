@@ -5,7 +5,7 @@
  * Loaded by the driver itself (CUDA_INJECTION64_PATH=libkernel_trace.so): at cuInit it calls
  * InitializeInjection, which enables CUPTI's kernel activity records. At exit every record is
  * flushed and the kernel names are written, one per line in execution order, to the file named
- * by PROTEUS_TEST_KERNEL_TRACE. Built by tests/support/cupti.py against the nvidia-cuda-cupti
+ * by CUPTI_KERNEL_TRACE_FILE. Built by tests/support/cupti.py against the nvidia-cuda-cupti
  * wheel's headers and library. Graph replays are included: the records are of kernels that
  * executed, however they were launched. */
 #include <cupti.h>
@@ -43,7 +43,7 @@ static void at_exit(void) {
 }
 
 int InitializeInjection(void) {
-  const char *path = getenv("PROTEUS_TEST_KERNEL_TRACE");
+  const char *path = getenv("CUPTI_KERNEL_TRACE_FILE");
   if (!path || !(out = fopen(path, "w"))) return 1;
   if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS ||
       cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {

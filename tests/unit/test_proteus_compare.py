@@ -48,7 +48,8 @@ def test_figures_ratios_and_output_check(tmp_path):
     assert r["ours_warm"]["all_ok"] and not r["proteus_warm"]["all_ok"]  # timing masked, checksum not
     md = (out / "proteus-compare.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| rsbench"))
-    assert "| 1.25x | 2.00x |" in row and "| NO |" in row
+    assert "| 1.25x | 2.00x |" in row
+    assert row.endswith("| yes | yes | NO | - |")  # native = plain, ours = native, Proteus = plain
     assert "without the register cap (PROTEUS_CAP_REGISTERS=0): 1.25e+07 (1.25e+07-1.25e+07), 1.25x plain" in md
 
 
@@ -63,3 +64,26 @@ def test_sw4ck_reads_the_second_average():
     text = "Average execution time of sw4ck kernels: 6.55 milliseconds\n\nError = 0 %\n\n" \
            "Average execution time of sw4ck kernels: 8.85 milliseconds\n"
     assert pc.metrics("sw4ck", text) == {"avg kernels ms": 8.85}
+
+
+def test_ours_is_held_to_the_native_run_and_extra_builds(tmp_path):
+    hec, up = tmp_path / "hec", tmp_path / "up"
+    _exe(hec / "rsbench" / "main_plain", RSBENCH.format(t="3.2", rate="10,000,000", check=358389))
+    _exe(hec / "rsbench" / "main_all", RSBENCH.format(t="2.9", rate="12,500,000", check=358390))  # bitcode build differs
+    _exe(up / "bin" / "rsbench.exe", RSBENCH.format(t="2.5", rate="20,000,000", check=358389))
+    (up / "src" / "rsbench").mkdir(parents=True)
+    # an extra build whose output changes when every launch waits for its variant
+    odd = hec / "rsbench" / "main_on"
+    odd.write_text('#!/bin/sh\nif [ "$PROTEUS_ASYNC_COMPILATION" = 0 ]; then echo "checksum 2"; else echo "checksum 1"; fi\n')
+    odd.chmod(0o755)
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/"\n')
+    tool.chmod(0o755)
+    out = tmp_path / "out"
+    assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out),
+                    "--programs", "rsbench", "--extra", "rsbench=main_on"]) == 0
+    md = (out / "proteus-compare.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| rsbench"))
+    assert row.endswith("| NO | yes | yes | - |")  # ours prints what main_all prints natively, not plain's
+    assert "rsbench/main_on: native exit 0; under the tool, output = native: " \
+           "cold with PROTEUS_ASYNC_COMPILATION=0 NO, warm yes" in md

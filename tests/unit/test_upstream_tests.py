@@ -133,9 +133,9 @@ if [ -n "$LD_PRELOAD" ]; then
   touch "$PROTEUS_CACHE_DIR/entry"
   echo '{"kernels": [{"launches": 2, "specialized_launches": 1}]}' > "$PROTEUS_REPORT"
 fi
-if [ -n "$PROTEUS_TEST_KERNEL_TRACE" ]; then
-  if [ -n "$tool" ]; then printf '_Z6kerneli$proteus$ab\n_Z6kerneli\n' > "$PROTEUS_TEST_KERNEL_TRACE"
-  else printf '_Z6kerneli\n_Z6kerneli\n' > "$PROTEUS_TEST_KERNEL_TRACE"; fi
+if [ -n "$CUPTI_KERNEL_TRACE_FILE" ]; then
+  if [ -n "$tool" ]; then printf '_Z6kerneli$proteus$ab\n_Z6kerneli\n' > "$CUPTI_KERNEL_TRACE_FILE"
+  else printf '_Z6kerneli\n_Z6kerneli\n' > "$CUPTI_KERNEL_TRACE_FILE"; fi
 fi
 echo "Kernel start"
 case "$name" in
@@ -351,3 +351,14 @@ def test_programs_json_sources_exist_upstream(doc):
         sources = p["sources"] + [s for lib in p["libraries"] for s in lib["sources"]]
         missing = [s for s in sources if f"{build.TESTS_DIR}/{s}" not in files]
         assert not missing, (p["name"], missing)
+
+
+def test_order_free_only_where_upstream_checks_with_dag():
+    lines = "Kernel Index 256/1024\nKernel Index 0/1024\n"
+    swapped = "Kernel Index 0/1024\nKernel Index 256/1024\n"
+    dag = {"runs": [{"check_prefixes": ["CHECK"]}],
+           "checks": [chk("Kernel Index 0/1024", directive="DAG"), chk("Kernel Index 256/1024", directive="DAG")]}
+    ordered = {"runs": [{"check_prefixes": ["CHECK"]}], "checks": [chk("Kernel Index 0/1024")]}
+    assert run.first_difference(run.comparable(lines, dag), run.comparable(swapped, dag)) is None
+    assert run.first_difference(run.comparable(lines, dag), run.comparable("Kernel Index 0/1024\n", dag))
+    assert run.first_difference(run.comparable(lines, ordered), run.comparable(swapped, ordered))
