@@ -13,6 +13,7 @@ natively and under the tool, cold with PROTEUS_ASYNC_COMPILATION=0 and warm, for
 only. Standard library only: it runs on the GPU host.
 
     python3 bench/proteus_compare.py --hec DIR --proteus DIR --tool .venv/bin/proteus-rewrite --out OUT
+    python3 bench/proteus_compare.py --render OUT A.json B.json   # one report from several calls
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?")
 
 
 def masked(text: str) -> list[str]:
-    return [NUMBER.sub("#", line) if TIMING.search(line) else line for line in text.splitlines() if line.strip()]
+    """Output lines to compare: numbers on timing lines hidden, with the blanks that pad them
+    (lulesh aligns its figures: a wider number shifts the column)."""
+    return ["".join(NUMBER.sub("#", line).split()) if TIMING.search(line) else line
+            for line in text.splitlines() if line.strip()]
 
 
 def metrics(program: str, text: str) -> dict[str, float]:
@@ -83,41 +87,33 @@ class Bench:
         self.out.mkdir(parents=True, exist_ok=True)
         self.deadline = time.monotonic() + args.budget_s
         self.doc = {"stamp": stamp(args), "programs": {}}
-        self.reference: list[str] = []
 
     def save(self) -> None:
         (self.out / "proteus-compare.json").write_text(json.dumps(self.doc, indent=1))
         (self.out / "proteus-compare.md").write_text(markdown(self.doc))
 
-    def series(self, prog: str, label: str, cmd: list[str], cwd: Path, env: dict, reps: int, reference: list[str] | None) -> dict:
+    def series(self, prog: str, label: str, cmd: list[str], cwd: Path, env: dict, reps: int) -> dict:
         runs = []
         for _ in range(reps):
             if time.monotonic() > self.deadline + self.a.grace_s:  # past the budget: fewer runs, said so (n)
                 break
             r = run(cmd, cwd, env, self.a.timeout)
             r["metrics"] = metrics(prog, r["stdout"])
-            if reference is None and not runs:
-                self.reference = masked(r["stdout"])
             r["output"] = masked(r["stdout"])
-            r["same_output"] = r["output"] == (self.reference if reference is None else reference)
             (self.out / "logs").mkdir(exist_ok=True)
             (self.out / "logs" / f"{prog}.{label}.{len(runs)}.txt").write_text(r.pop("stdout") + "\n--- stderr\n" + r["stderr_tail"])
             runs.append(r)
         keys = {k for r in runs for k in r["metrics"]}
         return {"runs": runs, "wall_s": summary([r["wall_s"] for r in runs if r["rc"] == 0]),
-                "metrics": {k: summary([r["metrics"][k] for r in runs if k in r["metrics"]]) for k in sorted(keys)},
-                "all_ok": bool(runs) and all(r["rc"] == 0 and r["same_output"] for r in runs)}
+                "metrics": {k: summary([r["metrics"][k] for r in runs if k in r["metrics"]]) for k in sorted(keys)}}
 
     def program(self, prog: str) -> None:
         args, _, inputs = PROGRAMS[prog]
         hec, up = Path(self.a.hec) / prog, Path(self.a.proteus)
         res = self.doc["programs"].setdefault(prog, {})
-        res["plain"] = self.series(prog, "plain", [str(hec / "main_plain"), *args], hec, {}, self.a.reps, None)
-        reference = self.reference  # the first plain run's output: Proteus's must print it
-        # the bitcode-carrying build natively: the output ours must print (the tool's promise is
-        # the native run of the same binary), and whether carrying bitcode changed the AOT code
-        res["native"] = self.series(prog, "native", [str(hec / "main_all"), *args], hec, {}, 1, reference)
-        native = res["native"]["runs"][0]["output"] if res["native"]["runs"] else reference
+        res["plain"] = self.series(prog, "plain", [str(hec / "main_plain"), *args], hec, {}, self.a.reps)
+        # the bitcode-carrying build natively: the output ours must print (judge())
+        res["native"] = self.series(prog, "native", [str(hec / "main_all"), *args], hec, {}, 1)
         self.save()
         # ours: the recommended build, rewritten (the rewritten executable loads the shim itself)
         rec = self.out / "rewritten" / prog
@@ -130,17 +126,17 @@ class Bench:
             shutil.rmtree(cache, ignore_errors=True)
             env = {"PROTEUS_CACHE_DIR": str(cache)}
             exe = [str(rec / "main_all"), *args]
-            res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")}, 1, native)
-            res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps, native)
+            res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")}, 1)
+            res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps)
             if prog in self.a.nocap:   # the register cap (AOT's count) lifted: its own cache, filled first
                 nocap = {"PROTEUS_CACHE_DIR": str(cache) + "-nocap", "PROTEUS_CAP_REGISTERS": "0"}
-                self.series(prog, "ours-nocap-cold", exe, rec, nocap, 1, native)
-                res["ours_nocap_warm"] = self.series(prog, "ours-nocap-warm", exe, rec, nocap, self.a.reps, native)
+                self.series(prog, "ours-nocap-cold", exe, rec, nocap, 1)
+                res["ours_nocap_warm"] = self.series(prog, "ours-nocap-warm", exe, rec, nocap, self.a.reps)
             if self.a.kernel_trace_lib:
                 trace = self.out / f"{prog}.kernels.txt"
-                self.series(prog, "ours-traced", exe, rec, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
+                res["ours_traced"] = self.series(prog, "ours-traced", exe, rec, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
                                                             "CUPTI_KERNEL_TRACE_FILE": str(trace),
-                                                            "PROTEUS_REPORT": str(self.out / f"{prog}.warm.json")}, 1, native)
+                                                            "PROTEUS_REPORT": str(self.out / f"{prog}.warm.json")}, 1)
                 names = trace.read_text().splitlines() if trace.exists() else []
                 res["cupti"] = {"launches": len(names), "variant_launches": sum("$proteus$" in n for n in names),
                                 "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
@@ -151,8 +147,9 @@ class Bench:
         pcache.mkdir(parents=True)  # Proteus makes the last directory only
         penv = {"LD_LIBRARY_PATH": f"{up / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}", "PROTEUS_CACHE_DIR": str(pcache)}
         pexe = [str(up / "bin" / f"{prog}.exe"), *args]
-        res["proteus_cold"] = self.series(prog, "proteus-cold", pexe, up / "src" / prog, penv, 1, reference)
-        res["proteus_warm"] = self.series(prog, "proteus-warm", pexe, up / "src" / prog, penv, self.a.reps, reference)
+        res["proteus_cold"] = self.series(prog, "proteus-cold", pexe, up / "src" / prog, penv, 1)
+        res["proteus_warm"] = self.series(prog, "proteus-warm", pexe, up / "src" / prog, penv, self.a.reps)
+        judge(res)
         self.save()
 
     def extra(self, prog: str, build: str) -> None:
@@ -161,8 +158,7 @@ class Bench:
         args, _, inputs = PROGRAMS[prog]
         hec = Path(self.a.hec) / prog
         res = self.doc.setdefault("extra", {}).setdefault(f"{prog}/{build}", {})
-        res["native"] = self.series(prog, f"{build}-native", [str(hec / build), *args], hec, {}, 1, [])
-        native = res["native"]["runs"][0]["output"] if res["native"]["runs"] else []
+        res["native"] = self.series(prog, f"{build}-native", [str(hec / build), *args], hec, {}, 1)
         rec = self.out / "rewritten" / f"{prog}-{build}"
         p = subprocess.run([self.a.tool, str(hec / build), "-o", str(rec)], capture_output=True, text=True)
         res["rewrite_rc"] = p.returncode
@@ -173,8 +169,9 @@ class Bench:
             shutil.copy(hec / f, rec / f)
         env = {"PROTEUS_CACHE_DIR": str(self.out / "cache" / "ours" / f"{prog}-{build}")}
         res["ours_sync"] = self.series(prog, f"{build}-ours-sync", [str(rec / build), *args], rec,
-                                       {**env, "PROTEUS_ASYNC_COMPILATION": "0"}, 1, native)
-        res["ours_warm"] = self.series(prog, f"{build}-ours-warm", [str(rec / build), *args], rec, env, 1, native)
+                                       {**env, "PROTEUS_ASYNC_COMPILATION": "0"}, 1)
+        res["ours_warm"] = self.series(prog, f"{build}-ours-warm", [str(rec / build), *args], rec, env, 1)
+        judge(res)
 
     def main(self) -> int:
         for prog in self.a.programs:
@@ -198,6 +195,47 @@ class Bench:
         return 0
 
 
+def judge(res: dict) -> None:
+    """Each run's output against its reference: ours against the native run of the same binary
+    (the tool's promise), the native run and Proteus against the plain build's first run."""
+    def first(key: str) -> list[str] | None:
+        runs = res.get(key, {}).get("runs") or []
+        return masked("\n".join(runs[0]["output"])) if runs else None
+    plain, native = first("plain"), first("native")
+    for key, series in res.items():
+        if not isinstance(series, dict) or "runs" not in series:
+            continue
+        if key.startswith("ours"):
+            ref = native
+        elif key == "native":  # an extra build has no plain run: its native run stands alone
+            ref = plain if plain is not None else native
+        else:
+            ref = plain
+        for r in series["runs"]:
+            r["same_output"] = ref is not None and masked("\n".join(r["output"])) == ref
+        series["all_ok"] = bool(series["runs"]) and all(r["rc"] == 0 and r["same_output"] for r in series["runs"])
+
+
+def render(paths: list[str], out: Path) -> int:
+    """One report from the JSON of several calls (a program's runs are always from one call),
+    judged again with today's masking."""
+    doc: dict = {"stamp": None, "programs": {}, "extra": {}, "calls": []}
+    for path in paths:
+        part = json.loads(Path(path).read_text())
+        doc["stamp"] = doc["stamp"] or part["stamp"]
+        doc["calls"].append({**part["stamp"], "programs": sorted(part["programs"]) + sorted(part.get("extra", {}))})
+        for section in ("programs", "extra"):
+            for name, res in part.get(section, {}).items():
+                judge(res)
+                doc[section][name] = res
+        doc.setdefault("skipped_for_time", []).extend(p for p in part.get("skipped_for_time", []) if p not in doc["programs"])
+    doc["skipped_for_time"] = [p for p in doc["skipped_for_time"] if p not in doc["programs"]]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "proteus-compare.json").write_text(json.dumps(doc, indent=1))
+    (out / "proteus-compare.md").write_text(markdown(doc))
+    return 0
+
+
 def stamp(a: argparse.Namespace) -> dict:
     def first(cmd: list[str]) -> str:
         try:
@@ -213,9 +251,13 @@ def stamp(a: argparse.Namespace) -> dict:
 
 def markdown(doc: dict) -> str:
     s = doc["stamp"]
+    calls = doc.get("calls") or [{**s, "programs": sorted(doc["programs"]) + sorted(doc.get("extra", {}))}]
     lines = [f"# proteus-rewrite vs Proteus, paper programs ({s['date']})", "",
-             f"commit {s['commit']}; GPU, driver: {s['gpu']}; HeCBench {s['hecbench']}; medians of {s['reps']} runs "
-             "(min-max); ratios are speed-ups over the plain build (>1 is faster).", "",
+             f"HeCBench {s['hecbench']}; medians of {s['reps']} runs (min-max); ratios are speed-ups over "
+             "the plain build (>1 is faster). Each program's plain, native, ours and Proteus runs come from "
+             "one device call:", ""]
+    lines += [f"- {c['date']}: commit {c['commit']}, {c['gpu']}: {', '.join(c['programs'])}" for c in calls]
+    lines += ["",
              "| program | metric | plain | ours warm | Proteus warm | ours / plain | Proteus / plain | ours cold e2e s | Proteus cold e2e s | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for prog, r in doc["programs"].items():
@@ -238,7 +280,7 @@ def markdown(doc: dict) -> str:
             cold = [f"{r[k]['wall_s']['median']:.2f}" if r.get(k, {}).get("wall_s") else "-" for k in ("ours_cold", "proteus_cold")]
             def same(*keys: str) -> str:
                 return "yes" if all(r.get(k, {}).get("all_ok", False) for k in keys) else "NO"
-            ok = [same("plain", "native"), same("ours_cold", "ours_warm"), same("proteus_cold", "proteus_warm")]
+            ok = [same("plain", "native"), same(*(k for k in ("ours_cold", "ours_warm", "ours_traced") if k in r)), same("proteus_cold", "proteus_warm")]
             c = r.get("cupti")
             traced = f"{c['variant_launches']}/{c['launches']}" if c else "-"
             lines.append(f"| {prog} | {name} | {' | '.join(cells)} | {' | '.join(ratios)} | {' | '.join(cold)} | "
@@ -268,6 +310,13 @@ def markdown(doc: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--render"]:   # --render OUT JSON...: one report from several calls' JSON
+        if len(argv) < 3:
+            print("proteus_compare: --render OUT JSON [JSON...]", file=sys.stderr)
+            return 2
+        return render(argv[2:], Path(argv[1]))
     ap.add_argument("--hec", required=True, help="built programs: DIR/<program>/main_plain and main_all")
     ap.add_argument("--proteus", required=True, help="the unpacked upstream bundle (bin/, lib/, src/)")
     ap.add_argument("--tool", required=True, help="the proteus-rewrite command")

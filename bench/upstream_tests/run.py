@@ -497,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(work, Path(args.out).resolve(), tool, args.timeout, trace_lib, args.native_only)
     header = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "host": os.uname().nodename, "command": shlex.join([sys.executable, *sys.argv]),
+              "commit": os.environ.get("PROTEUS_COMMIT") or _first_line(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"]) or "unknown",
               "tool": shlex.join(tool), "tool_version": "" if args.native_only else _first_line([*tool, "--version"]),
               "gpu": _first_line([args.nvidia_smi, "--query-gpu=name,driver_version", "--format=csv,noheader"]),
               "upstream_commit": doc.get("upstream", {}).get("commit"), "clang": manifest.get("clang"),

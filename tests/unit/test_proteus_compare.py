@@ -87,3 +87,34 @@ def test_ours_is_held_to_the_native_run_and_extra_builds(tmp_path):
     assert row.endswith("| NO | yes | yes | - |")  # ours prints what main_all prints natively, not plain's
     assert "rsbench/main_on: native exit 0; under the tool, output = native: " \
            "cold with PROTEUS_ASYNC_COMPILATION=0 NO, warm yes" in md
+
+
+def test_padding_of_timing_figures_is_not_a_difference():
+    # lulesh aligns its figures: a native run and a tool run differ only in a number's width
+    assert pc.masked("FOM                  =  38713.256 (z/s)") == pc.masked("FOM                  =   4575.23 (z/s)")
+    assert pc.masked("Grind time (us/z/c)  = 0.0218 (per dom)  (0.0218 overall)") == pc.masked("Grind time (us/z/c)  = 0.02 (per dom)  ( 0.02 overall)")
+    assert pc.masked("MaxAbsDiff   = 0.000000e+00") != pc.masked("MaxAbsDiff   = 1.000000e-07")
+
+
+def test_render_joins_calls_and_judges_again(tmp_path):
+    hec, up = tmp_path / "hec", tmp_path / "up"
+    for prog in ("rsbench", "wsm5"):
+        _exe(up / "bin" / f"{prog}.exe", RSBENCH.format(t="2.5", rate="20,000,000", check=1))
+        (up / "src" / prog).mkdir(parents=True)
+    _exe(hec / "rsbench" / "main_plain", RSBENCH.format(t="3.2", rate="10,000,000", check=1))
+    _exe(hec / "rsbench" / "main_all", RSBENCH.format(t="3.2", rate="10,000,000", check=1))
+    _exe(hec / "wsm5" / "main_plain", "Checksum: rain = 2.759982\nAverage kernel execution time: 263.2 (ms)\n")
+    _exe(hec / "wsm5" / "main_all", "Checksum: rain = 2.759990\nAverage kernel execution time: 150.0 (ms)\n")
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/"\n')
+    tool.chmod(0o755)
+    for prog in ("rsbench", "wsm5"):
+        assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(tmp_path / prog),
+                        "--programs", prog, "--commit", prog]) == 0
+    assert pc.main(["--render", str(tmp_path / "all"), str(tmp_path / "rsbench" / "proteus-compare.json"),
+                    str(tmp_path / "wsm5" / "proteus-compare.json")]) == 0
+    md = (tmp_path / "all" / "proteus-compare.md").read_text()
+    assert ": commit rsbench, " in md and ": commit wsm5, " in md
+    rows = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| rsbench") or line.startswith("| wsm5")}
+    assert rows["| rsbench"].endswith("| yes | yes | yes | - |")
+    assert rows["| wsm5"].endswith("| NO | yes | NO | - |")  # the bitcode build prints its own checksum, ours the same
