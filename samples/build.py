@@ -31,7 +31,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # proteus_rewrite's own recipe (fatbin/recipe.py), repeated here so that this script runs
 # without the package; tests/cpu/test_recipe.py checks that the two agree.
-RECIPES = {"recommended": ("-Xclang", "-fembed-bitcode=all"), "fembed-bitcode": ("-fembed-bitcode",)}
+# exact-fp: the recommended recipe with floating-point contraction limited to what the source
+# writes as one expression, so a variant fuses the same multiply-adds as the AOT code
+# (docs/user/build.md: Identical floating-point results).
+RECIPES = {"recommended": ("-Xclang", "-fembed-bitcode=all"),
+           "exact-fp": ("-Xclang", "-fembed-bitcode=all", "-ffp-contract=on"),
+           "fembed-bitcode": ("-fembed-bitcode",)}
 SRC = HERE / "src"
 STUB_HEADERS = ("texture_fetch_functions.h", "texture_indirect_functions.h", "curand_mtgp32_kernel.h")
 
@@ -76,6 +81,7 @@ APPS: dict[str, App] = {
     "templates": App(("templates.cu",), note="templates, struct by value, __launch_bounds__"),
     "annotated": App(("annotated.cu",), note='annotate("jit", 2, 3)'),
     "launch_paths": App(("launch_paths.cu",), note="NULL-argument launch, >48 KiB dynamic shared memory, function attributes"),
+    "graph_params": App(("graph_params.cu",), note="launches captured into a CUDA graph, a node's scalar updated in place"),
 }
 
 

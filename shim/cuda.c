@@ -55,7 +55,7 @@ void init_driver_calls(void) {
   if (!real_cuModuleGetGlobal) real_cuModuleGetGlobal = cuda_sym("cuModuleGetGlobal_v2");   /* size_t version */
   LOAD(cuLibraryGetGlobal); LOAD(cuCtxGetCurrent); LOAD(cuCtxGetDevice); LOAD(cuDeviceGetAttribute);
   LOAD(cuDriverGetVersion); LOAD(cuCtxSetCurrent); LOAD(cuEventCreate); LOAD(cuEventRecord); LOAD(cuEventQuery);
-  LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery);
+  LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery); LOAD(cuThreadExchangeStreamCaptureMode);
   LOAD(cuLibraryLoadData); LOAD(cuLibraryGetKernel); LOAD(cuKernelGetFunction); LOAD(cuDeviceGetCount); LOAD(cuDeviceGet);
   LOAD(cuFuncSetAttribute); LOAD(cuFuncSetCacheConfig); LOAD(cuKernelSetAttribute); LOAD(cuKernelSetCacheConfig);
 #undef LOAD
@@ -190,6 +190,60 @@ CUfunction load_image(kinfo *ki, uint8_t *image, const char *name) {
 }
 
 
+/* ------------------------------------------------------------------ stream capture
+ *
+ * A launch into a stream capture becomes a kernel node of the app's graph, which the app may
+ * give other arguments later (cuGraphExecKernelNodeSetParams, a node's parameters read, changed
+ * and set back) while a variant has the capture-time values folded in: so a captured launch
+ * runs the original, always. Nor may a miss run in the capturing thread: loading a module
+ * there is a call a global-mode capture forbids, and the capture would end invalid (the app's
+ * graph NULL: HeCBench graphExecution crashed so under PROTEUS_ASYNC_COMPILATION=0). The hit
+ * path asks the driver only while some capture is open (captures_open, counted by the Begin/
+ * EndCapture wrappers below); a miss always asks. */
+_Atomic int captures_open;
+
+int stream_capturing(CUstream s) {
+  int status = 0;
+  if (!real_cuStreamIsCapturing) return 0;
+  CUresult r = real_cuStreamIsCapturing(s, &status);
+  /* 906 CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream, while another one captures */
+  return (r == CUDA_SUCCESS && status != 0) || r == 906;
+}
+
+/* Our own threads (compile workers, the prestart thread) load modules whatever the app's
+ * threads capture: relaxed mode, as CUDA asks of libraries, so a global-mode capture elsewhere
+ * neither forbids those loads nor is ended by them. */
+void relax_capture_mode(void) {
+  int mode = 2;   /* CU_STREAM_CAPTURE_MODE_RELAXED */
+  if (real_cuThreadExchangeStreamCaptureMode) real_cuThreadExchangeStreamCaptureMode(&mode);
+}
+
+static CUresult begun(CUresult r) {
+  if (r == CUDA_SUCCESS) atomic_fetch_add(&captures_open, 1);
+  return r;
+}
+static CUresult w_cuStreamBeginCapture_v2(CUstream s, int mode) { return begun(real_cuStreamBeginCapture_v2(s, mode)); }
+static CUresult w_cuStreamBeginCapture_ptsz(CUstream s, int mode) { return begun(real_cuStreamBeginCapture_ptsz(s, mode)); }
+static CUresult w_cuStreamBeginCaptureToGraph(CUstream s, void *g, const void *deps, const void *edges, size_t n, int mode) {
+  return begun(real_cuStreamBeginCaptureToGraph(s, g, deps, edges, n, mode));
+}
+static CUresult w_cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *g, const void *deps, const void *edges, size_t n, int mode) {
+  return begun(real_cuStreamBeginCaptureToGraph_ptsz(s, g, deps, edges, n, mode));
+}
+/* A capture that was open (or invalidated) ends here, whatever EndCapture answers. */
+static CUresult end_with(CUresult (*real)(CUstream, void **), CUstream s, CUstream asked, void **graph) {
+  int status = 0;
+  int open = real_cuStreamIsCapturing && real_cuStreamIsCapturing(asked, &status) == CUDA_SUCCESS && status != 0;
+  CUresult r = real(s, graph);
+  if (open && atomic_load(&captures_open) > 0) atomic_fetch_sub(&captures_open, 1);
+  return r;
+}
+static CUresult w_cuStreamEndCapture(CUstream s, void **g) { return end_with(real_cuStreamEndCapture, s, s, g); }
+static CUresult w_cuStreamEndCapture_ptsz(CUstream s, void **g) {
+  return end_with(real_cuStreamEndCapture_ptsz, s, s ? s : (CUstream)0x2 /* CU_STREAM_PER_THREAD */, g);
+}
+
+
 /* Whether the GPU still has work queued on the stream (a capturing stream says no: a query
  * would end the capture). */
 int stream_busy(CUstream s) {
@@ -217,6 +271,10 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
    * fails as the original's would, and the original runs and answers. */
   int ctx_free = state == K_ACTIVE && ki->ctx_free;
   if (!ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
+  if (__builtin_expect(atomic_load_explicit(&captures_open, memory_order_relaxed) != 0, 0) && stream_capturing(stream)) {
+    atomic_fetch_add_explicit(&ki->captured, 1, memory_order_relaxed);
+    return NULL;
+  }
   if (state == K_ACTIVE) {   /* the hot path: key, last hit or probe, launch */
     uint8_t key[MAX_KEY];
     int len = stable_key(ki, params, grid, block, key);
@@ -367,9 +425,14 @@ static void *wrap_proc(const char *sym, void *real, unsigned long long flags) {
   if (ptsz) {
     WRAP("cuLaunchKernel", cuLaunchKernel_ptsz); WRAP("cuLaunchKernelEx", cuLaunchKernelEx_ptsz);
     WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel_ptsz);
+    WRAP("cuStreamBeginCapture", cuStreamBeginCapture_ptsz); WRAP("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph_ptsz);
+    WRAP("cuStreamEndCapture", cuStreamEndCapture_ptsz);
   } else {
     WRAP("cuLaunchKernel", cuLaunchKernel); WRAP("cuLaunchKernelEx", cuLaunchKernelEx);
     WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel);
+    /* the runtime asks for the mode-taking version (CUDA >= 10.1): ours forwards the mode */
+    WRAP("cuStreamBeginCapture", cuStreamBeginCapture_v2); WRAP("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph);
+    WRAP("cuStreamEndCapture", cuStreamEndCapture);
   }
   WRAP("cuModuleLoadData", cuModuleLoadData); WRAP("cuModuleLoadDataEx", cuModuleLoadDataEx);
   WRAP("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP("cuModuleGetFunction", cuModuleGetFunction);
@@ -428,6 +491,16 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
 EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) {
   init_driver_calls();
   return w_cuLaunchKernelEx(c, f, p, e);
+}
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+  init_driver_calls();
+  if (!real_cuStreamBeginCapture_v2) real_cuStreamBeginCapture_v2 = cuda_sym("cuStreamBeginCapture_v2");
+  return real_cuStreamBeginCapture_v2 ? w_cuStreamBeginCapture_v2(s, mode) : 999 /* CUDA_ERROR_UNKNOWN */;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, void **g) {
+  init_driver_calls();
+  if (!real_cuStreamEndCapture) real_cuStreamEndCapture = cuda_sym("cuStreamEndCapture");
+  return real_cuStreamEndCapture ? w_cuStreamEndCapture(s, g) : 999;
 }
 EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value) { init_driver_calls(); return w_cuFuncSetAttribute(f, attrib, value); }
 EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, int config) { init_driver_calls(); return w_cuFuncSetCacheConfig(f, config); }

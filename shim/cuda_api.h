@@ -38,6 +38,13 @@
   X(CUresult, cuEventQuery, (void *)) \
   X(CUresult, cuEventElapsedTime, (float *, void *, void *)) \
   X(CUresult, cuStreamIsCapturing, (CUstream, int *)) \
+  X(CUresult, cuThreadExchangeStreamCaptureMode, (int *)) \
+  X(CUresult, cuStreamBeginCapture_v2, (CUstream, int)) \
+  X(CUresult, cuStreamBeginCapture_ptsz, (CUstream, int)) \
+  X(CUresult, cuStreamBeginCaptureToGraph, (CUstream, void *, const void *, const void *, size_t, int)) \
+  X(CUresult, cuStreamBeginCaptureToGraph_ptsz, (CUstream, void *, const void *, const void *, size_t, int)) \
+  X(CUresult, cuStreamEndCapture, (CUstream, void **)) \
+  X(CUresult, cuStreamEndCapture_ptsz, (CUstream, void **)) \
   X(CUresult, cuStreamQuery, (CUstream)) \
   X(CUresult, cuFuncSetAttribute, (CUfunction, int, int)) \
   X(CUresult, cuFuncSetCacheConfig, (CUfunction, int)) \

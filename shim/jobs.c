@@ -73,6 +73,7 @@ static void drain_deferred(kinfo *ki) {
 
 void *worker(void *arg) {
   (void)arg;
+  relax_capture_mode();
   for (;;) {
     pthread_mutex_lock(&q_lock);
     while (!q_head && !q_stop) pthread_cond_wait(&q_cond, &q_lock);
@@ -325,6 +326,10 @@ __attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **
   CUfunction fn = NULL;
   sentry *compiling = NULL;
   if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
+  if (stream_capturing(stream)) {   /* into a graph: the original, and nothing that could end the capture (cuda.c) */
+    atomic_fetch_add_explicit(&ki->captured, 1, memory_order_relaxed);
+    return NULL;
+  }
   job *j = NULL;
   int asked_first = 0;
   uint64_t t0 = now_ns(), t = t0;

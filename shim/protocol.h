@@ -32,9 +32,9 @@
 /* a variant's image: u32 name length, the entry point's name, the image */
 #define PROTO_IMAGE_HEAD 4
 
-/* per kernel for write_report: i32 kid, u64 launches, hits, fallbacks, launch_errors, compiling, gpu_us; name\0 */
-#define PROTO_COUNTERS 52
-#define PROTO_COUNTERS_U64 6
+/* per kernel for write_report: i32 kid, u64 launches, hits, fallbacks, launch_errors, compiling, captured, gpu_us; name\0 */
+#define PROTO_COUNTERS 60
+#define PROTO_COUNTERS_U64 7
 
 /* the shim's report figures, in write_report's order */
 enum {

@@ -318,7 +318,8 @@ void pass_deferred(kinfo *ki) {
 
 
 /* Per kernel launched: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch
- * errors, launches while compiling, sampled GPU ms x 1000, name\0 (protocol.COUNTERS). */
+ * errors, launches while compiling, launches captured, sampled GPU ms x 1000, name\0
+ * (protocol.COUNTERS). */
 static uint8_t *counters(size_t *len) {
   size_t n = 0;
   for (kinfo *k = all_kernels; k; k = k->next_all) n++;
@@ -329,7 +330,7 @@ static uint8_t *counters(size_t *len) {
     if (!atomic_load(&k->launches)) continue;
     int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
     uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
-                     atomic_load(&k->pending_launches), (uint64_t)(gpu_ms(k) * 1000.0)};
+                     atomic_load(&k->pending_launches), atomic_load(&k->captured), (uint64_t)(gpu_ms(k) * 1000.0)};
     memcpy(buf + *len, &kid, 4); memcpy(buf + *len + 4, c, sizeof c); *len += PROTO_COUNTERS;
     size_t nl = strnlen(k->name, 255);
     memcpy(buf + *len, k->name, nl); buf[*len + nl] = 0; *len += nl + 1;

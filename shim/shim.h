@@ -97,6 +97,7 @@ typedef struct __attribute__((aligned(64))) kinfo {
   uint32_t nglobals;
   char **globals;
   _Atomic uint64_t launch_errors, pending_launches;
+  _Atomic uint64_t captured;   /* launches into a stream capture: the original, always (stream_capturing) */
   /* The hash of the latest launch that found its variant not compiled yet: a launch that asks
    * for the same one again waits for it (PROTEUS_ASYNC_COMPILATION=auto). */
   _Atomic uint64_t unserved;
@@ -254,6 +255,9 @@ HIDDEN void register_atfork(void);
 HIDDEN int defer(kinfo *ki, void **params, dim3 grid, dim3 block);
 HIDDEN CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream);
 HIDDEN CUfunction pick_compiling(kinfo *ki, sentry *e, CUstream stream, int asked_first);
+HIDDEN extern _Atomic int captures_open;   /* stream captures begun and not ended (cuda.c) */
+HIDDEN int stream_capturing(CUstream s);
+HIDDEN void relax_capture_mode(void);
 HIDDEN CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo *ki,
                             CUcontext ctx, int ctx_free);
 

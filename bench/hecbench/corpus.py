@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROGRAMS_JSON = HERE / "programs.json"
 SUITES = ("paper", "corpus")
-RECIPES = ("plain", "recommended", "fembed-bitcode")
+RECIPES = ("plain", "recommended", "exact-fp", "fembed-bitcode")
 MASKED = "<masked>"
 # The corpus is drawn from names a..m; n..z stay untouched as an independent check.
 CORPUS_FIRST_LETTERS = "abcdefghijklm"

@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402
 
 MODES = ("sync-cold", "default-cold", "default-warm")
-TOOL_RECIPES = ("recommended", "fembed-bitcode")
+TOOL_RECIPES = ("recommended", "exact-fp", "fembed-bitcode")
 DEFAULT_RTOL = 1e-6  # numbers this close count as "close", not "differs"
 TAIL = 4000  # characters of stdout kept per run
 _print_lock = threading.Lock()
@@ -312,12 +312,13 @@ def markdown(results: list[dict], header: dict) -> str:
              "DIFF; CRASH = another exit code; TIMEOUT; REWRITE-FAILED; native-timeout / native-failed = nothing to compare "
              "with; `-` = not built.", ""]
     lines += summary(results) + [""]
-    lines += ["| program | suite | tags | specialized (sync-cold) | recommended | fembed-bitcode | note |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["| program | suite | tags | specialized (sync-cold) | recommended | exact-fp | fembed-bitcode | note |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         rec, fem = r["verdicts"].get("recommended"), r["verdicts"].get("fembed-bitcode")
         cells = [r["name"], r["suite"], ", ".join(r["tags"]), share_text((rec or {}).get("sync-cold")),
-                 _modes_cell(rec), _modes_cell(fem, r["builds"].get("fembed-bitcode")), r["note"].replace("|", "\\|")]
+                 _modes_cell(rec), _modes_cell(r["verdicts"].get("exact-fp"), r["builds"].get("exact-fp")),
+                 _modes_cell(fem, r["builds"].get("fembed-bitcode")), r["note"].replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -33,6 +33,9 @@ class Recipe:
     target_cpu: str | None  # what the device compilation was told to build for
     opt_level: str | None  # the compile's -O level: "0".."3", "s", "z"
     problem: str | None  # why the AOT code is handicapped, or None
+    # -ffp-contract: "fast" (clang's default for CUDA and HIP) lets a variant fuse other
+    # multiply-adds than the AOT code; "on" or "off" give identical results (docs/user/build.md)
+    fp_contract: str = "fast"
 
     @property
     def optimized(self) -> bool:
@@ -45,7 +48,7 @@ def classify(cmdline: tuple[str, ...] | list[str], triple: str = "", ptx_target:
     `arch`: the SM version of the cubin it came in (CUDA)."""
     args = list(cmdline)
     if not args:
-        return Recipe("unknown", "unknown", None, None, None)
+        return Recipe("unknown", "unknown", None, None, None, "unknown")
     target_cpu = args[args.index("-target-cpu") + 1] if "-target-cpu" in args[:-1] else None
     opt = next((a[2:] for a in reversed(args) if re.fullmatch(r"-O[0-3sz]?", a)), None)
     opt = "2" if opt == "" else opt  # -O alone means -O2 (clang's driver passes the number, but cc1 takes it)
@@ -65,7 +68,8 @@ def classify(cmdline: tuple[str, ...] | list[str], triple: str = "", ptx_target:
         name = "-fembed-bitcode"
     else:
         name = "two-step"
-    return Recipe(name, embedded, target_cpu, opt, problem)
+    contract = next((a.split("=", 1)[1] for a in reversed(args) if a.startswith("-ffp-contract=")), "fast")
+    return Recipe(name, embedded, target_cpu, opt, problem, "fast" if contract == "fast-honor-pragmas" else contract)
 
 
 def advice(app: str, recipe: Recipe) -> str:

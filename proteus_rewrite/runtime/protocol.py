@@ -54,10 +54,11 @@ def split_image_answer(answer: bytes) -> tuple[str, bytes]:
 
 
 # Per kernel, what the shim hands write_report: i32 kid (-1: never specialized), u64 launches,
-# table hits, fallbacks, launch errors, launches while its variant compiled, sampled GPU
-# microseconds; then the kernel's name, NUL-terminated.
-COUNTERS = struct.Struct("<iQQQQQQ")
-COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "compiling", "gpu_us")
+# table hits, fallbacks, launch errors, launches while its variant compiled, launches into a
+# stream capture (a graph's kernel node: always the original), sampled GPU microseconds; then
+# the kernel's name, NUL-terminated.
+COUNTERS = struct.Struct("<iQQQQQQQ")
+COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "compiling", "captured", "gpu_us")
 
 # The shim's report figures, in the order it passes them (ns, counts, CLOCK_MONOTONIC times).
 WAIT_FIELDS = ("python_start", "misses", "miss_count", "prepare_compiler", "exit", "prestart", "compiling",

@@ -81,16 +81,16 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
             print(f"proteus: warning: {os.environ['PROTEUS_PROFILE']}: cannot write the profile: {exc.strerror or exc}",
                   file=sys.stderr, flush=True)
     kernels = []
-    for kid, launches, hits, fallbacks, launch_errors, compiling, gpu_us, name in parse_counters(counters):
-        entry = {"name": name, "launches": launches, "fallback_launches": fallbacks + launch_errors + compiling,
-                 "launch_errors": launch_errors, "launches_while_compiling": compiling,
+    for kid, launches, hits, fallbacks, launch_errors, compiling, captured, gpu_us, name in parse_counters(counters):
+        entry = {"name": name, "launches": launches, "fallback_launches": fallbacks + launch_errors + compiling + captured,
+                 "launch_errors": launch_errors, "launches_while_compiling": compiling, "launches_captured": captured,
                  "gpu_ms_estimate": round(gpu_us / 1000.0, 3)}
         if kid >= 0:
             s = session._state.stats[kid]
             entry.update(
                 demangled=s.demangled,
                 globals=list(session._state.kernels[kid][1].globals),
-                specialized_launches=launches - fallbacks - launch_errors - compiling,
+                specialized_launches=launches - fallbacks - launch_errors - compiling - captured,
                 table_hits=hits,
                 specializations=s.specializations,
                 memory_cache_hits=s.memory_hits,
@@ -109,7 +109,7 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
                                     "folded_now": [record.params[i].index for i in sorted(s.tracker.folded)],
                                     "dims_now": [d for d, bit in ((BLOCK, 1), (GRID, 2)) if s.tracker.dims & bit]}
         else:
-            entry.update(specialized_launches=0, failures={"not specialized": fallbacks})
+            entry.update(specialized_launches=0, failures={"not specialized": fallbacks + captured})
         kernels.append(entry)
     doc = {
         "tool": f"proteus-rewrite {__version__}",

@@ -94,6 +94,14 @@ def test_the_recipe_is_read_from_the_recorded_command_line(cmdline, expected):
     assert (r.name, r.embedded, r.target_cpu, r.opt_level, r.problem) == expected
 
 
+@pytest.mark.parametrize("flags, contract", [([], "fast"), (["-ffp-contract=fast-honor-pragmas"], "fast"),
+                                             (["-ffp-contract=on"], "on"), (["-ffp-contract=fast", "-ffp-contract=off"], "off")])
+def test_the_recipe_says_how_floating_point_was_contracted(flags, contract):
+    """clang's CUDA default puts no flag on the line and means fast: the one that lets a
+    variant round differently (docs/user/build.md)."""
+    assert recipe.classify(["-cc1", "-triple", "nvptx64-nvidia-cuda", "-target-cpu", "sm_90", *flags]).fp_contract == contract
+
+
 def test_the_pipeline_takes_the_aot_compiles_tuning():
     """clang -O3 vectorizes with SLP as well as loops (LLVM's own default leaves SLP off)."""
     pre = pipeline.Tuning.from_cmdline(["-cc1", "-O3", "-vectorize-loops", "-vectorize-slp"])

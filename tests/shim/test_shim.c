@@ -10,6 +10,7 @@
 #include "shim.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <sys/wait.h>
 
 static int failures;
@@ -376,6 +377,60 @@ static void test_gpu_time_samples(void) {
   EXPECT(gpu_ms(&ki) > 9999.0 && gpu_ms(&ki) < 10001.0);   /* 0.5 ms x 20,000 launches */
 }
 
+/* Stream capture: a launch into a capture runs the original even where a variant is loaded
+ * (a graph's kernel node may get other arguments later), counted; the hit path asks the driver
+ * only while a capture is open; a miss into a capture does nothing (no resolution, no load). */
+static CUfunction launched_fn;
+static CUresult fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned shmem, CUstream s, void **p, void **e) {
+  (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)p; (void)e;
+  launched_fn = f;
+  return CUDA_SUCCESS;
+}
+static _Atomic int capturing_asked;
+static CUresult counting_capturing(CUstream s, int *c) { atomic_fetch_add(&capturing_asked, 1); return fake_capturing(s, c); }
+static CUresult fake_begin(CUstream s, int mode) { (void)s; (void)mode; return CUDA_SUCCESS; }
+static CUresult fake_end(CUstream s, void **g) { (void)s; *g = NULL; return CUDA_SUCCESS; }
+static void test_stream_capture(void) {
+  static kinfo ki, unresolved;
+  real_cuCtxGetCurrent = fake_ctx;
+  real_cuStreamIsCapturing = counting_capturing;
+  real_cuLaunchKernel = fake_launch;
+  real_cuStreamBeginCapture_v2 = fake_begin;
+  real_cuStreamEndCapture = fake_end;
+  ki.nparams = 1; ki.sizes[0] = 4; atomic_store(&ki.fold[0], 1);
+  ki.name = "k";
+  atomic_store(&ki.state, K_ACTIVE);
+  unresolved.name = "u";
+  pthread_mutex_lock(&reg_lock);
+  handle_insert((void *)0xf00, &ki, NULL);
+  handle_insert((void *)0xf01, &unresolved, NULL);
+  pthread_mutex_unlock(&reg_lock);
+  int a = 5;
+  void *params[1] = {&a};
+  dim3 d = {1, 1, 1};
+  uint8_t key[MAX_KEY];
+  int len = stable_key(&ki, params, d, d, key);
+  variant_insert(new_entry(&ki, (CUcontext)0x77, key, len, (CUfunction)0xbee, 0));
+  CUstream plain = (CUstream)0x5, cap = (CUstream)0xca9;
+
+  cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, plain, params, NULL);
+  EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&capturing_asked) == 0);   /* a hit; no capture open: not asked */
+  EXPECT(cuStreamBeginCapture_v2(cap, 0) == CUDA_SUCCESS && atomic_load(&captures_open) == 1);
+  cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, cap, params, NULL);
+  EXPECT(launched_fn == (CUfunction)0xf00 && atomic_load(&ki.captured) == 1);   /* into the graph: the original */
+  cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, plain, params, NULL);
+  EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&ki.captured) == 1);   /* another stream still hits */
+  cuLaunchKernel((CUfunction)0xf01, 1, 1, 1, 1, 1, 1, 0, cap, params, NULL);   /* a first launch, captured */
+  EXPECT(launched_fn == (CUfunction)0xf01 && atomic_load(&unresolved.captured) == 1 && atomic_load(&unresolved.state) == K_UNRESOLVED);
+  void *graph;
+  EXPECT(cuStreamEndCapture(cap, &graph) == CUDA_SUCCESS && atomic_load(&captures_open) == 0);
+  EXPECT(cuStreamEndCapture(plain, &graph) == CUDA_SUCCESS && atomic_load(&captures_open) == 0);   /* none open there */
+  int asked = atomic_load(&capturing_asked);
+  cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, plain, params, NULL);
+  EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&capturing_asked) == asked);
+}
+
 /* An app that ends with exit() from main: main's end is taken there (its CPU is not: exit
  * may come from another thread). In a child, since exit ends the process. */
 static void check_main_times(void) {
@@ -404,6 +459,7 @@ int main(void) {
   test_exit_drains_the_queue();
   test_await_variant();
   test_gpu_time_samples();
+  test_stream_capture();
   test_exit_from_main_times_main();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
   printf("shim unit tests: all passed\n");

@@ -1,0 +1,100 @@
+// Launches captured into a CUDA graph, as apps that replay work use them: the first launch of
+// a kernel inside a global-mode capture, a kernel already launched (and specialized) outside
+// the capture launched again inside it, and then the instantiated graph's node given a new
+// scalar the way a node is updated in place: its parameters read back (driver API,
+// cuGraphKernelNodeGetParams), one argument changed, set on the executable graph. A variant
+// with the capture-time value folded in would ignore the new one: each result is a checksum.
+#include <cuda.h>
+#include <cstring>
+#include "common.h"
+
+__global__ void bump(float *y, float by, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += by;
+}
+
+__global__ void scale_add(float *y, const float *x, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+
+typedef CUresult (*get_params_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+typedef CUresult (*set_params_fn)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+typedef CUresult (*func_name_fn)(const char **, CUfunction);
+
+static void *driver_fn(const char *name) {
+  void *fn = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
+  if (!fn || q != cudaDriverEntryPointSuccess) { fprintf(stderr, "no driver entry point %s\n", name); exit(1); }
+  return fn;
+}
+
+int main() {
+  const int n = 1 << 16, threads = 256, blocks = n / threads;
+  float *x, *y;
+  CHECK(cudaMalloc(&x, n * sizeof(float)));
+  CHECK(cudaMalloc(&y, n * sizeof(float)));
+  static float hx[1 << 16], hy[1 << 16];
+  for (int i = 0; i < n; ++i) hx[i] = (float)((i * 2654435761u) % 1000) / 1000.f;
+  CHECK(cudaMemcpy(x, hx, sizeof hx, cudaMemcpyHostToDevice));
+  CHECK(cudaMemset(y, 0, n * sizeof(float)));
+
+  // outside any capture: scale_add with a = 2 (a variant, under the tool)
+  scale_add<<<blocks, threads>>>(y, x, 2.f, n);
+  CHECK_LAUNCH();
+
+  cudaStream_t s;
+  CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  bump<<<blocks, threads, 0, s>>>(y, 0.25f, n);          // bump's first launch, inside the capture
+  scale_add<<<blocks, threads, 0, s>>>(y, x, 2.f, n);    // the same arguments as the launch outside
+  CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int r = 0; r < 3; ++r) CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost));
+  print_checksum("graph", hy, sizeof hy);
+
+  // the scale_add node, updated in place: a = 5
+  size_t count = 0;
+  CHECK(cudaGraphGetNodes(graph, nullptr, &count));
+  cudaGraphNode_t nodes[8];
+  if (count > 8) { fprintf(stderr, "unexpected graph: %zu nodes\n", count); return 1; }
+  CHECK(cudaGraphGetNodes(graph, nodes, &count));
+  get_params_fn get = (get_params_fn)driver_fn("cuGraphKernelNodeGetParams");
+  set_params_fn set = (set_params_fn)driver_fn("cuGraphExecKernelNodeSetParams");
+  func_name_fn name_of = (func_name_fn)driver_fn("cuFuncGetName");
+  int updated = 0;
+  for (size_t i = 0; i < count; ++i) {
+    cudaGraphNodeType type;
+    CHECK(cudaGraphNodeGetType(nodes[i], &type));
+    CUDA_KERNEL_NODE_PARAMS p;
+    const char *name = nullptr;
+    if (type != cudaGraphNodeTypeKernel || get((CUgraphNode)nodes[i], &p) != CUDA_SUCCESS ||
+        name_of(&name, p.func) != CUDA_SUCCESS || strncmp(name, "_Z9scale_add", 12) != 0)
+      continue;
+    float a = 5.f;
+    void *args[4] = {p.kernelParams[0], p.kernelParams[1], &a, p.kernelParams[3]};
+    p.kernelParams = args;
+    if (set((CUgraphExec)exec, (CUgraphNode)nodes[i], &p) != CUDA_SUCCESS) { fprintf(stderr, "set params failed\n"); return 1; }
+    updated = 1;
+  }
+  if (!updated) { fprintf(stderr, "scale_add's node not found\n"); return 1; }
+  for (int r = 0; r < 2; ++r) CHECK(cudaGraphLaunch(exec, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost));
+  print_checksum("graph_updated", hy, sizeof hy);
+
+  // outside the capture again: both kernels as usual
+  bump<<<blocks, threads>>>(y, 0.5f, n);
+  scale_add<<<blocks, threads>>>(y, x, 2.f, n);
+  CHECK_LAUNCH();
+  CHECK(cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost));
+  print_checksum("after", hy, sizeof hy);
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  return 0;
+}
