@@ -22,10 +22,10 @@ typedef CUresult (*get_params_fn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
 typedef CUresult (*set_params_fn)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
 typedef CUresult (*func_name_fn)(const char **, CUfunction);
 
-static void *driver_fn(const char *name) {
+static void *driver_fn(const char *name, unsigned version) {   // the version that brought the signature used
   void *fn = nullptr;
   cudaDriverEntryPointQueryResult q;
-  CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
+  CHECK(cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q));
   if (!fn || q != cudaDriverEntryPointSuccess) { fprintf(stderr, "no driver entry point %s\n", name); exit(1); }
   return fn;
 }
@@ -64,9 +64,9 @@ int main() {
   cudaGraphNode_t nodes[8];
   if (count > 8) { fprintf(stderr, "unexpected graph: %zu nodes\n", count); return 1; }
   CHECK(cudaGraphGetNodes(graph, nodes, &count));
-  get_params_fn get = (get_params_fn)driver_fn("cuGraphKernelNodeGetParams");
-  set_params_fn set = (set_params_fn)driver_fn("cuGraphExecKernelNodeSetParams");
-  func_name_fn name_of = (func_name_fn)driver_fn("cuFuncGetName");
+  get_params_fn get = (get_params_fn)driver_fn("cuGraphKernelNodeGetParams", 12000);
+  set_params_fn set = (set_params_fn)driver_fn("cuGraphExecKernelNodeSetParams", 12000);
+  func_name_fn name_of = (func_name_fn)driver_fn("cuFuncGetName", 12030);
   int updated = 0;
   for (size_t i = 0; i < count; ++i) {
     cudaGraphNodeType type;
