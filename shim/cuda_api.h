@@ -83,7 +83,9 @@ HIDDEN CUresult w_cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev);
  * every 64th launch of a long run would keep paying for no better estimate. */
 #define SAMPLES_DENSE 16
 static inline int sample_begin(kinfo *ki, CUstream s) {
-  if (!ki) return 0;
+  /* while a capture is open anywhere, no event calls: a global-mode capture forbids them to
+   * every thread in the process, and one made would end it invalid (cuda.c: stream capture) */
+  if (!ki || atomic_load_explicit(&captures_open, memory_order_relaxed)) return 0;
   uint64_t n = atomic_load_explicit(&ki->launches, memory_order_relaxed);
   if ((n & 63) != 2 || ((n & 4095) != 2 && atomic_load_explicit(&ki->samples, memory_order_relaxed) >= SAMPLES_DENSE)) return 0;
   int idle = SAMPLE_IDLE;
@@ -105,7 +107,9 @@ static inline void sample_end(kinfo *ki, CUstream s, int started) {
 
 /* Collect a finished sample; called on later launches, never waits for the GPU. */
 static inline void sample_poll(kinfo *ki) {
-  if (!ki || atomic_load_explicit(&ki->sample_state, memory_order_acquire) != SAMPLE_PENDING) return;
+  if (!ki || atomic_load_explicit(&ki->sample_state, memory_order_acquire) != SAMPLE_PENDING ||
+      atomic_load_explicit(&captures_open, memory_order_relaxed))
+    return;
   int pending = SAMPLE_PENDING;
   CUresult q = real_cuEventQuery(ki->ev[1]);
   if (q == 600 /* CUDA_ERROR_NOT_READY */) return;

@@ -254,6 +254,8 @@ CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
   }
   uint64_t t0 = now_ns();
   if (py.GILStateCheck && py.GILStateCheck()) return NULL;
+  /* no stream queries while a capture is open anywhere (cuda.c: stream capture) */
+  if (atomic_load_explicit(&captures_open, memory_order_relaxed)) return atomic_load_explicit(&e->fn, memory_order_acquire);
   unsigned rounds = 0;
   int idle = 0;
   while (atomic_load_explicit(&e->pending, memory_order_acquire) && !__atomic_load_n(&q_stop, __ATOMIC_ACQUIRE)) {

@@ -423,6 +423,14 @@ static void test_stream_capture(void) {
   EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&ki.captured) == 1);   /* another stream still hits */
   cuLaunchKernel((CUfunction)0xf01, 1, 1, 1, 1, 1, 1, 0, cap, params, NULL);   /* a first launch, captured */
   EXPECT(launched_fn == (CUfunction)0xf01 && atomic_load(&unresolved.captured) == 1 && atomic_load(&unresolved.state) == K_UNRESOLVED);
+  /* while the capture is open: no event record or query on any launch (HeCBench graphExecution
+   * crashed now and then when a pending sample was collected inside its capture) */
+  int before = atomic_load(&records);
+  atomic_store(&ki.sample_state, SAMPLE_PENDING);
+  atomic_store(&ki.launches, 1);   /* the next launch is the 2nd: one that starts a sample */
+  cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, plain, params, NULL);
+  EXPECT(atomic_load(&ki.sample_state) == SAMPLE_PENDING && atomic_load(&records) == before);
+  atomic_store(&ki.sample_state, SAMPLE_IDLE);
   void *graph;
   EXPECT(cuStreamEndCapture(cap, &graph) == CUDA_SUCCESS && atomic_load(&captures_open) == 0);
   EXPECT(cuStreamEndCapture(plain, &graph) == CUDA_SUCCESS && atomic_load(&captures_open) == 0);   /* none open there */
