@@ -266,8 +266,11 @@ def stamp(ctx: Context, args: argparse.Namespace) -> dict:
 
 
 def tool_commit(tool: list[str]) -> str:
-    """The tool's git commit: from the checkout the tool (a venv's bin/ inside it) or this
-    script lives in, else $PROTEUS_COMMIT (a GPU host may have the tool installed without .git)."""
+    """The tool's git commit: $PROTEUS_COMMIT where the caller names it (a GPU host's copy of
+    the tree may carry a stale .git), else from the checkout the tool (a venv's bin/ inside it)
+    or this script lives in."""
+    if os.environ.get("PROTEUS_COMMIT"):
+        return os.environ["PROTEUS_COMMIT"]
     candidates = []
     found = shutil.which(tool[0])
     if found:
@@ -282,7 +285,7 @@ def tool_commit(tool: list[str]) -> str:
             dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
                                    capture_output=True, text=True).stdout.strip()
             return proc.stdout.strip() + ("+dirty" if dirty else "")
-    return os.environ.get("PROTEUS_COMMIT", "unknown")
+    return "unknown"
 
 
 def gpu_info(nvidia_smi: str) -> str:
