@@ -190,60 +190,6 @@ CUfunction load_image(kinfo *ki, uint8_t *image, const char *name) {
 }
 
 
-/* ------------------------------------------------------------------ stream capture
- *
- * A launch into a stream capture becomes a kernel node of the app's graph, which the app may
- * give other arguments later (cuGraphExecKernelNodeSetParams, a node's parameters read, changed
- * and set back) while a variant has the capture-time values folded in: so a captured launch
- * runs the original, always. Nor may a miss run in the capturing thread: loading a module
- * there is a call a global-mode capture forbids, and the capture would end invalid (the app's
- * graph NULL: HeCBench graphExecution crashed so under PROTEUS_ASYNC_COMPILATION=0). The hit
- * path asks the driver only while some capture is open (captures_open, counted by the Begin/
- * EndCapture wrappers below); a miss always asks. */
-_Atomic int captures_open;
-
-int stream_capturing(CUstream s) {
-  int status = 0;
-  if (!real_cuStreamIsCapturing) return 0;
-  CUresult r = real_cuStreamIsCapturing(s, &status);
-  /* 906 CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream, while another one captures */
-  return (r == CUDA_SUCCESS && status != 0) || r == 906;
-}
-
-/* Our own threads (compile workers, the prestart thread) load modules whatever the app's
- * threads capture: relaxed mode, as CUDA asks of libraries, so a global-mode capture elsewhere
- * neither forbids those loads nor is ended by them. */
-void relax_capture_mode(void) {
-  int mode = 2;   /* CU_STREAM_CAPTURE_MODE_RELAXED */
-  if (real_cuThreadExchangeStreamCaptureMode) real_cuThreadExchangeStreamCaptureMode(&mode);
-}
-
-static CUresult begun(CUresult r) {
-  if (r == CUDA_SUCCESS) atomic_fetch_add(&captures_open, 1);
-  return r;
-}
-static CUresult w_cuStreamBeginCapture_v2(CUstream s, int mode) { return begun(real_cuStreamBeginCapture_v2(s, mode)); }
-static CUresult w_cuStreamBeginCapture_ptsz(CUstream s, int mode) { return begun(real_cuStreamBeginCapture_ptsz(s, mode)); }
-static CUresult w_cuStreamBeginCaptureToGraph(CUstream s, void *g, const void *deps, const void *edges, size_t n, int mode) {
-  return begun(real_cuStreamBeginCaptureToGraph(s, g, deps, edges, n, mode));
-}
-static CUresult w_cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *g, const void *deps, const void *edges, size_t n, int mode) {
-  return begun(real_cuStreamBeginCaptureToGraph_ptsz(s, g, deps, edges, n, mode));
-}
-/* A capture that was open (or invalidated) ends here, whatever EndCapture answers. */
-static CUresult end_with(CUresult (*real)(CUstream, void **), CUstream s, CUstream asked, void **graph) {
-  int status = 0;
-  int open = real_cuStreamIsCapturing && real_cuStreamIsCapturing(asked, &status) == CUDA_SUCCESS && status != 0;
-  CUresult r = real(s, graph);
-  if (open && atomic_load(&captures_open) > 0) atomic_fetch_sub(&captures_open, 1);
-  return r;
-}
-static CUresult w_cuStreamEndCapture(CUstream s, void **g) { return end_with(real_cuStreamEndCapture, s, s, g); }
-static CUresult w_cuStreamEndCapture_ptsz(CUstream s, void **g) {
-  return end_with(real_cuStreamEndCapture_ptsz, s, s ? s : (CUstream)0x2 /* CU_STREAM_PER_THREAD */, g);
-}
-
-
 /* Whether the GPU still has work queued on the stream (a capturing stream says no: a query
  * would end the capture). */
 int stream_busy(CUstream s) {

@@ -76,6 +76,13 @@ HIDDEN CUresult w_cuFuncSetAttribute(CUfunction f, int attrib, int value);
 HIDDEN CUresult w_cuFuncSetCacheConfig(CUfunction f, int config);
 HIDDEN CUresult w_cuKernelSetAttribute(int attrib, int value, CUkernel k, CUdevice dev);
 HIDDEN CUresult w_cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev);
+/* stream capture (cuda_capture.c) */
+HIDDEN CUresult w_cuStreamBeginCapture_v2(CUstream s, int mode);
+HIDDEN CUresult w_cuStreamBeginCapture_ptsz(CUstream s, int mode);
+HIDDEN CUresult w_cuStreamBeginCaptureToGraph(CUstream s, void *g, const void *deps, const void *edges, size_t n, int mode);
+HIDDEN CUresult w_cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *g, const void *deps, const void *edges, size_t n, int mode);
+HIDDEN CUresult w_cuStreamEndCapture(CUstream s, void **g);
+HIDDEN CUresult w_cuStreamEndCapture_ptsz(CUstream s, void **g);
 
 /* ---- GPU time samples: a pair of events around a few launches: the 2nd, then every 64th
  * until SAMPLES_DENSE samples, then every 4,096th. The budget multiplies their mean by the
@@ -84,7 +91,7 @@ HIDDEN CUresult w_cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev);
 #define SAMPLES_DENSE 16
 static inline int sample_begin(kinfo *ki, CUstream s) {
   /* while a capture is open anywhere, no event calls: a global-mode capture forbids them to
-   * every thread in the process, and one made would end it invalid (cuda.c: stream capture) */
+   * every thread in the process, and one made would end it invalid (cuda_capture.c) */
   if (!ki || atomic_load_explicit(&captures_open, memory_order_relaxed)) return 0;
   uint64_t n = atomic_load_explicit(&ki->launches, memory_order_relaxed);
   if ((n & 63) != 2 || ((n & 4095) != 2 && atomic_load_explicit(&ki->samples, memory_order_relaxed) >= SAMPLES_DENSE)) return 0;

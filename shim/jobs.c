@@ -254,7 +254,7 @@ CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
   }
   uint64_t t0 = now_ns();
   if (py.GILStateCheck && py.GILStateCheck()) return NULL;
-  /* no stream queries while a capture is open anywhere (cuda.c: stream capture) */
+  /* no stream queries while a capture is open anywhere (cuda_capture.c) */
   if (atomic_load_explicit(&captures_open, memory_order_relaxed)) return atomic_load_explicit(&e->fn, memory_order_acquire);
   unsigned rounds = 0;
   int idle = 0;
@@ -328,7 +328,7 @@ __attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **
   CUfunction fn = NULL;
   sentry *compiling = NULL;
   if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
-  if (stream_capturing(stream)) {   /* into a graph: the original, and nothing that could end the capture (cuda.c) */
+  if (stream_capturing(stream)) {   /* into a graph: the original, and nothing that could end the capture (cuda_capture.c) */
     atomic_fetch_add_explicit(&ki->captured, 1, memory_order_relaxed);
     return NULL;
   }

@@ -255,7 +255,7 @@ HIDDEN void register_atfork(void);
 HIDDEN int defer(kinfo *ki, void **params, dim3 grid, dim3 block);
 HIDDEN CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream);
 HIDDEN CUfunction pick_compiling(kinfo *ki, sentry *e, CUstream stream, int asked_first);
-HIDDEN extern _Atomic int captures_open;   /* stream captures begun and not ended (cuda.c) */
+HIDDEN extern _Atomic int captures_open;   /* stream captures begun and not ended (cuda_capture.c) */
 HIDDEN int stream_capturing(CUstream s);
 HIDDEN void relax_capture_mode(void);
 HIDDEN CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo *ki,
