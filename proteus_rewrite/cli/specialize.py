@@ -82,6 +82,9 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
         info.append(f"bounds   amdgpu-flat-work-group-size 1,{threads}")
     elif result.plan.max_threads:
         info.append("bounds   maxntid {} minctasm {}".format(",".join(map(str, result.plan.max_threads)), result.plan.min_ctas))
+    if result.plan.max_registers:
+        info.append(f"registers at most {result.plan.max_registers} (the AOT code: {record.aot_registers})")
+    info.extend(f"note     {n}" for n in result.notes)
     if record.globals and not relink:
         info.append(f"globals  {', '.join(record.globals)} keep their own copies here (pass --global NAME=ADDR to redirect)")
     info.append("time     " + ", ".join(f"{k} {v:.1f} ms" for k, v in result.timings_ms.items()))

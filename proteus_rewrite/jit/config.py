@@ -81,7 +81,8 @@ class CodegenConfig:
     ptx_compiler: str = "auto"  # PROTEUS_PTX_COMPILER (ours): auto | nvjitlink | ptxas | driver
     tuned_max_threads: int | None = None  # TunedMaxThreads from PROTEUS_TUNED_KERNELS
     min_blocks_per_sm: int | None = None  # MinBlocksPerSM, applied only when the block size is TunedMaxThreads
-    cap_registers: bool = True  # PROTEUS_CAP_REGISTERS (ours): at most the AOT code's registers per thread
+    cap_registers: bool = True  # PROTEUS_CAP_REGISTERS (ours): at most the registers that keep the AOT code's occupancy
+    occupancy_step: bool = True  # PROTEUS_OCCUPANCY_STEP (ours): try one more block per SM (specializer._step_occupancy)
 
     def key_fields(self) -> dict:
         return dict(_key_fields(self))
@@ -206,6 +207,7 @@ def _codegen_from_env(env: Mapping[str, str]) -> CodegenConfig:
         opt_pipeline=env.get("PROTEUS_OPT_PIPELINE") or None,
         ptx_compiler=compiler,
         cap_registers=_bool(env, "PROTEUS_CAP_REGISTERS", True),
+        occupancy_step=_bool(env, "PROTEUS_OCCUPANCY_STEP", True),
     )
 
 
@@ -261,7 +263,7 @@ def _tuned(path: str | None, env_codegen: CodegenConfig, notes: list[str]) -> di
         raise SpecializeError("PROTEUS_TUNED_KERNELS: the top level must be an object {kernel: {...}}", path)
     # Upstream's keys left out take upstream's defaults; this tool's own settings stay the environment's.
     base = CodegenConfig(ptx_compiler=env_codegen.ptx_compiler, specialize_alignment=env_codegen.specialize_alignment,
-                         cap_registers=env_codegen.cap_registers)
+                         cap_registers=env_codegen.cap_registers, occupancy_step=env_codegen.occupancy_step)
     out = {}
     for kernel, entry in doc.items():
         if not isinstance(entry, dict):  # upstream skips it silently

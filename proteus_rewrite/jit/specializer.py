@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import re
 import logging
 import threading
 import time
@@ -30,8 +31,9 @@ import llvmlite
 from .. import __version__, faults
 from ..cache import CacheChain, Entry
 from ..errors import SpecializeError
+from ..fatbin import cubin as cubin_format
 from ..fatbin.table import KernelRecord, KernelTable
-from . import codegen, pipeline
+from . import codegen, occupancy, pipeline
 from .config import CodegenConfig, Config
 from .launch import Launch, foldable, ir_constant, python_value
 from .plan import Findings, Plan, variant_name
@@ -132,11 +134,22 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
         alignment=alignment,
         globals=globals_,
         relink_globals=relink_globals,
-        # LLVM 22 + nvJitLink allocated more registers than clang 19 + ptxas for some kernels
-        # (calc_eos 36-38 vs 32, adam_update unspecialized 52 vs 41: achieved occupancy fell from
-        # 80% to 57% and 58% to 47%, Nsight Compute on the H100), costing more than folding gained.
-        max_registers=kernel.aot_registers if cg.cap_registers and isinstance(kernel.arch, int) else None,
+        max_registers=_register_cap(kernel, launch, cg),
     )
+
+
+def _register_cap(kernel: KernelRecord, launch: Launch, cg: CodegenConfig) -> int | None:
+    """LLVM 22 + nvJitLink allocated more registers than clang 19 + ptxas for some kernels
+    (calc_eos 36-38 vs 32, adam_update unspecialized 52 vs 41: achieved occupancy fell from 80%
+    to 57% and 58% to 47%, Nsight Compute on the H100), costing more than folding gained. So a
+    variant may use as many registers as keep the AOT code's blocks per SM at this launch's
+    block size (occupancy.py); a variant that serves any block size keeps the AOT count."""
+    if not (cg.cap_registers and isinstance(kernel.arch, int) and kernel.aot_registers):
+        return None
+    if "block" in launch.unknown_dims:
+        return kernel.aot_registers
+    threads = launch.block[0] * launch.block[1] * launch.block[2]
+    return occupancy.register_budget(kernel.aot_registers, threads, kernel.arch)
 
 
 def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, ptx_target: tuple,
@@ -166,8 +179,8 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
 # name: raised with every change that can change the code for the same inputs, so that a disk
 # cache written by an earlier version is not served. 2: undefined values defined as zero,
 # clang's pipeline tuning (SLP vectorization), the original kernel's FP attributes kept.
-# 3: FP contraction as clang's (-nvptx-fma-level).
-CODEGEN_REVISION = 3
+# 3: FP contraction as clang's (-nvptx-fma-level). 4: one more block per SM where it spills little.
+CODEGEN_REVISION = 4
 
 
 @functools.lru_cache(maxsize=1024)
@@ -272,7 +285,58 @@ def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, 
     faults.check("cubin")
     image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
     timings["cubin"] = _ms(t)
+    if cg.occupancy_step and plan.max_registers and plan.max_threads and kernel.aot_registers:
+        t = time.perf_counter()
+        ptx, image = _step_occupancy(ptx, image, plan, kernel.aot_registers, cg, arch, found)
+        timings["step"] = _ms(t)
     return Compiled(image, ptx, ir_text, found)
+
+
+# A variant tried at one more block per SM is kept when ptxas fits it in at most this many bytes
+# of stack per thread more than the variant at the AOT occupancy, and the registers it must shed
+# are at most this share of what it used. HeCBench rsbench's lookup (LLVM 22: 151 registers, one
+# block of 256 per SM, as the AOT code's 130) fits two blocks at 128 with 48 more bytes.
+STEP_MAX_STACK_GROWTH = 64
+STEP_MAX_REGISTER_CUT = 0.2
+
+
+def _step_occupancy(ptx: codegen.PTX, image, plan: Plan, aot_registers: int, cg: CodegenConfig, arch: int,
+                    found: Findings):
+    """The variant at one more resident block per SM than the AOT code, where that costs little
+    spilling; otherwise the variant as compiled. LLVM 22's code needs more registers than clang
+    19's for some kernels (rsbench's lookup 151 or more where LLVM 19's fits 128), and upstream
+    Proteus, LLVM 19 throughout, then runs at twice the AOT code's residency."""
+    threads = plan.max_threads[0] * plan.max_threads[1] * plan.max_threads[2]
+    entry = plan.entry or ""
+    try:
+        first = cubin_format.resources(image.data).get(entry)
+    except Exception:  # noqa: BLE001  the image loads or not on its own; this is only a second try
+        return ptx, image
+    if first is None or first.registers is None or first.stack is None:
+        return ptx, image
+    level = occupancy.blocks_per_sm(first.registers, threads, arch)
+    aot_level = occupancy.blocks_per_sm(aot_registers, threads, arch)
+    if level is None or aot_level is None or level > aot_level:
+        return ptx, image
+    budget = occupancy.register_budget_for(aot_level + 1, threads, arch)
+    if budget is None or budget < first.registers * (1 - STEP_MAX_REGISTER_CUT):
+        return ptx, image
+    stepped_text, n = re.subn(r"^(\s*)\.maxnreg \d+", rf"\g<1>.maxnreg {budget}", ptx.text, count=1, flags=re.M)
+    if not n:
+        return ptx, image
+    stepped_ptx = codegen.PTX(stepped_text, ptx.arch)
+    try:
+        stepped = codegen.compile_ptx(stepped_ptx, cg.ptx_compiler, cg.codegen_opt_level)
+        second = cubin_format.resources(stepped.data).get(entry)
+    except Exception:  # noqa: BLE001
+        return ptx, image
+    if second is None or second.stack is None or second.stack - first.stack > STEP_MAX_STACK_GROWTH:
+        found.notes.append(f"kept {first.registers} registers: at {budget} for {aot_level + 1} blocks per SM "
+                           f"it needs {second.stack if second else '?'} bytes of stack per thread, not {first.stack}")
+        return ptx, image
+    found.notes.append(f"{second.registers} registers, {aot_level + 1} blocks per SM (the AOT code: {aot_level}), "
+                       f"stack {first.stack} -> {second.stack} bytes per thread")
+    return stepped_ptx, stepped
 
 
 def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, timings: dict[str, float],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import struct
@@ -9,7 +10,7 @@ import struct
 import pytest
 
 from proteus_rewrite.errors import SpecializeError
-from proteus_rewrite.jit import Config, Launch, specialize, specializer
+from proteus_rewrite.jit import Config, Launch, occupancy, specialize, specializer
 from proteus_rewrite.jit.launch import ir_constant, parse_value
 from proteus_rewrite.fatbin.kernels import ParamRecord
 
@@ -264,13 +265,20 @@ def test_warm_up_compiles_a_kernel_through_every_step():
     assert specializer.warm_up(90) > 0
 
 
-def test_registers_are_capped_at_the_aot_count_unless_turned_off(table, tmp_path):
+def test_registers_are_capped_at_the_aot_occupancy_unless_turned_off(table, tmp_path):
     t = table("loop_count")
     k = kernel(t, "axpy_loop")
     assert k.aot_registers and 0 < k.aot_registers <= 255  # from the cubin's EIATTR_REGCOUNT
-    launch = launch_for(k, {1: "3"})
+    launch = launch_for(k, {1: "3"}, block=(1024, 1, 1))
     capped = specialize(t, k, launch, CFG)
-    assert f".maxnreg {k.aot_registers}" in ptx_body(capped)
+    # a 1024-thread block: as many registers as still fit the AOT code's blocks on an SM
+    budget = occupancy.register_budget(k.aot_registers, 1024, 90)
+    assert budget >= k.aot_registers and occupancy.blocks_per_sm(budget, 1024, 90) == \
+        occupancy.blocks_per_sm(k.aot_registers, 1024, 90)
+    assert f".maxnreg {budget}" in ptx_body(capped)
+    # a variant that serves any block size cannot know the block: the AOT count itself
+    any_block = dataclasses.replace(launch, unknown_dims=frozenset({"block", "grid"}))
+    assert f".maxnreg {k.aot_registers}" in ptx_body(specialize(t, k, any_block, CFG))
     free = specialize(t, k, launch, Config.from_env({"PROTEUS_CAP_REGISTERS": "0"}))
     assert ".maxnreg" not in ptx_body(free) and free.key != capped.key
     tuned = tmp_path / "tuned.json"
@@ -299,3 +307,41 @@ def test_size_levels_optimize_for_size(table):
     from proteus_rewrite.jit import pipeline
 
     assert pipeline.key_note("default<Oz>") and pipeline.key_note("default<O3>") is None
+
+
+def _stepping(monkeypatch, first, second):
+    """_step_occupancy over a fake PTX compiler: `first` is the variant at the AOT occupancy,
+    `second` what ptxas makes of it with one more block per SM (registers, stack)."""
+    from proteus_rewrite.fatbin import cubin
+    from proteus_rewrite.jit import codegen
+    from proteus_rewrite.jit.plan import Findings, Plan
+
+    made = []
+    monkeypatch.setattr(codegen, "compile_ptx", lambda ptx, *a: made.append(ptx.text) or codegen.Cubin(b"2", 90))
+    monkeypatch.setattr(cubin, "resources", lambda data: {"k": cubin.Resources(*(first if data == b"1" else second))})
+    plan = Plan({}, (256, 1, 1), None, True, False, (256, 1, 1), 1, max_registers=255, entry="k")
+    ptx = codegen.PTX(".entry k\n.maxntid 256, 1, 1\n.minnctapersm 1\n.maxnreg 255\n{\n}\n", 90)
+    found = Findings()
+    out_ptx, image = specializer._step_occupancy(ptx, codegen.Cubin(b"1", 90), plan, 130, specializer.CodegenConfig(),
+                                                 90, found)
+    return out_ptx, image, made, found
+
+
+def test_occupancy_step_takes_one_more_block_per_sm_when_it_spills_little(monkeypatch):
+    # rsbench's lookup on the H100: 151 registers (one block of 256), 128 with 40 more bytes
+    ptx, image, made, found = _stepping(monkeypatch, (151, 104), (128, 144))
+    assert image.data == b"2" and ".maxnreg 128" in ptx.text and len(made) == 1
+    assert "2 blocks per SM" in found.notes[0]
+
+
+def test_occupancy_step_keeps_the_first_variant_when_it_would_spill_much(monkeypatch):
+    ptx, image, made, found = _stepping(monkeypatch, (151, 104), (128, 104 + specializer.STEP_MAX_STACK_GROWTH + 8))
+    assert image.data == b"1" and ".maxnreg 255" in ptx.text and len(made) == 1
+    assert "kept 151 registers" in found.notes[0]
+
+
+def test_occupancy_step_is_not_tried_where_it_cannot_pay(monkeypatch):
+    # already above the AOT code's residency, or too many registers to shed (sw4ck's kernel1: 255)
+    for first in ((120, 0), (255, 80)):
+        _ptx, image, made, _found = _stepping(monkeypatch, first, (128, 0))
+        assert image.data == b"1" and not made
