@@ -112,8 +112,9 @@ class Bench:
         hec, up = Path(self.a.hec) / prog, Path(self.a.proteus)
         res = self.doc["programs"].setdefault(prog, {})
         res["plain"] = self.series(prog, "plain", [str(hec / "main_plain"), *args], hec, {}, self.a.reps)
-        # the bitcode-carrying build natively: the output ours must print (judge())
-        res["native"] = self.series(prog, "native", [str(hec / "main_all"), *args], hec, {}, 1)
+        # the bitcode-carrying build natively: the output ours must print (judge()), and the
+        # speed of the binary the tool is given (the ratio "ours / native")
+        res["native"] = self.series(prog, "native", [str(hec / "main_all"), *args], hec, {}, self.a.reps)
         self.save()
         # ours: the recommended build, rewritten (the rewritten executable loads the shim itself)
         rec = self.out / "rewritten" / prog
@@ -128,10 +129,11 @@ class Bench:
             exe = [str(rec / "main_all"), *args]
             res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")}, 1)
             res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps)
-            if prog in self.a.nocap:   # the register cap (AOT's count) lifted: its own cache, filled first
-                nocap = {"PROTEUS_CACHE_DIR": str(cache) + "-nocap", "PROTEUS_CAP_REGISTERS": "0"}
-                self.series(prog, "ours-nocap-cold", exe, rec, nocap, 1)
-                res["ours_nocap_warm"] = self.series(prog, "ours-nocap-warm", exe, rec, nocap, self.a.reps)
+            if self.a.alt:   # another setting of ours (--alt): its own cache, filled first
+                alt = {"PROTEUS_CACHE_DIR": str(cache) + "-alt", **alt_env(self.a.alt)}
+                self.series(prog, "ours-alt-cold", exe, rec, alt, 1)
+                res["ours_alt_warm"] = self.series(prog, "ours-alt-warm", exe, rec, alt, self.a.reps)
+                res["alt"] = self.a.alt
             if self.a.kernel_trace_lib:
                 trace = self.out / f"{prog}.kernels.txt"
                 res["ours_traced"] = self.series(prog, "ours-traced", exe, rec, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
@@ -193,6 +195,16 @@ class Bench:
                 self.doc.setdefault("extra", {}).setdefault(spec, {})["error"] = f"{type(exc).__name__}: {exc}"
             self.save()
         return 0
+
+
+def alt_env(settings: list[str]) -> dict[str, str]:
+    env = {}
+    for item in settings:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("PROTEUS_"):
+            raise ValueError(f"--alt {item!r}: expected PROTEUS_NAME=VALUE")
+        env[name] = value
+    return env
 
 
 def judge(res: dict) -> None:
@@ -258,23 +270,24 @@ def markdown(doc: dict) -> str:
              "one device call:", ""]
     lines += [f"- {c['date']}: commit {c['commit']}, {c['gpu']}: {', '.join(c['programs'])}" for c in calls]
     lines += ["",
-             "| program | metric | plain | ours warm | Proteus warm | ours / plain | Proteus / plain | ours cold e2e s | Proteus cold e2e s | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| program | metric | plain | native (bitcode build) | ours warm | Proteus warm | ours / plain | Proteus / plain | ours / native | ours cold e2e s | Proteus cold e2e s | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for prog, r in doc["programs"].items():
         if "plain" not in r:
-            lines.append(f"| {prog} | {r.get('error', 'not run')} |" + " |" * 11)
+            lines.append(f"| {prog} | {r.get('error', 'not run')} |" + " |" * 13)
             continue
         for name, _, better in PROGRAMS[prog][1]:
             cells = []
             base = (r["plain"]["metrics"].get(name) or {}).get("median")
-            for key in ("plain", "ours_warm", "proteus_warm"):
+            for key in ("plain", "native", "ours_warm", "proteus_warm"):
                 m = (r.get(key, {}).get("metrics", {}) or {}).get(name)
                 cells.append(f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g})" if m else "-")
             ratios = []
-            for key in ("ours_warm", "proteus_warm"):
+            for key, ref in (("ours_warm", base), ("proteus_warm", base),
+                             ("ours_warm", ((r.get("native", {}).get("metrics") or {}).get(name) or {}).get("median"))):
                 m = (r.get(key, {}).get("metrics", {}) or {}).get(name)
-                if m and base:
-                    ratios.append(f"{(m['median'] / base if better == 'higher' else base / m['median']):.2f}x")
+                if m and ref:
+                    ratios.append(f"{(m['median'] / ref if better == 'higher' else ref / m['median']):.2f}x")
                 else:
                     ratios.append("-")
             cold = [f"{r[k]['wall_s']['median']:.2f}" if r.get(k, {}).get("wall_s") else "-" for k in ("ours_cold", "proteus_cold")]
@@ -292,11 +305,12 @@ def markdown(doc: dict) -> str:
                           if all(r.get(k, {}).get("wall_s") for k in ("plain", "ours_warm", "proteus_warm")))]
     for p, r in doc["programs"].items():
         for name, _, better in PROGRAMS[p][1]:
-            m, base = (r.get("ours_nocap_warm", {}).get("metrics") or {}).get(name), (r.get("plain", {}).get("metrics") or {}).get(name)
+            m, base = (r.get("ours_alt_warm", {}).get("metrics") or {}).get(name), (r.get("plain", {}).get("metrics") or {}).get(name)
             if m and base:
                 ratio = m["median"] / base["median"] if better == "higher" else base["median"] / m["median"]
-                lines.append(f"\n{p} {name}, ours warm without the register cap (PROTEUS_CAP_REGISTERS=0): "
-                             f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g}), {ratio:.2f}x plain")
+                lines.append(f"\n{p} {name}, ours warm with {' '.join(r.get('alt', []))}: "
+                             f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g}), {ratio:.2f}x plain"
+                             + ("" if r["ours_alt_warm"].get("all_ok") else " (output differs from native)"))
     for spec, r in doc.get("extra", {}).items():
         nat = r.get("native", {}).get("runs") or [{}]
         said = {k: ("yes" if r[k]["all_ok"] else "NO") for k in ("ours_sync", "ours_warm") if k in r}
@@ -326,8 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=420, help="start no program after this many seconds")
     ap.add_argument("--grace-s", type=float, default=100, help="and start no run this long after that")
     ap.add_argument("--programs", nargs="*", default=list(PROGRAMS), choices=list(PROGRAMS))
-    ap.add_argument("--nocap", nargs="*", default=[], choices=list(PROGRAMS),
-                    help="programs also run warm with PROTEUS_CAP_REGISTERS=0 (the series ours_nocap_warm)")
+    ap.add_argument("--alt", nargs="*", default=[], metavar="PROTEUS_X=V",
+                    help="every program also runs warm with these settings of ours (the series ours_alt_warm)")
     ap.add_argument("--extra", nargs="*", default=[], metavar="PROG=BUILD",
                     help="another build of a program, natively and under the tool, for output identity")
     ap.add_argument("--kernel-trace-lib", default="", help="a CUPTI injection library (tests/support/kernel_trace.c)")

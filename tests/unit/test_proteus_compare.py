@@ -41,16 +41,17 @@ def test_figures_ratios_and_output_check(tmp_path):
     tool.chmod(0o755)
     out = tmp_path / "out"
     assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out),
-                    "--programs", "rsbench", "--commit", "abc", "--nocap", "rsbench"]) == 0
+                    "--programs", "rsbench", "--commit", "abc", "--alt", "PROTEUS_OCCUPANCY_STEP=0"]) == 0
     doc = json.loads((out / "proteus-compare.json").read_text())
     r = doc["programs"]["rsbench"]
     assert r["plain"]["metrics"]["kernel lookups/s"]["median"] == 10_000_000  # the kernel-only rate, not the total
     assert r["ours_warm"]["all_ok"] and not r["proteus_warm"]["all_ok"]  # timing masked, checksum not
     md = (out / "proteus-compare.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| rsbench"))
-    assert "| 1.25x | 2.00x |" in row
+    assert "| 1.25x | 2.00x | 1.00x |" in row  # ours / plain, Proteus / plain, ours / native
     assert row.endswith("| yes | yes | NO | - |")  # native = plain, ours = native, Proteus = plain
-    assert "without the register cap (PROTEUS_CAP_REGISTERS=0): 1.25e+07 (1.25e+07-1.25e+07), 1.25x plain" in md
+    assert "ours warm with PROTEUS_OCCUPANCY_STEP=0: 1.25e+07 (1.25e+07-1.25e+07), 1.25x plain" in md
+    assert len(r["native"]["runs"]) == 3  # the bitcode build is timed like the plain one
 
 
 def test_masking_keeps_results_and_hides_times():
