@@ -78,6 +78,12 @@ class InjectError(ProteusError):
     exit_code = 11
 
 
+class ValidationError(ProteusError):
+    """Under validation, a variant wrote results the original kernel did not, or the app failed."""
+
+    exit_code = 12
+
+
 # What each exit code means, for --help and the README.
 EXIT_CODES = {
     InputError.exit_code: "input missing or unreadable",
@@ -89,4 +95,5 @@ EXIT_CODES = {
     SpecializeError.exit_code: "specialization failed",
     CacheError.exit_code: "cache error",
     InjectError.exit_code: "shim or rewrite failed",
+    ValidationError.exit_code: "validation found a difference",
 }

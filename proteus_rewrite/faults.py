@@ -9,6 +9,8 @@ one warning, and unchanged output. Points:
     codeobj         AMDGPU code generation fails (HIP)
     module-load     the driver refuses the specialized image (checked in the C shim)
     compiler-crash  the compiler process dies (SIGKILL) on a compilation (jit/process.py)
+    wrong-code      a variant computes a different result: its last folded integer is one
+                    larger (jit/ir.py), for PROTEUS_VALIDATE's tests
     cache-unwritable, cache-full, cache-readonly
                     writing a disk cache entry fails with EACCES, ENOSPC or EROFS
 

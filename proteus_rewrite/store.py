@@ -81,6 +81,7 @@ def serialize(table: KernelTable) -> bytes:
         "modules": modules,
         "kernels": [dataclasses.asdict(k) for k in table.kernels],
         "warnings": list(table.warnings),
+        "denied": table.denied,
     }
     body = json.dumps(manifest, separators=(",", ":")).encode() + bytes(blobs)
     manifest_len = len(body) - len(blobs)
@@ -171,6 +172,7 @@ def deserialize(data: bytes, path: str | os.PathLike | None = None) -> KernelTab
             modules=tuple(modules),
             kernels=tuple(_kernel(k) for k in manifest["kernels"]),
             warnings=tuple(manifest["warnings"]),
+            denied=dict(manifest.get("denied") or {}),  # stores written before validation have none
         )
     except StoreError:
         raise

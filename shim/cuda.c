@@ -261,12 +261,14 @@ static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, uns
   /* the per-thread default stream has a handle of its own for event records and queries */
   CUstream es = !s && real == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : s;
   CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
+  if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, shmem, s, real);
   sample_poll(ki);
   int sampled = sample_begin(ki, es);
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
   sample_end(ki, es, sampled);
+  if (__builtin_expect(g_validate, 0)) validate_end();
   prefetch_hit(f, ki);
   return r;
 }
@@ -285,9 +287,14 @@ static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfuncti
   kinfo *ki = NULL;
   CUstream es = c && !c->hStream && real == real_cuLaunchKernelEx_ptsz ? (CUstream)0x2 : c ? c->hStream : NULL;
   CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki) : NULL;
+  if (__builtin_expect(g_validate, 0) && sf)
+    sf = c->numAttrs ? validate_refuse(ki, "launched with cuLaunchKernelEx attributes, which validation does not repeat")
+                     : validate_begin(ki, sf, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ},
+                                      c->sharedMemBytes, c->hStream, real == real_cuLaunchKernelEx_ptsz ? real_cuLaunchKernel_ptsz : real_cuLaunchKernel);
   CUresult r = sf ? real(c, sf, params, extra) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(c, f, params, extra);
+  if (__builtin_expect(g_validate, 0)) validate_end();
   prefetch_hit(f, ki);
   return r;
 }
@@ -300,6 +307,7 @@ static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsig
   kinfo *ki = NULL;
   CUstream es = !s && real == real_cuLaunchCooperativeKernel_ptsz ? (CUstream)0x2 : s;
   CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
+  if (__builtin_expect(g_validate, 0) && sf) sf = validate_refuse(ki, "a cooperative launch, which validation does not repeat");
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
@@ -503,6 +511,7 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   kinfo *ki = NULL;
   CUstream es = !stream && drv == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : stream;
   CUfunction sf = drv ? pick(func, args, grid, block, es, &ki) : NULL;
+  if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, args, grid, block, (unsigned)shmem, stream, drv);
   sample_poll(ki);
   int sampled = sample_begin(ki, es);
   if (sf) {
@@ -517,6 +526,7 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   cudaError_t r = real(func, grid, block, args, shmem, stream);
   in_runtime_launch = 0;
   sample_end(ki, es, sampled);
+  if (__builtin_expect(g_validate, 0)) validate_end();
   prefetch_hit(func, ki);
   return r;
 }
@@ -531,6 +541,8 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   if (c && c->numAttrs == 0 && real_cuLaunchKernel) {   /* with attributes: leave it to the runtime */
     kinfo *ki = NULL;
     CUfunction sf = pick(func, args, c->gridDim, c->blockDim, c->stream, &ki);
+    if (__builtin_expect(g_validate, 0) && sf)
+      sf = validate_begin(ki, sf, args, c->gridDim, c->blockDim, (unsigned)c->dynamicSmemBytes, c->stream, real_cuLaunchKernel);
     if (sf) {
       if (real_cuLaunchKernel(sf, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
                               (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS)
@@ -541,6 +553,7 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   in_runtime_launch = 1;
   cudaError_t r = RUNTIME_REAL(cudaLaunchKernelExC)(c, func, args);
   in_runtime_launch = 0;
+  if (__builtin_expect(g_validate, 0)) validate_end();
   return r;
 }
 

@@ -76,6 +76,15 @@ HIDDEN CUresult w_cuFuncSetAttribute(CUfunction f, int attrib, int value);
 HIDDEN CUresult w_cuFuncSetCacheConfig(CUfunction f, int config);
 HIDDEN CUresult w_cuKernelSetAttribute(int attrib, int value, CUkernel k, CUdevice dev);
 HIDDEN CUresult w_cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev);
+/* PROTEUS_VALIDATE (cuda_validate.c): a variant's first launch checked in the original's shadow.
+ * validate_begin answers the function to launch (NULL: the original); validate_end, after the
+ * app's launch, compares. validate_refuse: a launch validation cannot repeat (the original runs). */
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                              void **, void **);
+HIDDEN CUfunction validate_begin(kinfo *ki, CUfunction variant, void **params, dim3 grid, dim3 block, unsigned shmem,
+                                 CUstream stream, launch_fn launch);
+HIDDEN void validate_end(void);
+HIDDEN CUfunction validate_refuse(kinfo *ki, const char *why);
 /* stream capture (cuda_capture.c) */
 HIDDEN CUresult w_cuStreamBeginCapture_v2(CUstream s, int mode);
 HIDDEN CUresult w_cuStreamBeginCapture_ptsz(CUstream s, int mode);

@@ -27,6 +27,8 @@ void read_env(void) {
   const char *d = getenv(ENV_DISABLE);
   const char *t = getenv(ENV_TRACE_OUTPUT);
   g_trace_launch = t && strstr(t, "launches");
+  const char *v = getenv(ENV_VALIDATE);
+  g_validate = v && (atoi(v) != 0 || v[0] == 't' || v[0] == 'T' || v[0] == 'y' || v[0] == 'Y');
   /* upstream reads an integer, any nonzero one disabling; true/yes as this project always took */
   g_disable = d && ((atoi(d) != 0) || d[0] == 't' || d[0] == 'T' || d[0] == 'y' || d[0] == 'Y');
 }

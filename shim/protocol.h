@@ -36,6 +36,9 @@
 #define PROTO_COUNTERS 60
 #define PROTO_COUNTERS_U64 7
 
+/* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size */
+#define PROTO_VALIDATE_RANGE 16
+
 /* the shim's report figures, in write_report's order */
 enum {
   W_PYTHON_START,
@@ -88,6 +91,8 @@ enum {
 #define CALL_PREPARE_COMPILER_AHEAD "prepare_compiler"
 #define CALL_FINISH "finish"
 #define CALL_WRITE_REPORT "write_report"
+#define CALL_VALIDATED "validated"
+#define CALL_VALIDATE_SKIPPED "validate_skipped"
 #define FMT_INIT "si"
 #define FMT_KERNEL_INFO "Ksi"
 #define FMT_KERNEL_INFO_HIP "Kss"
@@ -101,6 +106,8 @@ enum {
 #define FMT_PREPARE_COMPILER_AHEAD "ii"
 #define FMT_FINISH "y#"
 #define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKK)"
+#define FMT_VALIDATED "iy#y#y#y#d"
+#define FMT_VALIDATE_SKIPPED "is"
 
 /* PROTEUS_* variables the shim reads itself */
 #define ENV_DISABLE "PROTEUS_DISABLE"
@@ -111,5 +118,7 @@ enum {
 #define ENV_ASYNC_THREADS "PROTEUS_ASYNC_THREADS"
 #define ENV_REPORT "PROTEUS_REPORT"
 #define ENV_FAULT_INJECT "PROTEUS_FAULT_INJECT"
+#define ENV_VALIDATE "PROTEUS_VALIDATE"
+#define ENV_VALIDATE_MAX_MB "PROTEUS_VALIDATE_MAX_MB"
 
 #endif

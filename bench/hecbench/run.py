@@ -44,6 +44,10 @@ sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402
 
 MODES = ("sync-cold", "default-cold", "default-warm")
+# --validate adds a run under PROTEUS_VALIDATE (every variant checked against its original on
+# its first launch; runtime/validate.py), in a fresh cache of its own
+VALIDATE = "validate"
+EXTRA_MODES: tuple[str, ...] = ()
 TOOL_RECIPES = ("recommended", "exact-fp", "fembed-bitcode")
 DEFAULT_RTOL = 1e-6  # numbers this close count as "close", not "differs"
 TAIL = 4000  # characters of stdout kept per run
@@ -133,7 +137,7 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
     """Rewrite one build and run it in the three modes; returns {"rewrite": ..., MODE: ...}."""
     folder = ctx.work / "build" / recipe / program["name"]
     tool_dir = scratch / recipe / "tool"
-    for d in (tool_dir, scratch / recipe / "cache-sync", scratch / recipe / "cache"):
+    for d in (tool_dir, scratch / recipe / "cache-sync", scratch / recipe / "cache", scratch / recipe / "cache-validate"):
         if not ctx.dry_run:
             shutil.rmtree(d, ignore_errors=True)  # cold means cold, also on a second run.py run
             d.mkdir(parents=True)
@@ -141,17 +145,21 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
     if result["rewrite"]["rc"] != 0:
         return result
     cmd, cwd = app_command(program, recipe, ctx)
-    for mode in MODES:
-        cache = scratch / recipe / ("cache-sync" if mode == "sync-cold" else "cache")
+    for mode in MODES + EXTRA_MODES:
+        cache = scratch / recipe / {"sync-cold": "cache-sync", VALIDATE: "cache-validate"}.get(mode, "cache")
         report = scratch / recipe / f"report-{mode}.json"
         if not ctx.dry_run:
             report.unlink(missing_ok=True)
         env = {"LD_PRELOAD": str(tool_dir / "libproteus.so"), "PROTEUS_CACHE_DIR": str(cache),
                "PROTEUS_REPORT": str(report)}
-        if mode == "sync-cold":
+        if mode in ("sync-cold", VALIDATE):
             env["PROTEUS_ASYNC_COMPILATION"] = "0"
+        if mode == VALIDATE:
+            env["PROTEUS_VALIDATE"] = "1"
         run = run_cmd(cmd, cwd, env, ctx)
         run["report"] = read_report(report)
+        if mode == VALIDATE:
+            run["validation"] = validation_counts(report)
         result[mode] = run
     return result
 
@@ -161,6 +169,21 @@ def read_report(path: Path) -> dict | None:
         return corpus.report_share(json.loads(path.read_text()))
     except (OSError, ValueError):
         return None  # no report: the shim did not load or the app died before exit
+
+
+def validation_counts(path: Path) -> dict | None:
+    """A validated run's outcomes: variants that matched their original, differed, were not checked."""
+    try:
+        outcomes = json.loads(path.read_text()).get("validation") or []
+    except (OSError, ValueError):
+        return None
+    counts = {"same": 0, "within-ulps": 0, "differs": 0, "skipped": 0}
+    for o in outcomes:
+        counts[o.get("verdict", "skipped")] = counts.get(o.get("verdict", "skipped"), 0) + 1
+    counts["differing_kernels"] = sorted({o["kernel"] for o in outcomes if o.get("verdict") == "differs"})
+    counts["skip_reasons"] = sorted({o.get("reason", "") for o in outcomes if o.get("verdict") == "skipped"})
+    counts["check_ms"] = round(sum(float(o.get("ms") or 0) for o in outcomes), 1)
+    return counts
 
 
 def verdict(native: dict, run: dict, compare: corpus.Comparison | None) -> str:
@@ -210,15 +233,19 @@ def run_program(program: dict, ctx: Context) -> dict:
             continue
         if res["native"][recipe]["rc"] == "timeout":
             # the tool would wait out the same timeout three times over
-            res["verdicts"][recipe] = {m: {"verdict": "native-timeout"} for m in MODES}
+            res["verdicts"][recipe] = {m: {"verdict": "native-timeout"} for m in MODES + EXTRA_MODES}
             continue
         runs = res["tool"][recipe] = tool_runs(program, recipe, scratch, ctx)
         if runs["rewrite"]["rc"] != 0:
-            res["verdicts"][recipe] = {m: {"verdict": "REWRITE-FAILED"} for m in MODES}
+            res["verdicts"][recipe] = {m: {"verdict": "REWRITE-FAILED"} for m in MODES + EXTRA_MODES}
             continue
         again = native2 if recipe == "recommended" else None
         res["verdicts"][recipe] = {m: {**compare_runs(program, res["native"][recipe], again, runs[m], ctx),
-                                       "report": runs[m]["report"]} for m in MODES}
+                                       "report": runs[m]["report"]} for m in MODES + EXTRA_MODES}
+        if VALIDATE in runs:
+            v = res["verdicts"][recipe][VALIDATE]
+            v["validation"] = runs[VALIDATE].get("validation")
+            v["seconds"], v["native_seconds"] = runs[VALIDATE]["seconds"], res["native"][recipe]["seconds"]
     res["seconds"] = round(time.monotonic() - t0, 1)
     res["note"] = "; ".join(filter(None, [note(res), program.get("note", "")]))
     for runs in [res["native"], *res["tool"].values()]:  # keep the JSON readable: ends only
@@ -323,7 +350,30 @@ def markdown(results: list[dict], header: dict) -> str:
                  _modes_cell(rec), _modes_cell(r["verdicts"].get("exact-fp"), r["builds"].get("exact-fp")),
                  _modes_cell(fem, r["builds"].get("fembed-bitcode")), r["note"].replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += validation_table(results)
     return "\n".join(lines) + "\n"
+
+
+def validation_table(results: list[dict]) -> list[str]:
+    """--validate: per program and recipe, the checked variants and the run's cost against native."""
+    rows = []
+    for r in results:
+        for recipe, verdicts in r["verdicts"].items():
+            v = verdicts.get(VALIDATE) if isinstance(verdicts, dict) else None
+            if not v or not isinstance(v.get("validation"), dict):
+                continue
+            c = v["validation"]
+            ratio = f"{v['seconds'] / v['native_seconds']:.2f}x" if v.get("native_seconds") else "-"
+            rows.append(f"| {r['name']} | {recipe} | {v['verdict']} | {c['same'] + c['within-ulps']} | {c['differs']} | "
+                        f"{c['skipped']} | {c['check_ms']} | {v['seconds']} | {v.get('native_seconds')} | {ratio} | "
+                        + "; ".join(c["differing_kernels"] + c["skip_reasons"]).replace("|", "\\|")[:200] + " |")
+    if not rows:
+        return []
+    return ["", "## Under validation (PROTEUS_VALIDATE=1, every variant checked on its first launch)", "",
+            "Output against native as above; variants that matched their original, differed (denied), were not "
+            "checked; the checks' own time; the run's wall time against the native run's.", "",
+            "| program | recipe | output | matched | differed | not checked | check ms | run s | native s | run / native | kernels, reasons |",
+            "|---|---|---|---|---|---|---|---|---|---|---|", *rows]
 
 
 def _modes_cell(verdicts: dict | None, build: dict | None = None) -> str:
@@ -331,13 +381,13 @@ def _modes_cell(verdicts: dict | None, build: dict | None = None) -> str:
         if build and build.get("status") == "failed":
             return "not built: " + build.get("error", "")[:90].replace("|", "\\|")
         return "-"
-    return " / ".join(verdicts[m]["verdict"] for m in MODES)
+    return " / ".join(verdicts[m]["verdict"] for m in MODES + EXTRA_MODES if m in verdicts)
 
 
 def summary(results: list[dict]) -> list[str]:
     out = []
     for recipe in TOOL_RECIPES:
-        for mode in MODES:
+        for mode in MODES + EXTRA_MODES:
             counts: dict[str, int] = {}
             for r in results:
                 v = r["verdicts"].get(recipe, {}).get(mode)
@@ -371,6 +421,7 @@ def shard(programs: list[dict], spec: str, parser: argparse.ArgumentParser) -> l
 
 
 def main(argv: list[str] | None = None) -> int:
+    global MODES, EXTRA_MODES  # --modes and --validate choose the runs, for every program alike
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", default=str(HERE / "work"), help="the builds and manifest.json (default: %(default)s)")
     parser.add_argument("--out", default="hecbench-results", help="results folder (default: %(default)s)")
@@ -386,9 +437,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="builds to use, comma-separated (default: all three)")
     parser.add_argument("--shard", default="1/1", metavar="I/N",
                         help="the I-th of N interleaved slices of the programs (runs split over several calls)")
+    parser.add_argument("--validate", action="store_true",
+                        help="also run each build under PROTEUS_VALIDATE (a fourth mode, 'validate')")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="the tool's modes to run, comma-separated (default: all three)")
     parser.add_argument("--native-only", action="store_true",
                         help="native runs only: check the programs themselves (time, stability) without the tool")
     args = parser.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not set(modes) <= set(MODES):
+        parser.error(f"--modes: from {', '.join(MODES)}")
+    MODES, EXTRA_MODES = modes, (VALIDATE,) if args.validate else ()
 
     doc = corpus.load_programs(HERE / "programs.json")
     work = Path(args.work).resolve()

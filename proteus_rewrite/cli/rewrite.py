@@ -12,12 +12,18 @@ from ..fatbin import kernels as kernels_mod
 from .app import EPILOG, err_console, main
 from .common import extract, require_bitcode
 
-@main.command(epilog=EPILOG)
+@main.command(epilog=EPILOG, context_settings={"ignore_unknown_options": True})
 @click.argument("app", type=click.Path(dir_okay=True, path_type=str))
+@click.argument("app_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("-o", "--output", "outdir", type=click.Path(file_okay=False, path_type=str),
               help="Output directory (default: ./proteus-out/<app>/).")
 @click.option("--force", is_flag=True, help="Rewrite an app that is itself a rewritten executable.")
-def rewrite(app: str, outdir: str | None, force: bool) -> None:
+@click.option("--validate", "check", is_flag=True,
+              help="Then run the rewritten app with APP_ARGS (after --) checking every variant against its original "
+                   "kernel, and write the kernels whose variants differ into the store as denied (exit 12 if any).")
+@click.option("--ulps", type=float, default=0.0, show_default=True,
+              help="With --validate: accept float results within this many units in the last place.")
+def rewrite(app: str, app_args: tuple[str, ...], outdir: str | None, force: bool, check: bool, ulps: float) -> None:
     """Record APP's kernels into the output directory and write the rewritten APP beside them.
 
     The output directory gets APP.kstore (the kernel store), libproteus.so with
@@ -54,5 +60,31 @@ def rewrite(app: str, outdir: str | None, force: bool) -> None:
         click.echo(f"rewritten executable: {exe} (or run the original with LD_PRELOAD={shim_path})")
     else:
         click.echo(f"run it with: LD_PRELOAD={shim_path} {app}")
+    if app_args and not check:
+        raise click.UsageError(f"unexpected arguments {' '.join(app_args)!r} (they are the app's with --validate)")
+    if check:
+        _validate_into_store(app, str(exe) if exe is not None else None, app_args, table, path, ulps)
+
+
+def _validate_into_store(app: str, exe: str | None, app_args: tuple[str, ...], table, path, ulps: float) -> None:
+    """--validate: the rewritten app run once under validation; what differed goes into the store."""
+    import dataclasses
+
+    from ..errors import ValidationError
+    from . import validate as validate_cmd
+
+    if exe is None:
+        raise ValidationError("--validate runs the rewritten executable; a shared library has none "
+                              "(run its app with LD_PRELOAD and PROTEUS_VALIDATE=1)", app)
+    doc = validate_cmd.run_validation(exe, app_args, ulps, 2048, None, fresh_cache=True)
+    validate_cmd.print_summary(doc)
+    denied = validate_cmd.denied_kernels(doc, table)
+    if denied:
+        store.write(dataclasses.replace(table, denied=denied), path)
+        click.echo(f"{path}: {len(denied)} kernel(s) denied: they run their original code")
+    if doc["app_rc"] != 0:
+        raise ValidationError(f"the app exited {doc['app_rc']} under validation", exe)
+    if denied:
+        raise ValidationError("a variant's results differ from its original kernel's (see above)", exe)
 
 

@@ -3,6 +3,7 @@ time (which must not pay for importing the binary parsers)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 
@@ -130,6 +131,8 @@ class KernelTable:
     modules: tuple[ModuleRecord, ...]
     kernels: tuple[KernelRecord, ...]
     warnings: tuple[str, ...]
+    # kernel name -> why `proteus-rewrite APP --validate` denied it (runtime/validate.py): never specialized
+    denied: dict = dataclasses.field(default_factory=dict)
 
     @property
     def kernels_with_bitcode(self) -> list[KernelRecord]:

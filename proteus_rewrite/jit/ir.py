@@ -24,6 +24,7 @@ import re
 
 import llvmlite.binding as llvm
 
+from .. import faults
 from ..errors import SpecializeError
 from ..fatbin import bitcode as bitcode_mod
 from ..fatbin.table import KernelRecord, KernelTable
@@ -321,6 +322,18 @@ def _make_inlinable(text: str) -> str:
     return text[:m.start()] + line + text[m.end():] + f"\nattributes {group} = {{ {' '.join(['alwaysinline'] + words)} }}\n"
 
 
+def _constant(plan: Plan, i: int) -> str:
+    """The folded argument's IR constant; the test-only fault wrong-code (faults.py) makes the
+    last folded integer one larger, a variant whose results differ, for validation's tests (the
+    last: a kernel's first integers tend to be sizes, and a size one larger writes out of bounds)."""
+    text = plan.folded[i]
+    if faults.active("wrong-code"):
+        ints = [j for j, t in plan.folded.items() if re.fullmatch(r"-?\d+", t)]
+        if ints and i == max(ints):
+            return str(int(text) + 1)
+    return text
+
+
 def _amdgpu_wrapper(kernel: KernelRecord, params: list[str], plan: Plan, kept: list[str]) -> str:
     """The AMDGPU kernel: amdgpu_kernel calling convention; the launch bound is the flat
     work-group size "1,N" (N threads per block), never above a declared __launch_bounds__."""
@@ -329,7 +342,7 @@ def _amdgpu_wrapper(kernel: KernelRecord, params: list[str], plan: Plan, kept: l
         align = plan.alignment.get(i)
         decl = ptext if not align or re.search(r"\balign \d+", ptext) else f"{ptext} align {align}"
         decls.append(f"{decl} %a{i}")
-        args.append(f"{ptext} {plan.folded[i]}" if i in plan.folded else f"{ptext} %a{i}")
+        args.append(f"{ptext} {_constant(plan, i)}" if i in plan.folded else f"{ptext} %a{i}")
     attrs = list(kept)
     if plan.max_threads:
         threads = plan.max_threads[0] * plan.max_threads[1] * plan.max_threads[2]
@@ -351,7 +364,7 @@ def _wrapper(kernel: KernelRecord, params: list[str], plan: Plan, renamed: list[
         align = plan.alignment.get(i)
         decl = ptext if not align or re.search(r"\balign \d+", ptext) else f"{ptext} align {align}"
         decls.append(f"{decl} %a{i}")
-        args.append(f"{ptext} {plan.folded[i]}" if i in plan.folded else f"{ptext} %a{i}")
+        args.append(f"{ptext} {_constant(plan, i)}" if i in plan.folded else f"{ptext} %a{i}")
     attrs = list(kept)
     if plan.max_threads:
         attrs.append('"nvvm.maxntid"="{},{},{}"'.format(*plan.max_threads))

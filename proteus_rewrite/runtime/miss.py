@@ -16,7 +16,7 @@ from ..jit import specializer as spec_mod
 from ..jit.launch import Launch
 from ..policy import (BLOCK, GRID, RUN_KIND, Budget, compiles_likely, decode_run, encode_run, run_key, save_learned)
 from ..cache import Entry
-from . import protocol, session, trace
+from . import protocol, session, trace, validate
 
 
 def track(kid: int, args: bytes, grid: tuple, block: tuple, earlier: bytes = b"") -> bytes:
@@ -143,6 +143,10 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         if isinstance(arch, str) and arch != record.arch:  # HIP: a module built for one processor runs on no other
             raise ProteusError(f"its bitcode was recorded for {record.arch}, this device is a {arch}")
         faults.check("specialize")
+        if isinstance(arch, str) and validate.requested():
+            raise ProteusError("PROTEUS_VALIDATE checks CUDA variants only: under it, HIP kernels run as built")
+        if (why := validate.denied(record.name)) is not None:
+            raise ProteusError(f"denied by validation ({why.get('reason', 'no reason recorded')})")
         result = spec_mod.specialize(table, record, launch, session._state.config, session._state.cache, keep_ir=keep_ir,
                                      driver_version=session._state.driver_version or None,
                                      may_compile=may_compile and not cached_only, compiler=session._state.compiler)

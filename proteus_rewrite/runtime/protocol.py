@@ -94,11 +94,17 @@ CALLS = (
     Call("prepare_compiler_ahead", "ii"),                  # SM version, ahead (may decline)
     Call("finish", "y#"),                                  # the per-kernel counters (COUNTERS)
     Call("write_report", "sy#K(" + "K" * len(WAIT_FIELDS) + ")"),  # path, counters, unknown launches, WAIT_FIELDS
+    Call("validated", "iy#y#y#y#d"),                       # kid, args, ranges (VALIDATE_RANGE each), variant's bytes, original's, ms
+    Call("validate_skipped", "is"),                        # kid, why the variant was not checked
 )
+
+# PROTEUS_VALIDATE: one allocation the check compared, as the shim describes it (u64 base, u64 size)
+VALIDATE_RANGE = struct.Struct("<QQ")
 
 # The shim's own PROTEUS_* variables (it reads them before Python runs, or without it).
 SHIM_ENV = ("PROTEUS_DISABLE", "PROTEUS_TRACE_OUTPUT", "PROTEUS_PRESTART", "PROTEUS_STORE_DIR",
-            "PROTEUS_ASYNC_COMPILATION", "PROTEUS_ASYNC_THREADS", "PROTEUS_REPORT", "PROTEUS_FAULT_INJECT")
+            "PROTEUS_ASYNC_COMPILATION", "PROTEUS_ASYNC_THREADS", "PROTEUS_REPORT", "PROTEUS_FAULT_INJECT",
+            "PROTEUS_VALIDATE", "PROTEUS_VALIDATE_MAX_MB")
 
 
 # ---------------------------------------------------------------- the C header
@@ -141,6 +147,9 @@ def header() -> str:
         + "; name\\0 */",
         f"#define PROTO_COUNTERS {COUNTERS.size}",
         f"#define PROTO_COUNTERS_U64 {len(COUNTER_FIELDS) - 1}",
+        "",
+        "/* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size */",
+        f"#define PROTO_VALIDATE_RANGE {VALIDATE_RANGE.size}",
         "",
         "/* the shim's report figures, in write_report's order */",
         "enum {",

@@ -125,6 +125,10 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         "compiler_process": session._state.compiler.report() if session._state.compiler is not None else None,
         "kernels": kernels,
     }
+    if session._state.validation:  # PROTEUS_VALIDATE: each variant checked against the original
+        from . import validate
+
+        doc["validation"] = validate.report_section()
     if doc["prestart"]:  # left cold ahead: the app's last run compiled nothing (policy.compiles_likely)
         doc["prestart"]["compiler_skipped"] = session._state.warm_up_skipped
     if "threads_ms" in doc:   # this report's own cost, up to writing it (a cold run's is larger)

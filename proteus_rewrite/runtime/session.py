@@ -67,6 +67,8 @@ class State:
     last_run_read: bool = False
     warm_up_skipped: bool = False  # the prestart thread left the compiler cold: see policy.compiles_likely
     compiler: process.Compilers | None = None  # None: compile in this process (PROTEUS_COMPILE_PROCESS=0)
+    validation: list = field(default_factory=list)  # PROTEUS_VALIDATE's outcomes (validate.Outcome)
+    deny: dict | None = None  # kernels validation denied (stores and the cache directory's list), once read
 
 
 _state: State | None = None  # module-level on purpose: one per process, like the shim's tables

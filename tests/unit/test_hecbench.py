@@ -107,7 +107,10 @@ echo "args: $*"
 echo "Average kernel execution time: $$ (us)"
 echo "checksum 3.25"
 echo PASS
-if [ -n "$PROTEUS_REPORT" ]; then
+if [ -n "$PROTEUS_VALIDATE" ]; then
+  echo '{"kernels": [{"name": "k", "launches": 4, "specialized_launches": 3, "fallback_launches": 1, "failures": {}}],
+         "validation": [{"kernel": "k(int)", "verdict": "same", "ms": 2.5}, {"kernel": "g(int)", "verdict": "differs", "ms": 1.0}]}' > "$PROTEUS_REPORT"
+elif [ -n "$PROTEUS_REPORT" ]; then
   echo '{"kernels": [{"name": "k", "launches": 4, "specialized_launches": 3, "fallback_launches": 1, "failures": {}}]}' > "$PROTEUS_REPORT"
 fi
 """
@@ -154,6 +157,29 @@ def test_run_py_end_to_end_against_a_fake_gpu(tmp_path, doc):
     assert "PROTEUS_ASYNC_COMPILATION" not in prog["tool"]["recommended"]["default-warm"]["env"]
     table = (out / "hecbench-corpus.md").read_text()
     assert f"| {name} |" in table and "3/4 (75%)" in table and "ok / ok / ok" in table
+
+
+def test_run_py_validate_mode_counts_what_validation_found(tmp_path, doc):
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = tmp_path / "work"
+    (work / "build" / "recommended" / name).mkdir(parents=True)
+    (work / "build" / "recommended" / name / "main").write_text("not run: --exe stands in\n")
+    (work / "manifest.json").write_text(json.dumps({"programs": {name: {"recommended": {"status": "ok"}}}}))
+    app, tool = _script(tmp_path / "app.sh", FAKE_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(HECBENCH / "run.py"), "--work", str(work), "--out", str(out), "--only", name,
+                           "--exe", str(app), "--tool", str(tool), "--nvidia-smi", "/nonexistent", "--modes", "sync-cold",
+                           "--validate"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (prog,) = json.loads((out / "hecbench-corpus.json").read_text())["programs"]
+    assert set(prog["verdicts"]["recommended"]) == {"sync-cold", "validate"}
+    v = prog["verdicts"]["recommended"]["validate"]
+    assert v["verdict"] == "ok" and v["validation"]["same"] == 1 and v["validation"]["differs"] == 1
+    assert v["validation"]["differing_kernels"] == ["g(int)"] and v["validation"]["check_ms"] == 3.5
+    env = prog["tool"]["recommended"]["validate"]["env"]
+    assert env["PROTEUS_VALIDATE"] == "1" and env["PROTEUS_ASYNC_COMPILATION"] == "0"
+    md = (out / "hecbench-corpus.md").read_text()
+    assert "## Under validation" in md and f"| {name} | recommended | ok | 1 | 1 | 0 | 3.5 |" in md
 
 
 def test_run_py_dry_run_prints_the_commands_and_runs_nothing(tmp_path, doc):

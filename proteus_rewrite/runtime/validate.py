@@ -1,0 +1,251 @@
+"""PROTEUS_VALIDATE: each variant's first launch checked against the original kernel.
+
+The shim (shim/cuda_validate.c) snapshots every allocation the launch's arguments point into
+(and the kernel's device variables), runs the variant, keeps what it wrote, restores the
+snapshot and lets the app's own launch run the original. The two results come here: equal, and
+the variant serves the rest of the run; different, and the kernel is denied: it runs the
+original from then on, in this run and (the deny list in the cache directory, and in a store
+written with `proteus-rewrite APP --validate`) in every later one. The memory the app goes on
+with is always the original's, so a run under validation prints the native output.
+
+What it cannot see is in docs/user/validate.md: one input, one run, memory outside the
+allocations the arguments point into.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import InputError
+from . import protocol, session
+from .files import atomic_write
+
+DENY_FILE = "validate-deny.json"
+RANGE = protocol.VALIDATE_RANGE
+
+
+@dataclass
+class Difference:
+    base: int
+    size: int
+    bytes_differing: int
+    first_offset: int
+    max_ulps: float  # the smallest ULP distance that covers every differing word, as float32 or float64
+
+
+@dataclass
+class Outcome:
+    kernel: str
+    folded: dict[str, object]
+    verdict: str  # "same", "within-ulps", "differs", "skipped"
+    reason: str = ""
+    allocations: int = 0
+    bytes_compared: int = 0
+    differences: list[Difference] = field(default_factory=list)
+    ms: float = 0.0
+
+
+def _ulp_distance(a: int, b: int, bits: int) -> float:
+    """Distance in units in the last place between two floats given as their bit patterns; NaN
+    against anything else and infinities against finite values are infinitely far."""
+    sign = 1 << (bits - 1)
+    fmt = "<f" if bits == 32 else "<d"
+    ints = "<I" if bits == 32 else "<Q"
+    fa = struct.unpack(fmt, struct.pack(ints, a))[0]
+    fb = struct.unpack(fmt, struct.pack(ints, b))[0]
+    if math.isnan(fa) or math.isnan(fb):
+        return 0.0 if math.isnan(fa) and math.isnan(fb) else math.inf
+    if math.isinf(fa) or math.isinf(fb):
+        return 0.0 if fa == fb else math.inf
+    # map sign-magnitude onto a monotonic integer line
+    ka = (sign - (a & (sign - 1))) if a & sign else sign + a
+    kb = (sign - (b & (sign - 1))) if b & sign else sign + b
+    return float(abs(ka - kb))
+
+
+def compare(original: bytes, variant: bytes) -> tuple[int, int, float]:
+    """(differing bytes, first differing offset, ULPs): the ULP distance is the largest over
+    the differing aligned words, read as float32 where that covers them all within the smallest
+    distance, else as float64. The allocation's element type is not known here; a change that
+    is small in one reading is as small in the other's low bits, so the smaller is reported."""
+    if original == variant:
+        return 0, -1, 0.0
+    n = min(len(original), len(variant))
+    diff = [i for i in range(n) if original[i] != variant[i]]
+    first = diff[0] if diff else n
+    worst = {}
+    for bits, width in ((32, 4), (64, 8)):
+        fmt = "<I" if bits == 32 else "<Q"
+        words = {i - i % width for i in diff}
+        d = 0.0
+        for w in words:
+            if w + width > n:
+                d = math.inf
+                break
+            d = max(d, _ulp_distance(struct.unpack_from(fmt, original, w)[0], struct.unpack_from(fmt, variant, w)[0], bits))
+        worst[bits] = d
+    return len(diff) + abs(len(original) - len(variant)), first, min(worst.values())
+
+
+def _deny_path() -> Path:
+    return Path(session.state().config.cache_dir or _default_cache_dir()) / DENY_FILE
+
+
+def _default_cache_dir() -> Path:
+    from ..cache import default_cache_dir
+
+    return default_cache_dir()
+
+
+def read_deny(path: Path) -> dict[str, dict]:
+    """The deny list at `path`: kernel name -> what the validation found ({} when absent)."""
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read the validation deny list: {exc}", path) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("denied", {}), dict):
+        raise InputError("not a validation deny list (no 'denied' object)", path)
+    return doc.get("denied", {})
+
+
+def denied(name: str) -> dict | None:
+    """Why `name` is denied (by its store or the cache directory's list), or None."""
+    st = session.state()
+    if st.deny is None:
+        st.deny = {}
+        for table in st.tables:
+            st.deny.update(table.denied)
+        try:
+            st.deny.update(read_deny(_deny_path()))
+        except InputError as exc:
+            session.warn_once("deny-list", str(exc))
+    return st.deny.get(name)
+
+
+def _persist(name: str, record: dict) -> None:
+    path = _deny_path()
+    try:
+        current = read_deny(path)
+    except InputError:
+        current = {}
+    current[name] = record
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(str(path), json.dumps({"tool": "proteus-rewrite", "denied": current}, indent=1).encode())
+    except OSError as exc:
+        session.warn_once("deny-write", f"{path}: cannot write the validation deny list: {exc.strerror or exc}")
+
+
+def requested() -> bool:
+    """PROTEUS_VALIDATE, read as the shim reads it."""
+    v = os.environ.get("PROTEUS_VALIDATE", "")
+    return v[:1] in ("t", "T", "y", "Y") or (v.lstrip("-").isdigit() and int(v) != 0)
+
+
+def _tolerance() -> float:
+    text = os.environ.get("PROTEUS_VALIDATE_ULPS", "").strip()
+    try:
+        return float(text) if text else 0.0
+    except ValueError:
+        session.warn_once("validate-ulps", f"PROTEUS_VALIDATE_ULPS={text!r}: not a number; using 0")
+        return 0.0
+
+
+def _folded(kid: int, args: bytes) -> dict[str, object]:
+    from ..jit.launch import python_value
+
+    record = session.state().kernels[kid][1]
+    out, off = {}, 0
+    for p in record.params:
+        raw = args[off : off + p.size]
+        off += p.size
+        if p.kind != "pointer":
+            try:
+                out[str(p.index)] = python_value(p, raw)
+            except Exception:  # noqa: BLE001  a struct: its bytes
+                out[str(p.index)] = raw.hex()
+    return out
+
+
+def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes, ms: float) -> int:
+    """The shim's check of one variant: 1 denies the kernel, 0 keeps the variant."""
+    try:
+        st = session.state()
+        record = st.kernels[kid][1]
+        outcome = Outcome(record.demangled, _folded(kid, args), "same", ms=round(ms, 2))
+        off = 0
+        for i in range(0, len(ranges), RANGE.size):
+            base, size = RANGE.unpack_from(ranges, i)
+            a, b = original[off : off + size], variant[off : off + size]
+            off += size
+            outcome.allocations += 1
+            outcome.bytes_compared += size
+            count, first, ulps = compare(a, b)
+            if count:
+                outcome.differences.append(Difference(base, size, count, first, ulps))
+        if outcome.differences:
+            worst = max(d.max_ulps for d in outcome.differences)
+            tolerance = _tolerance()
+            # no tolerance: bit for bit (-0.0 against 0.0 is 0 ULPs apart, and still a difference)
+            outcome.verdict = "within-ulps" if tolerance > 0 and worst <= tolerance else "differs"
+        st.validation.append(outcome)
+        if outcome.verdict != "differs":
+            session.trace("variants", f"{record.demangled}: validated ({outcome.verdict}, {outcome.allocations} "
+                          f"allocations, {outcome.bytes_compared} bytes)")
+            return 0
+        worst = max(outcome.differences, key=lambda d: d.max_ulps)
+        reason = (f"its variant wrote different results: {sum(d.bytes_differing for d in outcome.differences)} bytes in "
+                  f"{len(outcome.differences)} of {outcome.allocations} allocations, the largest difference "
+                  f"{_ulps_text(worst.max_ulps)} at offset {worst.first_offset} of the {worst.size}-byte allocation at "
+                  f"{worst.base:#x}; folded {outcome.folded}")
+        outcome.reason = reason
+        entry = {"reason": reason, "folded": outcome.folded, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                 "modules": [st.kernels[kid][0].modules[record.module].sha256] if record.module is not None else []}
+        if st.deny is not None:
+            st.deny[record.name] = entry
+        _persist(record.name, entry)
+        print(f"proteus: validation: {record.demangled}: {reason}; denied (the original kernel runs, in this run and "
+              f"later ones)", file=sys.stderr, flush=True)
+        return 1
+    except Exception as exc:  # noqa: BLE001  never an exception into C: deny, to be safe
+        print(f"proteus: validation: internal error ({type(exc).__name__}: {exc}); the original kernel runs",
+              file=sys.stderr, flush=True)
+        return 1
+
+
+def skipped(kid: int, reason: str) -> None:
+    """The shim could not check a variant (too large, a launch it cannot repeat, ...): the
+    kernel runs the original for the rest of this run, and the report says why."""
+    st = session.state()
+    record = st.kernels[kid][1]
+    st.validation.append(Outcome(record.demangled, {}, "skipped", reason))
+    session.warn_once(f"validate-skip:{record.name}", f"{record.demangled}: not validated ({reason}); the original "
+                      "kernel runs")
+
+
+def _ulps_text(u: float) -> str:
+    return "not a number or infinite" if math.isinf(u) else f"{u:.0f} ULPs"
+
+
+def report_section() -> list[dict]:
+    out = []
+    for o in session.state().validation:
+        d = {"kernel": o.kernel, "verdict": o.verdict, "folded": o.folded, "allocations": o.allocations,
+             "bytes_compared": o.bytes_compared, "ms": o.ms}
+        if o.reason:
+            d["reason"] = o.reason
+        if o.differences:
+            d["differences"] = [{"base": hex(x.base), "size": x.size, "bytes_differing": x.bytes_differing,
+                                 "first_offset": x.first_offset,
+                                 "max_ulps": None if math.isinf(x.max_ulps) else x.max_ulps} for x in o.differences]
+        out.append(d)
+    return out

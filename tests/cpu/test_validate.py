@@ -1,0 +1,151 @@
+"""PROTEUS_VALIDATE's run-time half (runtime/validate.py): the comparison, the verdicts, the
+deny list in the cache directory and in the store, and the commands around it. The shim's half
+(shim/cuda_validate.c) runs on the GPU: tests/gpu/test_validate.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import struct
+
+import pytest
+
+from proteus_rewrite import runtime, store
+from proteus_rewrite.jit.launch import parse_value
+from proteus_rewrite.runtime import protocol, session, validate
+from proteus_rewrite.runtime.session import KernelStats
+
+from ..conftest import run_cli
+from ..support.launches import kernel
+
+
+def f32(*xs):
+    return struct.pack(f"<{len(xs)}f", *xs)
+
+
+def f64(*xs):
+    return struct.pack(f"<{len(xs)}d", *xs)
+
+
+def test_compare_counts_bytes_and_reads_floats_in_ulps():
+    assert validate.compare(f32(1.0, 2.0), f32(1.0, 2.0)) == (0, -1, 0.0)
+    one_up = struct.unpack("<f", struct.pack("<I", struct.unpack("<I", f32(2.0))[0] + 1))[0]
+    count, first, ulps = validate.compare(f32(1.0, 2.0), f32(1.0, one_up))
+    assert (count, first, ulps) == (1, 4, 1.0)
+    # a double's last bit: 1 ULP as float64 (as float32 its low word would be far off)
+    bits = struct.unpack("<Q", f64(3.0))[0]
+    assert validate.compare(f64(3.0), struct.pack("<Q", bits + 3))[2] == 3.0
+    assert validate.compare(f64(-0.0), f64(0.0))[:2] == (1, 7) and validate.compare(f64(-0.0), f64(0.0))[2] == 0.0
+    assert math.isinf(validate.compare(f32(1.0), f32(float("nan")))[2])
+    assert validate.compare(f32(float("nan")), f32(float("nan"))) == (0, -1, 0.0)  # the same bits
+    assert validate.compare(b"\x01\x02", b"\x01\x02\x03")[0] == 1  # lengths differ
+
+
+@pytest.fixture
+def state(samples, table, tmp_path, monkeypatch):
+    """The run time initialized over loop_count's store, with axpy_loop as kernel 0."""
+    assert run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "out")).returncode == 0
+    monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
+    runtime.reset()
+    assert runtime.init(str(tmp_path / "out"), 13000)
+    st = runtime.state()
+    t = st.tables[0]
+    k = kernel(t, "axpy_loop")
+    st.kernels.append((t, k))
+    st.stats.append(KernelStats(k.name, k.demangled))
+    yield st, t, k
+    runtime.reset()
+
+
+def _args(k, values: dict[int, str]) -> bytes:
+    return b"".join(parse_value(p, values[p.index]) if p.index in values else bytes(p.size) for p in k.params)
+
+
+def _ranges(*sizes: int) -> bytes:
+    return b"".join(protocol.VALIDATE_RANGE.pack(0x7F0000000000 + 0x100000 * i, n) for i, n in enumerate(sizes))
+
+
+def test_equal_results_keep_the_variant(state):
+    st, _t, k = state
+    assert validate.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(1.0), 1.5) == 0
+    assert st.validation[0].verdict == "same" and st.validation[0].allocations == 1
+    assert validate.denied(k.name) is None
+
+
+def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, capfd):
+    st, t, k = state
+    assert validate.validated(0, _args(k, {1: "3"}), _ranges(8, 16), f64(1.0) + f64(0.0, 0.0),
+                              f64(1.0) + f64(0.0, 5.0), 2.0) == 1
+    err = capfd.readouterr().err
+    assert f"proteus: validation: {k.demangled}: its variant wrote different results" in err and "denied" in err
+    outcome = st.validation[0]
+    assert outcome.verdict == "differs" and len(outcome.differences) == 1 and outcome.differences[0].first_offset == 14  # 5.0 vs 0.0: the top bytes of the 2nd double
+    deny = json.loads((tmp_path / "cache" / validate.DENY_FILE).read_text())["denied"]
+    assert k.name in deny and "'1': 3" in deny[k.name]["reason"].replace('"', "'")
+    # this run: the miss path refuses the kernel, one warning, the original runs
+    answer = runtime.specialize(0, _args(k, {1: "3"}), (1, 1, 1), (256, 1, 1), b"", 90)
+    assert answer is None and any("denied by validation" in r for r in st.stats[0].failures)
+    # a later run reads the list from the cache directory
+    st.deny = None
+    assert "different results" in validate.denied(k.name)["reason"]
+    # and the report carries the outcome
+    runtime.write_report(str(tmp_path / "r.json"), b"")
+    v = json.loads((tmp_path / "r.json").read_text())["validation"]
+    assert v[0]["verdict"] == "differs" and v[0]["differences"][0]["bytes_differing"] > 0
+
+
+def test_a_tolerance_in_ulps_accepts_small_float_differences(state, monkeypatch):
+    st, _t, k = state
+    # none: bit for bit, even where the numbers are equal
+    assert validate.validated(0, _args(k, {}), _ranges(8), f64(-0.0), f64(0.0), 1.0) == 1
+    st.deny = {}
+    bits = struct.unpack("<Q", f64(2.0))[0]
+    monkeypatch.setenv("PROTEUS_VALIDATE_ULPS", "2")
+    assert validate.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 2), f64(2.0), 1.0) == 0
+    assert st.validation[-1].verdict == "within-ulps"
+    assert validate.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 3), f64(2.0), 1.0) == 1
+
+
+def test_a_skipped_check_is_reported_once(state, capfd):
+    st, _t, k = state
+    validate.skipped(0, "a cooperative launch, which validation does not repeat")
+    validate.skipped(0, "a cooperative launch, which validation does not repeat")
+    assert capfd.readouterr().err.count("not validated (a cooperative launch") == 1
+    assert [o.verdict for o in st.validation] == ["skipped", "skipped"]
+
+
+def test_the_store_carries_the_deny_list(table, tmp_path):
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    denied = dataclasses.replace(t, denied={k.name: {"reason": "differs", "folded": {"1": 3}}})
+    path = store.write(denied, tmp_path / "a.kstore")
+    assert store.read(path).denied == denied.denied
+    assert store.read(store.write(t, tmp_path / "b.kstore")).denied == {}
+
+
+def test_validate_wants_a_rewritten_app(samples, tmp_path):
+    p = run_cli("validate", str(samples / "loop_count"), "4")
+    assert p.returncode == 3 and "not a rewritten app" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    p = run_cli(str(samples / "loop_count"), "-o", str(tmp_path), "extra")
+    assert p.returncode == 2 and "they are the app's with --validate" in p.stderr
+
+
+def test_the_wrong_code_fault_changes_the_last_folded_integer(table, monkeypatch):
+    from proteus_rewrite.jit import Config, specialize
+
+    from ..support.launches import launch_for
+
+    t = table("annotated")
+    k = kernel(t, "smooth")
+    launch = launch_for(k, {1: "1024", 2: "7"})
+    unoptimized = Config.from_env({"PROTEUS_OPT_LEVEL": "0"})  # the loop's bound stays a compare
+
+    def compares():
+        return [line.split("icmp ")[1] for line in specialize(t, k, launch, unoptimized, keep_ir=True).ir_text.splitlines()
+                if "icmp " in line]
+
+    assert compares() == ["sge i32 %5, 1024", "slt i32 %.0.i, 7"]
+    monkeypatch.setenv("PROTEUS_FAULT_INJECT", "wrong-code")
+    assert compares() == ["sge i32 %5, 1024", "slt i32 %.0.i, 8"]  # passes, not n: no write out of bounds

@@ -1,0 +1,100 @@
+"""PROTEUS_VALIDATE on the GPU: real variants pass and leave native output; a variant made to
+differ (the wrong-code fault) is caught, denied, the output stays native, and later runs (the
+cache directory's deny list, or the store `--validate` wrote) do not specialize the kernel.
+The driver's own record (CUPTI) shows the variant ran beside the original."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from proteus_rewrite import store
+
+from ..conftest import run_cli
+from ..support import cupti
+
+pytestmark = pytest.mark.gpu
+
+APPS = ["loop_count", "warp_reduce", "device_globals", "multi_kernel", "templates", "annotated", "driver_api",
+        "launch_paths", "two_tu"]
+SYNC = {"PROTEUS_ASYNC_COMPILATION": "0"}
+
+
+def checksums(stdout: str) -> dict[str, str]:
+    return {p[1]: p[2] for p in (l.split() for l in stdout.splitlines()) if len(p) == 3 and p[0] == "checksum"}
+
+
+def run(exe, env_extra=None):
+    return subprocess.run([str(exe)], capture_output=True, text=True, env=dict(os.environ, **(env_extra or {})), timeout=300)
+
+
+@pytest.mark.parametrize("app", APPS)
+def test_validation_passes_real_variants_and_keeps_native_output(samples, tmp_path, app, kernel_trace, monkeypatch):
+    assert run_cli(str(samples / app), "-o", str(tmp_path / "dir")).returncode == 0
+    native = run(samples / app)
+    for k, v in kernel_trace(tmp_path / "ran").items():
+        monkeypatch.setenv(k, v)
+    p = run_cli("validate", str(tmp_path / "dir" / app), "--cache-dir", str(tmp_path / "c"))
+    assert p.returncode == 0, p.stderr
+    assert checksums(p.stdout) == checksums(native.stdout) != {}
+    summary = next(line for line in p.stderr.splitlines() if line.startswith("validation: "))
+    matched = int(summary.split()[1])
+    assert matched >= 1 and " 0 differ" in summary, p.stderr
+    assert not (tmp_path / "c" / "validate-deny.json").exists()
+    names = cupti.kernels_run(tmp_path / "ran")
+    assert len(names) - len(cupti.originals(names)) >= matched, names  # each checked variant ran on the GPU
+
+
+def test_a_wrong_variant_is_caught_denied_and_later_runs_keep_the_original(samples, tmp_path, kernel_trace, monkeypatch):
+    app = "annotated"
+    assert run_cli(str(samples / app), "-o", str(tmp_path / "dir")).returncode == 0
+    native = run(samples / app)
+    monkeypatch.setenv("PROTEUS_FAULT_INJECT", "wrong-code")
+    p = run_cli("validate", str(tmp_path / "dir" / app), "--cache-dir", str(tmp_path / "c"))
+    assert p.returncode == 12, p.stderr
+    assert "its variant wrote different results" in p.stderr and "smooth" in p.stderr
+    assert checksums(p.stdout) == checksums(native.stdout) != {}  # the original's results, always
+    deny = json.loads((tmp_path / "c" / "validate-deny.json").read_text())["denied"]
+    assert [n for n in deny if "smooth" in n], deny
+    # the next run, fault gone, same cache: the kernel is not specialized, by the driver's record
+    monkeypatch.delenv("PROTEUS_FAULT_INJECT")
+    later = run(tmp_path / "dir" / app, {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), "PROTEUS_REPORT": str(tmp_path / "r.json"),
+                                         **SYNC, **kernel_trace(tmp_path / "ran")})
+    assert later.returncode == 0 and checksums(later.stdout) == checksums(native.stdout)
+    names = cupti.kernels_run(tmp_path / "ran")
+    assert names and cupti.originals(names) == names, names
+    (k,) = json.loads((tmp_path / "r.json").read_text())["kernels"]
+    assert k["specialized_launches"] == 0 and any("denied by validation" in f for f in k["failures"]), k
+
+
+def test_rewrite_with_validate_writes_the_deny_list_into_the_store(samples, tmp_path, monkeypatch):
+    app = "annotated"
+    monkeypatch.setenv("PROTEUS_FAULT_INJECT", "wrong-code")
+    p = run_cli(str(samples / app), "-o", str(tmp_path / "dir"), "--validate")
+    assert p.returncode == 12, p.stderr
+    denied = store.read(tmp_path / "dir" / f"{app}.kstore").denied
+    assert [n for n in denied if "smooth" in n], denied
+    monkeypatch.delenv("PROTEUS_FAULT_INJECT")
+    later = run(tmp_path / "dir" / app, {"PROTEUS_CACHE_DIR": str(tmp_path / "fresh"), "PROTEUS_REPORT": str(tmp_path / "r.json"),
+                                         **SYNC})
+    assert later.returncode == 0 and later.stdout == run(samples / app).stdout
+    (k,) = json.loads((tmp_path / "r.json").read_text())["kernels"]
+    assert k["specialized_launches"] == 0, k
+    # and without the fault, --validate passes and denies nothing
+    p = run_cli(str(samples / app), "-o", str(tmp_path / "ok"), "--validate")
+    assert p.returncode == 0, p.stderr
+    assert store.read(tmp_path / "ok" / f"{app}.kstore").denied == {}
+
+
+def test_validation_skips_what_exceeds_its_size_cap_and_runs_the_original(samples, tmp_path):
+    """loop_count's axpy_loop works on two arrays of 2^20 floats (8 MB): above a 1 MB cap it is
+    not checked, says so, and runs its original code; the output stays native."""
+    app = "loop_count"
+    assert run_cli(str(samples / app), "-o", str(tmp_path / "dir")).returncode == 0
+    p = run_cli("validate", str(tmp_path / "dir" / app), "--cache-dir", str(tmp_path / "c"), "--max-mb", "1")
+    assert p.returncode == 0, p.stderr
+    assert "not validated (its allocations hold" in p.stderr and "PROTEUS_VALIDATE_MAX_MB (1)" in p.stderr
+    assert checksums(p.stdout) == checksums(run(samples / app).stdout)
