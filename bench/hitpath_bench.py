@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     with tempfile.TemporaryDirectory(prefix="proteus-hitpath-") as tmp:
         exe = Path(tmp) / "hitpath"
-        others = [str(args.shim / n) for n in ("tables.c", "python.c", "jobs.c", "lifecycle.c", "cuda_attrs.c", "cuda_capture.c")]  # (cuda.c: included)
+        from proteus_rewrite.inject.shim import SOURCES  # the shim's own list: hitpath.c includes cuda.c
+
+        others = [str(args.shim / n) for n in SOURCES if n not in ("cuda.c", "hip.c")]
         build = subprocess.run([cc, "-std=gnu11", "-O2", "-Wall", "-I", str(args.shim), str(ROOT / "bench" / "hitpath.c"),
                                 *others, "-o", str(exe), "-ldl", "-lpthread"], capture_output=True, text=True)
         if build.returncode != 0:

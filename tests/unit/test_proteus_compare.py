@@ -119,3 +119,27 @@ def test_render_joins_calls_and_judges_again(tmp_path):
     rows = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| rsbench") or line.startswith("| wsm5")}
     assert rows["| rsbench"].endswith("| yes | yes | yes | - |")
     assert rows["| wsm5"].endswith("| NO | yes | NO | - |")  # the bitcode build prints its own checksum, ours the same
+
+
+def test_validate_paper_reads_the_checks_and_compares_the_output(tmp_path):
+    spec2 = importlib.util.spec_from_file_location("validate_paper", ROOT / "bench" / "validate_paper.py")
+    vp = importlib.util.module_from_spec(spec2)
+    spec2.loader.exec_module(vp)
+    hec = tmp_path / "hec"
+    text = RSBENCH.format(t="2.9", rate="12,500,000", check=358389)
+    (hec / "rsbench").mkdir(parents=True)
+    app = hec / "rsbench" / "main_all"
+    app.write_text("#!/bin/sh\ncat <<'X'\n" + text + "X\n"
+                   'if [ -n "$PROTEUS_VALIDATE" ]; then echo \'{"kernels": [{"launches": 1, "specialized_launches": 1}], '
+                   '"validation": [{"kernel": "lookup", "verdict": "same", "ms": 12.5}]}\' > "$PROTEUS_REPORT"; fi\n')
+    app.chmod(0o755)
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/"\n')
+    tool.chmod(0o755)
+    assert vp.main(["--hec", str(hec), "--tool", str(tool), "--out", str(tmp_path / "o"), "--programs", "rsbench",
+                    "--commit", "abc"]) == 0
+    r = json.loads((tmp_path / "o" / "validate-paper.json").read_text())["programs"]["rsbench"]
+    assert r["same_output"] and r["checks"] == {"same": 1, "within-ulps": 0, "differs": 0, "skipped": 0}
+    assert r["check_ms"] == 12.5 and r["specialized_launches"] == 1
+    row = next(l for l in (tmp_path / "o" / "validate-paper.md").read_text().splitlines() if l.startswith("| rsbench"))
+    assert row.startswith("| rsbench | yes | 1 | 0 | 0 | 1/1 | 12.5 |")
