@@ -48,10 +48,10 @@ def one(prog: str, hec: Path, tool: str, out: Path, timeout: float) -> dict:
     except (OSError, ValueError):
         doc = {}
     outcomes = doc.get("validation") or []
-    res["checks"] = {k: sum(o["verdict"] == k for o in outcomes) for k in ("same", "within-ulps", "differs", "skipped")}
+    res["checks"] = {k: sum(o["verdict"] == k for o in outcomes) for k in ("same", "within-ulps", "differs", "varies", "skipped")}
     res["check_ms"] = round(sum(float(o.get("ms") or 0) for o in outcomes), 1)
     res["differing"] = [o.get("reason", "")[:200] for o in outcomes if o["verdict"] == "differs"]
-    res["skipped"] = sorted({o.get("reason", "") for o in outcomes if o["verdict"] == "skipped"})
+    res["skipped"] = sorted({f"{o['kernel']}: {o.get('reason', '')}"[:200] for o in outcomes if o["verdict"] in ("skipped", "varies")})
     res["specialized_launches"] = sum(k.get("specialized_launches", 0) for k in doc.get("kernels", []))
     res["launches"] = sum(k.get("launches", 0) for k in doc.get("kernels", []))
     return res
@@ -74,7 +74,7 @@ def markdown(doc: dict) -> str:
         ratio = f"{r['wall_s'] / r['native_wall_s']:.2f}x" if isinstance(r["wall_s"], float) and r["native_wall_s"] else "-"
         notes = "; ".join(r["differing"] + r["skipped"]).replace("|", "\\|")
         lines.append(f"| {prog} | {'yes' if r['same_output'] and r['rc'] == 0 else 'NO'} | {c['same'] + c['within-ulps']} | "
-                     f"{c['differs']} | {c['skipped']} | {r['specialized_launches']}/{r['launches']} | {r['check_ms']} | "
+                     f"{c['differs']} | {c['skipped'] + c['varies']} | {r['specialized_launches']}/{r['launches']} | {r['check_ms']} | "
                      f"{r['wall_s']} | {r['native_wall_s']} | {ratio} | {notes} |")
     return "\n".join(lines) + "\n"
 

@@ -261,7 +261,7 @@ static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, uns
   /* the per-thread default stream has a handle of its own for event records and queries */
   CUstream es = !s && real == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : s;
   CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
-  if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, shmem, s, real);
+  if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, shmem, s, real);
   sample_poll(ki);
   int sampled = sample_begin(ki, es);
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra) : 1;
@@ -289,7 +289,7 @@ static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfuncti
   CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki) : NULL;
   if (__builtin_expect(g_validate, 0) && sf)
     sf = c->numAttrs ? validate_refuse(ki, "launched with cuLaunchKernelEx attributes, which validation does not repeat")
-                     : validate_begin(ki, sf, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ},
+                     : validate_begin(ki, sf, f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ},
                                       c->sharedMemBytes, c->hStream, real == real_cuLaunchKernelEx_ptsz ? real_cuLaunchKernel_ptsz : real_cuLaunchKernel);
   CUresult r = sf ? real(c, sf, params, extra) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
@@ -504,6 +504,13 @@ EXPORT void __cudaRegisterVar(void **h, char *hostVar, char *deviceAddress, cons
   }
 }
 
+/* The CUfunction behind a runtime handle (validation runs the original in its shadow); NULL
+ * where the runtime does not say. */
+static CUfunction runtime_function(const void *func) {
+  void *f = NULL;
+  return RUNTIME_REAL(cudaGetFuncBySymbol) && real_cudaGetFuncBySymbol(&f, func) == 0 ? (CUfunction)f : NULL;
+}
+
 static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, void **, size_t, void *),
                                   CUresult (*drv)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **),
                                   const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
@@ -511,7 +518,7 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   kinfo *ki = NULL;
   CUstream es = !stream && drv == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : stream;
   CUfunction sf = drv ? pick(func, args, grid, block, es, &ki) : NULL;
-  if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, args, grid, block, (unsigned)shmem, stream, drv);
+  if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, runtime_function(func), args, grid, block, (unsigned)shmem, stream, drv);
   sample_poll(ki);
   int sampled = sample_begin(ki, es);
   if (sf) {
@@ -542,7 +549,8 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
     kinfo *ki = NULL;
     CUfunction sf = pick(func, args, c->gridDim, c->blockDim, c->stream, &ki);
     if (__builtin_expect(g_validate, 0) && sf)
-      sf = validate_begin(ki, sf, args, c->gridDim, c->blockDim, (unsigned)c->dynamicSmemBytes, c->stream, real_cuLaunchKernel);
+      sf = validate_begin(ki, sf, runtime_function(func), args, c->gridDim, c->blockDim, (unsigned)c->dynamicSmemBytes, c->stream,
+                          real_cuLaunchKernel);
     if (sf) {
       if (real_cuLaunchKernel(sf, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
                               (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS)

@@ -57,7 +57,8 @@
   X(cudaError_t, cudaLaunchKernel, (const void *, dim3, dim3, void **, size_t, void *)) \
   X(cudaError_t, cudaLaunchKernel_ptsz, (const void *, dim3, dim3, void **, size_t, void *)) \
   X(cudaError_t, cudaLaunchKernelExC, (const cudaLaunchConfig_t *, const void *, void **)) \
-  X(cudaError_t, cudaGetSymbolAddress, (void **, const void *))
+  X(cudaError_t, cudaGetSymbolAddress, (void **, const void *)) \
+  X(cudaError_t, cudaGetFuncBySymbol, (void **, const void *))
 
 #define PROTEUS_CUDA_DECLARE(ret, name, params) HIDDEN extern ret(*real_##name) params;
 PROTEUS_CUDA_API(PROTEUS_CUDA_DECLARE)
@@ -81,8 +82,8 @@ HIDDEN CUresult w_cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev);
  * app's launch, compares. validate_refuse: a launch validation cannot repeat (the original runs). */
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                               void **, void **);
-HIDDEN CUfunction validate_begin(kinfo *ki, CUfunction variant, void **params, dim3 grid, dim3 block, unsigned shmem,
-                                 CUstream stream, launch_fn launch);
+HIDDEN CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, void **params, dim3 grid, dim3 block,
+                                 unsigned shmem, CUstream stream, launch_fn launch);
 HIDDEN void validate_end(void);
 HIDDEN CUfunction validate_refuse(kinfo *ki, const char *why);
 /* stream capture (cuda_capture.c) */

@@ -6,7 +6,9 @@
  * read back, the copies are restored, and the app's own launch then runs the original kernel
  * (validate_begin answers NULL). After that launch, validate_end reads the original's results
  * and hands both to the run time (runtime/validate.py), which denies the kernel if they differ:
- * it then runs the original for good. The app always goes on from the original's results, so
+ * it then runs the original for good. Where the original CUfunction is known, it also runs once
+ * in the shadow: a kernel whose own results vary from run to run (atomics, races) cannot be
+ * compared, and is reported so rather than denied. The app always goes on from the original's results, so
  * a run under validation prints what the native run prints.
  *
  * Not a hit-path concern: all of it runs only with PROTEUS_VALIDATE set, once per variant, and
@@ -39,6 +41,7 @@ typedef struct {
   int n;
   vrange r[MAX_RANGES];
   uint8_t *after_variant;   /* what the variant left, range after range */
+  uint8_t *after_shadow;    /* what the original left in the shadow run (NULL: not run) */
   size_t total;
   uint8_t *args;
   size_t nargs;
@@ -88,6 +91,7 @@ static void tell_skipped(kinfo *ki, const char *why) {
 static void free_check(check *c) {
   for (int i = 0; i < c->n; i++) if (c->r[i].snap) mem_free(c->r[i].snap);
   free(c->after_variant);
+  free(c->after_shadow);
   free(c->args);
   free(c);
 }
@@ -123,8 +127,30 @@ CUfunction validate_refuse(kinfo *ki, const char *why) {
   return give_up(ki, NULL, why);
 }
 
-CUfunction validate_begin(kinfo *ki, CUfunction variant, void **params, dim3 grid, dim3 block, unsigned shmem,
-                          CUstream stream, launch_fn launch) {
+/* Run `fn` on the snapshot's memory and read back what it left into `into`; then restore the
+ * snapshot. NULL, or why not. */
+static const char *shadow_run(check *c, CUfunction fn, void **params, dim3 grid, dim3 block, unsigned shmem, CUstream stream,
+                              launch_fn launch, uint8_t *into, const char *who) {
+  static __thread char why[128];
+  CUresult r = launch(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, shmem, stream, params, NULL);
+  if (r != CUDA_SUCCESS) {
+    snprintf(why, sizeof why, "the %s did not launch (CUDA error %d)", who, (int)r);
+    return why;
+  }
+  if ((r = ctx_sync()) != CUDA_SUCCESS) {   /* a fault is sticky: nothing after it runs in this context */
+    snprintf(why, sizeof why, "the %s failed on the GPU (CUDA error %d)", who, (int)r);
+    return why;
+  }
+  size_t off = 0;
+  for (int i = 0; i < c->n; off += c->r[i].size, i++)
+    if (copy_dtoh(into + off, c->r[i].base, c->r[i].size) != CUDA_SUCCESS ||
+        copy_dtod(c->r[i].base, c->r[i].snap, c->r[i].size) != CUDA_SUCCESS)
+      return "reading back the results failed";
+  return ctx_sync() == CUDA_SUCCESS ? NULL : "restoring the snapshot failed";
+}
+
+CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, void **params, dim3 grid, dim3 block,
+                          unsigned shmem, CUstream stream, launch_fn launch) {
   if (!ki || !variant) return variant;
   if (atomic_load(&ki->state) == K_DISABLED) return NULL;
   /* a context synchronization would end an open stream capture: check later */
@@ -163,26 +189,17 @@ CUfunction validate_begin(kinfo *ki, CUfunction variant, void **params, dim3 gri
   c->nargs = pack_args(ki, params, NULL);
   c->args = malloc(c->nargs ? c->nargs : 1);
   c->after_variant = malloc(c->total ? c->total : 1);
-  if (!c->args || !c->after_variant) return give_up(ki, c, "out of host memory");
+  if (original) c->after_shadow = malloc(c->total ? c->total : 1);
+  if (!c->args || !c->after_variant || (original && !c->after_shadow)) return give_up(ki, c, "out of host memory");
   if (params) pack_args(ki, params, c->args);
   for (int i = 0; i < c->n; i++)
     if (mem_alloc(&c->r[i].snap, c->r[i].size) != CUDA_SUCCESS || copy_dtod(c->r[i].snap, c->r[i].base, c->r[i].size) != CUDA_SUCCESS)
       return give_up(ki, c, "no device memory for the snapshot");
   if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, c, "the snapshot failed");
-  CUresult r = launch(variant, grid.x, grid.y, grid.z, block.x, block.y, block.z, shmem, stream, params, NULL);
-  if (r != CUDA_SUCCESS) return give_up(ki, c, "the variant did not launch");
-  if ((r = ctx_sync()) != CUDA_SUCCESS) {
-    /* a fault is sticky: nothing after it runs in this context, the original included */
-    char why[96];
-    snprintf(why, sizeof why, "the variant failed on the GPU (CUDA error %d)", (int)r);
-    return give_up(ki, c, why);
-  }
-  size_t off = 0;
-  for (int i = 0; i < c->n; off += c->r[i].size, i++)
-    if (copy_dtoh(c->after_variant + off, c->r[i].base, c->r[i].size) != CUDA_SUCCESS ||
-        copy_dtod(c->r[i].base, c->r[i].snap, c->r[i].size) != CUDA_SUCCESS)
-      return give_up(ki, c, "reading back the variant's results failed");
-  if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, c, "restoring the snapshot failed");
+  const char *why = shadow_run(c, variant, params, grid, block, shmem, stream, launch, c->after_variant, "variant");
+  if (!why && original)
+    why = shadow_run(c, original, params, grid, block, shmem, stream, launch, c->after_shadow, "original kernel");
+  if (why) return give_up(ki, c, why);
   c->ms = now_ms() - t0;
   pending = c;
   return NULL;   /* the app's launch runs the original, on the memory as it was */
@@ -213,7 +230,8 @@ void validate_end(void) {
   PyObject *r = py.CallFunction(f_validated, FMT_VALIDATED, ki->kid, (const char *)c->args, (ssize_t)c->nargs,
                                 (const char *)ranges, (ssize_t)c->n * PROTO_VALIDATE_RANGE,
                                 (const char *)c->after_variant, (ssize_t)c->total, (const char *)after_original,
-                                (ssize_t)c->total, c->ms + (now_ms() - t0));
+                                (ssize_t)c->total, c->after_shadow ? (const char *)c->after_shadow : "",
+                                (ssize_t)(c->after_shadow ? c->total : 0), c->ms + (now_ms() - t0));
   long long verdict = r ? py.LongAsLongLong(r) : 1;
   if (r) py.DecRef(r); else py.ErrPrint();
   py.GILStateRelease(g);

@@ -106,7 +106,7 @@ enum {
 #define FMT_PREPARE_COMPILER_AHEAD "ii"
 #define FMT_FINISH "y#"
 #define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKK)"
-#define FMT_VALIDATED "iy#y#y#y#d"
+#define FMT_VALIDATED "iy#y#y#y#y#d"
 #define FMT_VALIDATE_SKIPPED "is"
 
 /* PROTEUS_* variables the shim reads itself */

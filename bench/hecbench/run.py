@@ -177,11 +177,12 @@ def validation_counts(path: Path) -> dict | None:
         outcomes = json.loads(path.read_text()).get("validation") or []
     except (OSError, ValueError):
         return None
-    counts = {"same": 0, "within-ulps": 0, "differs": 0, "skipped": 0}
+    counts = {"same": 0, "within-ulps": 0, "differs": 0, "varies": 0, "skipped": 0}
     for o in outcomes:
         counts[o.get("verdict", "skipped")] = counts.get(o.get("verdict", "skipped"), 0) + 1
     counts["differing_kernels"] = sorted({o["kernel"] for o in outcomes if o.get("verdict") == "differs"})
     counts["skip_reasons"] = sorted({o.get("reason", "") for o in outcomes if o.get("verdict") == "skipped"})
+    counts["varying_kernels"] = sorted({o["kernel"] for o in outcomes if o.get("verdict") == "varies"})
     counts["check_ms"] = round(sum(float(o.get("ms") or 0) for o in outcomes), 1)
     return counts
 
@@ -365,13 +366,15 @@ def validation_table(results: list[dict]) -> list[str]:
             c = v["validation"]
             ratio = f"{v['seconds'] / v['native_seconds']:.2f}x" if v.get("native_seconds") else "-"
             rows.append(f"| {r['name']} | {recipe} | {v['verdict']} | {c['same'] + c['within-ulps']} | {c['differs']} | "
-                        f"{c['skipped']} | {c['check_ms']} | {v['seconds']} | {v.get('native_seconds')} | {ratio} | "
-                        + "; ".join(c["differing_kernels"] + c["skip_reasons"]).replace("|", "\\|")[:200] + " |")
+                        f"{c['skipped'] + c.get('varies', 0)} | {c['check_ms']} | {v['seconds']} | {v.get('native_seconds')} | {ratio} | "
+                        + "; ".join(c["differing_kernels"] + [f"varies: {k}" for k in c.get("varying_kernels", [])]
+                                    + c["skip_reasons"]).replace("|", "\\|")[:200] + " |")
     if not rows:
         return []
     return ["", "## Under validation (PROTEUS_VALIDATE=1, every variant checked on its first launch)", "",
             "Output against native as above; variants that matched their original, differed (denied), were not "
-            "checked; the checks' own time; the run's wall time against the native run's.", "",
+            "checked (skipped, or the original's own two runs disagreed: 'varies'); the checks' own time; the run's "
+            "wall time against the native run's.", "",
             "| program | recipe | output | matched | differed | not checked | check ms | run s | native s | run / native | kernels, reasons |",
             "|---|---|---|---|---|---|---|---|---|---|---|", *rows]
 

@@ -46,11 +46,12 @@ def run_validation(exe: str, args: tuple[str, ...], ulps: float, max_mb: int, ca
 
 
 def summarize(doc: dict) -> tuple[list[dict], list[dict], list[dict]]:
-    """(checked, differing, skipped) outcomes of a report's validation section."""
+    """(checked, differing, not checked) outcomes of a report's validation section; not checked:
+    skipped, or an original whose own results vary from run to run."""
     outcomes = doc.get("validation") or []
     return ([o for o in outcomes if o["verdict"] in ("same", "within-ulps")],
             [o for o in outcomes if o["verdict"] == "differs"],
-            [o for o in outcomes if o["verdict"] == "skipped"])
+            [o for o in outcomes if o["verdict"] in ("skipped", "varies")])
 
 
 def print_summary(doc: dict) -> None:

@@ -94,7 +94,8 @@ CALLS = (
     Call("prepare_compiler_ahead", "ii"),                  # SM version, ahead (may decline)
     Call("finish", "y#"),                                  # the per-kernel counters (COUNTERS)
     Call("write_report", "sy#K(" + "K" * len(WAIT_FIELDS) + ")"),  # path, counters, unknown launches, WAIT_FIELDS
-    Call("validated", "iy#y#y#y#d"),                       # kid, args, ranges (VALIDATE_RANGE each), variant's bytes, original's, ms
+    Call("validated", "iy#y#y#y#y#d"),                     # kid, args, ranges (VALIDATE_RANGE each), the variant's results,
+                                                           # the original's, the original's shadow run's (b"": none), ms
     Call("validate_skipped", "is"),                        # kid, why the variant was not checked
 )
 

@@ -38,13 +38,14 @@ class Difference:
     bytes_differing: int
     first_offset: int
     max_ulps: float  # the smallest ULP distance that covers every differing word, as float32 or float64
+    sampled: bool = False  # too many differing words: max_ulps is over the first MAX_WORDS of them
 
 
 @dataclass
 class Outcome:
     kernel: str
     folded: dict[str, object]
-    verdict: str  # "same", "within-ulps", "differs", "skipped"
+    verdict: str  # "same", "within-ulps", "differs", "varies" (the original's own results vary), "skipped"
     reason: str = ""
     allocations: int = 0
     bytes_compared: int = 0
@@ -70,28 +71,51 @@ def _ulp_distance(a: int, b: int, bits: int) -> float:
     return float(abs(ka - kb))
 
 
-def compare(original: bytes, variant: bytes) -> tuple[int, int, float]:
-    """(differing bytes, first differing offset, ULPs): the ULP distance is the largest over
-    the differing aligned words, read as float32 where that covers them all within the smallest
-    distance, else as float64. The allocation's element type is not known here; a change that
-    is small in one reading is as small in the other's low bits, so the smaller is reported."""
+CHUNK = 4096
+MAX_WORDS = 1 << 20  # differing words read as floats; beyond, a sample (Difference.sampled)
+
+
+def compare(original: bytes, variant: bytes) -> tuple[int, int, float, bool]:
+    """(differing bytes, first differing offset, ULPs, sampled). The allocation's element type
+    is not known: the ULP distance is the largest over the differing aligned words read as
+    float32, or as float64, whichever is smaller (a change confined to a word's low bits is
+    small in both readings). Chunks are compared by the C code of bytes and ints, so that a
+    gigabyte of equal memory costs no Python loop; at most MAX_WORDS differing words are read
+    as floats (sampled: True when there were more)."""
     if original == variant:
-        return 0, -1, 0.0
+        return 0, -1, 0.0, False
     n = min(len(original), len(variant))
-    diff = [i for i in range(n) if original[i] != variant[i]]
-    first = diff[0] if diff else n
-    worst = {}
-    for bits, width in ((32, 4), (64, 8)):
-        fmt = "<I" if bits == 32 else "<Q"
-        words = {i - i % width for i in diff}
-        d = 0.0
-        for w in words:
-            if w + width > n:
+    count, first, starts = abs(len(original) - len(variant)), -1, []
+    for off in range(0, n, CHUNK):
+        a, b = original[off : min(off + CHUNK, n)], variant[off : min(off + CHUNK, n)]
+        if a == b:
+            continue
+        x = (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(len(a), "little")
+        count += len(a) - x.count(0)
+        if first < 0:
+            first = off + next(i for i, c in enumerate(x) if c)
+        starts.append(off)
+    worst, sampled = {}, False
+    for bits, width, fmt in ((32, 4, "I"), (64, 8, "Q")):
+        d, seen = 0.0, 0
+        for off in starts:
+            end = min(off + CHUNK, n)
+            if (end - off) % width:  # a tail shorter than a word: no float reading of it
                 d = math.inf
+                end -= (end - off) % width
+            wa = memoryview(original[off:end]).cast(fmt)
+            wb = memoryview(variant[off:end]).cast(fmt)
+            for u, v in zip(wa, wb):
+                if u != v:
+                    d = max(d, _ulp_distance(u, v, bits))
+                    seen += 1
+            if seen >= MAX_WORDS:
+                sampled = sampled or off + CHUNK < n
                 break
-            d = max(d, _ulp_distance(struct.unpack_from(fmt, original, w)[0], struct.unpack_from(fmt, variant, w)[0], bits))
         worst[bits] = d
-    return len(diff) + abs(len(original) - len(variant)), first, min(worst.values())
+    if first < 0:
+        first = n
+    return count, first, min(worst.values()), sampled
 
 
 def _deny_path() -> Path:
@@ -176,12 +200,25 @@ def _folded(kid: int, args: bytes) -> dict[str, object]:
     return out
 
 
-def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes, ms: float) -> int:
-    """The shim's check of one variant: 1 denies the kernel, 0 keeps the variant."""
+def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes, shadow: bytes, ms: float) -> int:
+    """The shim's check of one variant: 0 keeps the variant; 1 denies the kernel (its results
+    differ); 2 runs the original for the rest of this run without denying it (the original's
+    own two runs, `shadow` and `original`, disagree: nothing to compare against)."""
     try:
         st = session.state()
         record = st.kernels[kid][1]
         outcome = Outcome(record.demangled, _folded(kid, args), "same", ms=round(ms, 2))
+        if shadow and shadow != original:
+            count = compare(shadow, original)[0]
+            outcome.verdict = "varies"
+            outcome.reason = (f"the original kernel's own results vary from run to run ({count} bytes differ between two "
+                              "runs on the same memory: atomics or races), so its variant cannot be compared")
+            outcome.allocations = len(ranges) // RANGE.size
+            outcome.bytes_compared = len(original)
+            st.validation.append(outcome)
+            session.warn_once(f"validate-varies:{record.name}", f"{record.demangled}: not validated ({outcome.reason}); "
+                              "the original kernel runs in this run")
+            return 2
         off = 0
         for i in range(0, len(ranges), RANGE.size):
             base, size = RANGE.unpack_from(ranges, i)
@@ -189,14 +226,16 @@ def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: by
             off += size
             outcome.allocations += 1
             outcome.bytes_compared += size
-            count, first, ulps = compare(a, b)
+            count, first, ulps, sampled = compare(a, b)
             if count:
-                outcome.differences.append(Difference(base, size, count, first, ulps))
+                outcome.differences.append(Difference(base, size, count, first, ulps, sampled))
         if outcome.differences:
             worst = max(d.max_ulps for d in outcome.differences)
             tolerance = _tolerance()
-            # no tolerance: bit for bit (-0.0 against 0.0 is 0 ULPs apart, and still a difference)
-            outcome.verdict = "within-ulps" if tolerance > 0 and worst <= tolerance else "differs"
+            # no tolerance: bit for bit (-0.0 against 0.0 is 0 ULPs apart, and still a difference);
+            # a sampled distance proves no bound
+            sampled = any(d.sampled for d in outcome.differences)
+            outcome.verdict = "within-ulps" if tolerance > 0 and worst <= tolerance and not sampled else "differs"
         st.validation.append(outcome)
         if outcome.verdict != "differs":
             session.trace("variants", f"{record.demangled}: validated ({outcome.verdict}, {outcome.allocations} "
@@ -237,6 +276,7 @@ def _ulps_text(u: float) -> str:
 
 
 def report_section() -> list[dict]:
+    """The report's "validation" list: one entry per check, in order."""
     out = []
     for o in session.state().validation:
         d = {"kernel": o.kernel, "verdict": o.verdict, "folded": o.folded, "allocations": o.allocations,

@@ -29,16 +29,16 @@ def f64(*xs):
 
 
 def test_compare_counts_bytes_and_reads_floats_in_ulps():
-    assert validate.compare(f32(1.0, 2.0), f32(1.0, 2.0)) == (0, -1, 0.0)
+    assert validate.compare(f32(1.0, 2.0), f32(1.0, 2.0)) == (0, -1, 0.0, False)
     one_up = struct.unpack("<f", struct.pack("<I", struct.unpack("<I", f32(2.0))[0] + 1))[0]
-    count, first, ulps = validate.compare(f32(1.0, 2.0), f32(1.0, one_up))
+    count, first, ulps, _ = validate.compare(f32(1.0, 2.0), f32(1.0, one_up))
     assert (count, first, ulps) == (1, 4, 1.0)
     # a double's last bit: 1 ULP as float64 (as float32 its low word would be far off)
     bits = struct.unpack("<Q", f64(3.0))[0]
     assert validate.compare(f64(3.0), struct.pack("<Q", bits + 3))[2] == 3.0
     assert validate.compare(f64(-0.0), f64(0.0))[:2] == (1, 7) and validate.compare(f64(-0.0), f64(0.0))[2] == 0.0
     assert math.isinf(validate.compare(f32(1.0), f32(float("nan")))[2])
-    assert validate.compare(f32(float("nan")), f32(float("nan"))) == (0, -1, 0.0)  # the same bits
+    assert validate.compare(f32(float("nan")), f32(float("nan")))[:3] == (0, -1, 0.0)  # the same bits
     assert validate.compare(b"\x01\x02", b"\x01\x02\x03")[0] == 1  # lengths differ
 
 
@@ -69,7 +69,7 @@ def _ranges(*sizes: int) -> bytes:
 
 def test_equal_results_keep_the_variant(state):
     st, _t, k = state
-    assert validate.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(1.0), 1.5) == 0
+    assert validate.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(1.0), f64(1.0), 1.5) == 0
     assert st.validation[0].verdict == "same" and st.validation[0].allocations == 1
     assert validate.denied(k.name) is None
 
@@ -77,7 +77,7 @@ def test_equal_results_keep_the_variant(state):
 def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, capfd):
     st, t, k = state
     assert validate.validated(0, _args(k, {1: "3"}), _ranges(8, 16), f64(1.0) + f64(0.0, 0.0),
-                              f64(1.0) + f64(0.0, 5.0), 2.0) == 1
+                              f64(1.0) + f64(0.0, 5.0), b"", 2.0) == 1
     err = capfd.readouterr().err
     assert f"proteus: validation: {k.demangled}: its variant wrote different results" in err and "denied" in err
     outcome = st.validation[0]
@@ -99,13 +99,23 @@ def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, c
 def test_a_tolerance_in_ulps_accepts_small_float_differences(state, monkeypatch):
     st, _t, k = state
     # none: bit for bit, even where the numbers are equal
-    assert validate.validated(0, _args(k, {}), _ranges(8), f64(-0.0), f64(0.0), 1.0) == 1
+    assert validate.validated(0, _args(k, {}), _ranges(8), f64(-0.0), f64(0.0), b"", 1.0) == 1
     st.deny = {}
     bits = struct.unpack("<Q", f64(2.0))[0]
     monkeypatch.setenv("PROTEUS_VALIDATE_ULPS", "2")
-    assert validate.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 2), f64(2.0), 1.0) == 0
+    assert validate.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 2), f64(2.0), b"", 1.0) == 0
     assert st.validation[-1].verdict == "within-ulps"
-    assert validate.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 3), f64(2.0), 1.0) == 1
+    assert validate.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 3), f64(2.0), b"", 1.0) == 1
+
+
+def test_an_original_whose_results_vary_is_reported_not_denied(state, tmp_path, capfd):
+    """Two runs of the original on the same memory disagree (atomics, races): nothing to hold
+    the variant to. This run keeps the original (2), the cache directory denies nothing."""
+    st, _t, k = state
+    assert validate.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(2.0), f64(3.0), 1.0) == 2
+    assert st.validation[0].verdict == "varies" and "vary from run to run" in st.validation[0].reason
+    assert "not validated (the original kernel's own results vary" in capfd.readouterr().err
+    assert not (tmp_path / "cache" / validate.DENY_FILE).exists() and validate.denied(k.name) is None
 
 
 def test_a_skipped_check_is_reported_once(state, capfd):
