@@ -88,6 +88,22 @@ static void tell_skipped(kinfo *ki, const char *why) {
   py.GILStateRelease(g);
 }
 
+/* Why the run time says this kernel's variants must not run in the shadow (printf), or NULL. */
+static char *refusal(kinfo *ki) {
+  int g = py.GILStateEnsure();
+  PyObject *r = py.CallFunction(f_validate_refusal, FMT_VALIDATE_REFUSAL, ki->kid);
+  ssize_t n = 0;
+  uint8_t *why = py_bytes(r, &n);
+  py.GILStateRelease(g);
+  char *text = why && n > 0 ? malloc((size_t)n + 1) : NULL;
+  if (text) {
+    memcpy(text, why, (size_t)n);
+    text[n] = 0;
+  }
+  free(why);
+  return text;
+}
+
 static void free_check(check *c) {
   for (int i = 0; i < c->n; i++) if (c->r[i].snap) mem_free(c->r[i].snap);
   free(c->after_variant);
@@ -165,6 +181,12 @@ CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, vo
   if (seen >= 0) return seen && atomic_load(&ki->state) == K_ACTIVE ? variant : NULL;
   if (full) return give_up(ki, NULL, "more variants than validation tracks");
   if (!load_calls()) return give_up(ki, NULL, "the driver lacks a call validation needs");
+  char *refused = refusal(ki);
+  if (refused) {
+    give_up(ki, NULL, refused);
+    free(refused);
+    return NULL;
+  }
   double t0 = now_ms();
   check *c = calloc(1, sizeof *c);
   if (!c) return give_up(ki, NULL, "out of host memory");

@@ -93,6 +93,7 @@ enum {
 #define CALL_WRITE_REPORT "write_report"
 #define CALL_VALIDATED "validated"
 #define CALL_VALIDATE_SKIPPED "validate_skipped"
+#define CALL_VALIDATE_REFUSAL "validate_refusal"
 #define FMT_INIT "si"
 #define FMT_KERNEL_INFO "Ksi"
 #define FMT_KERNEL_INFO_HIP "Kss"
@@ -108,6 +109,7 @@ enum {
 #define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKK)"
 #define FMT_VALIDATED "iy#y#y#y#y#d"
 #define FMT_VALIDATE_SKIPPED "is"
+#define FMT_VALIDATE_REFUSAL "i"
 
 /* PROTEUS_* variables the shim reads itself */
 #define ENV_DISABLE "PROTEUS_DISABLE"

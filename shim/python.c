@@ -22,7 +22,7 @@
 py_api py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
 PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler, *f_finish, *f_miss,
-    *f_track_deferred, *f_validated, *f_validate_skipped;
+    *f_track_deferred, *f_validated, *f_validate_skipped, *f_validate_refusal;
 int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 char shim_dir[4096];
@@ -150,8 +150,9 @@ static int start_python(void) {
     f_track_deferred = py.GetAttrString(rt, CALL_TRACK_DEFERRED);
     f_validated = py.GetAttrString(rt, CALL_VALIDATED);
     f_validate_skipped = py.GetAttrString(rt, CALL_VALIDATE_SKIPPED);
+    f_validate_refusal = py.GetAttrString(rt, CALL_VALIDATE_REFUSAL);
     if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish && f_miss &&
-        f_track_deferred && f_validated && f_validate_skipped) {
+        f_track_deferred && f_validated && f_validate_skipped && f_validate_refusal) {
       ok = py.LongAsLongLong(r) == 1;   /* False: a bad setting, which init has reported in one line */
       py.DecRef(r);
     } else py.ErrPrint();

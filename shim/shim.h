@@ -202,7 +202,7 @@ HIDDEN void launch_error(const void *handle);
 
 HIDDEN extern py_api py;
 HIDDEN extern PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler,
-    *f_finish, *f_miss, *f_track_deferred, *f_validated, *f_validate_skipped;
+    *f_finish, *f_miss, *f_track_deferred, *f_validated, *f_validate_skipped, *f_validate_refusal;
 HIDDEN extern int py_state;   /* 0 not tried, 1 ready, -1 unavailable */
 HIDDEN extern char shim_dir[4096];
 HIDDEN void find_shim_dir(void);

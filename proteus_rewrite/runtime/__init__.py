@@ -15,6 +15,7 @@
     write_report(path, counters, unknown, waits)  at exit, for PROTEUS_REPORT
     validated(kid, args, ranges, variant, original, ms) -> 1 to deny   PROTEUS_VALIDATE's check of a variant
     validate_skipped(kid, reason)             a variant PROTEUS_VALIDATE could not check
+    validate_refusal(kid) -> bytes            why a kernel's variants must not be checked (b"" if they may)
 
 Kernel stores (*.kstore) are found beside the shim (or in PROTEUS_STORE_DIR). A loaded
 image is matched to a recorded fat binary by the SHA-256 of its bytes, so a store that
@@ -28,8 +29,9 @@ from .miss import (WARM_UP_ARCH, compiled_this_run, finish, load_failed, miss, p
                    track_deferred)
 from .report import write_report
 from .session import init, kernel_info, reset, state
+from .validate import refusal as validate_refusal
 from .validate import skipped as validate_skipped
 from .validate import validated
 
 __all__ = ["WARM_UP_ARCH", "compiled_this_run", "finish", "init", "kernel_info", "load_failed", "miss",
-           "prepare_compiler", "reset", "specialize", "state", "track", "track_deferred", "validate_skipped", "validated", "write_report"]
+           "prepare_compiler", "reset", "specialize", "state", "track", "track_deferred", "validate_refusal", "validate_skipped", "validated", "write_report"]

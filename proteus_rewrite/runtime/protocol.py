@@ -97,6 +97,7 @@ CALLS = (
     Call("validated", "iy#y#y#y#y#d"),                     # kid, args, ranges (VALIDATE_RANGE each), the variant's results,
                                                            # the original's, the original's shadow run's (b"": none), ms
     Call("validate_skipped", "is"),                        # kid, why the variant was not checked
+    Call("validate_refusal", "i"),                         # kid -> why its variants cannot be checked ("" if they can)
 )
 
 # PROTEUS_VALIDATE: one allocation the check compared, as the shim describes it (u64 base, u64 size)

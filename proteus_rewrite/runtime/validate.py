@@ -261,6 +261,18 @@ def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: by
         return 1
 
 
+def refusal(kid: int) -> bytes:
+    """Why the shim must not run this kernel's variant in the original's shadow (b"" if it may):
+    a kernel whose module calls printf would print twice (and the app's output would not be
+    the native one). Judged per module: the bitcode names vprintf."""
+    st = session.state()
+    table, record = st.kernels[kid]
+    modules = [table.modules[i] for i in (record.module, *record.link_modules) if i is not None]
+    if any(b"vprintf" in m.bitcode for m in modules):
+        return b"its module calls printf, which running it in the original's shadow would print twice"
+    return b""
+
+
 def skipped(kid: int, reason: str) -> None:
     """The shim could not check a variant (too large, a launch it cannot repeat, ...): the
     kernel runs the original for the rest of this run, and the report says why."""

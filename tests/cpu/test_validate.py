@@ -118,6 +118,17 @@ def test_an_original_whose_results_vary_is_reported_not_denied(state, tmp_path, 
     assert not (tmp_path / "cache" / validate.DENY_FILE).exists() and validate.denied(k.name) is None
 
 
+def test_kernels_that_print_are_not_run_in_the_shadow(state):
+    st, t, k = state
+    assert validate.refusal(0) == b""  # loop_count prints nothing on the GPU
+    # the same module as if it called printf (CUDA's device printf is a call to vprintf)
+    m = t.modules[k.module]
+    printing = dataclasses.replace(t, modules=tuple(dataclasses.replace(x, bitcode=x.bitcode + b"vprintf") if x is m else x
+                                                    for x in t.modules))
+    st.kernels.append((printing, k))
+    assert b"printf, which running it in the original's shadow would print twice" in validate.refusal(1)
+
+
 def test_a_skipped_check_is_reported_once(state, capfd):
     st, _t, k = state
     validate.skipped(0, "a cooperative launch, which validation does not repeat")

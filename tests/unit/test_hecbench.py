@@ -159,12 +159,18 @@ def test_run_py_end_to_end_against_a_fake_gpu(tmp_path, doc):
     assert f"| {name} |" in table and "3/4 (75%)" in table and "ok / ok / ok" in table
 
 
-def test_run_py_validate_mode_counts_what_validation_found(tmp_path, doc):
-    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+def _one_build(tmp_path: Path, name: str) -> Path:
+    """A work folder with one program's recommended build (the binary itself never runs)."""
     work = tmp_path / "work"
     (work / "build" / "recommended" / name).mkdir(parents=True)
-    (work / "build" / "recommended" / name / "main").write_text("not run: --exe stands in\n")
+    (work / "build" / "recommended" / name / "main").write_text("not run\n")
     (work / "manifest.json").write_text(json.dumps({"programs": {name: {"recommended": {"status": "ok"}}}}))
+    return work
+
+
+def test_run_py_validate_mode_counts_what_validation_found(tmp_path, doc):
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = _one_build(tmp_path, name)
     app, tool = _script(tmp_path / "app.sh", FAKE_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(HECBENCH / "run.py"), "--work", str(work), "--out", str(out), "--only", name,
@@ -184,10 +190,7 @@ def test_run_py_validate_mode_counts_what_validation_found(tmp_path, doc):
 
 def test_run_py_dry_run_prints_the_commands_and_runs_nothing(tmp_path, doc):
     name = next(p["name"] for p in doc["programs"] if p["suite"] == "paper")
-    work = tmp_path / "work"
-    (work / "build" / "recommended" / name).mkdir(parents=True)
-    (work / "build" / "recommended" / name / "main").write_text("")
-    (work / "manifest.json").write_text(json.dumps({"programs": {name: {"recommended": {"status": "ok"}}}}))
+    work = _one_build(tmp_path, name)
     proc = subprocess.run([sys.executable, str(HECBENCH / "run.py"), "--work", str(work), "--out", str(tmp_path / "o"),
                            "--only", name, "--dry-run", "--tool", "proteus-rewrite", "--nvidia-smi", "/nonexistent"],
                           capture_output=True, text=True, timeout=60)
