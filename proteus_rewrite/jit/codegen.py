@@ -103,23 +103,6 @@ def fp_contraction(mode: str) -> None:
                               f"generates code for -ffp-contract={_fp_contraction} (an LLVM option, set once per process)")
 
 
-_llvm_options: set[str] = set()  # the recorded -mllvm options this process has set (LLVM options are global)
-
-
-def llvm_options(options: tuple[str, ...]) -> None:
-    """Set the AOT compile's -mllvm options (pipeline.MLLVM_REPRODUCED) for this process's
-    LLVM. They are set once and stay set: the allowlisted ones change what the optimizer may
-    form, never what the code computes, so a module recorded without one is compiled under it
-    too rather than refused."""
-    new = [o for o in options if o not in _llvm_options]
-    if new:
-        import llvmlite.binding as llvm
-
-        for option in new:
-            llvm.set_option("proteus", option)
-            _llvm_options.add(option)
-
-
 def emit_ptx(module, tm, arch: int) -> PTX:
     try:
         return PTX(tm.emit_assembly(module), arch)

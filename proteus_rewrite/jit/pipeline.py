@@ -106,12 +106,6 @@ def pipeline_text(opt_level: str, opt_pipeline: str | None) -> str:
     return opt_pipeline or f"default<O{opt_level}>"
 
 
-# -mllvm options of the AOT compile that the JIT sets too (once per compiler process, codegen.llvm_options).
-# An allowlist: LLVM exits the process on an option it does not know, and others are the user's
-# and may not exist in LLVM 22.
-MLLVM_REPRODUCED = frozenset({"-enable-memcpyopt-without-libcalls"})
-
-
 @dataclass(frozen=True)
 class Tuning:
     """The pipeline tuning options of the AOT compile, from its recorded command line: clang
@@ -126,10 +120,6 @@ class Tuning:
     # -ffp-contract: clang's default for CUDA is "fast" (no flag on the line), which its backend
     # gets as TargetOptions::AllowFPOpFusion = Fast (codegen.fp_contraction reproduces it)
     fp_contract: str = "fast"
-    # the recorded -mllvm options LLVM 22 is known to take (MLLVM_REPRODUCED): clang adds
-    # -enable-memcpyopt-without-libcalls to every CUDA device compile (the GPU has no libc memcpy,
-    # and without it MemCpyOpt forms no memset/memcpy there)
-    mllvm: tuple[str, ...] = ()
 
     @classmethod
     def from_cmdline(cls, cmdline: tuple[str, ...] | list[str]) -> Tuning:
@@ -139,13 +129,11 @@ class Tuning:
         unroll = "-fno-unroll-loops" not in args
         contract = next((a.split("=", 1)[1] for a in reversed(list(cmdline)) if a.startswith("-ffp-contract=")), "fast")
         contract = "fast" if contract == "fast-honor-pragmas" else contract
-        argv = list(cmdline)
-        mllvm = tuple(sorted({argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-mllvm" and argv[i + 1] in MLLVM_REPRODUCED}))
         if "-disable-llvm-passes" in args or "-disable-llvm-optzns" in args:
             level = next((a[2:] for a in reversed(list(cmdline)) if re.fullmatch(r"-O[0-3sz]?", a)), "2") or "2"
             on = level in ("2", "3", "s")
-            return cls(on, on and level != "s", unroll, contract, mllvm)
-        return cls("-vectorize-loops" in args, "-vectorize-slp" in args, unroll, contract, mllvm)
+            return cls(on, on and level != "s", unroll, contract)
+        return cls("-vectorize-loops" in args, "-vectorize-slp" in args, unroll, contract)
 
 
 def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str, tuning: Tuning = Tuning()) -> None:

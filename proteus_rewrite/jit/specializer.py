@@ -180,8 +180,7 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
 # cache written by an earlier version is not served. 2: undefined values defined as zero,
 # clang's pipeline tuning (SLP vectorization), the original kernel's FP attributes kept.
 # 3: FP contraction as clang's (-nvptx-fma-level). 4: one more block per SM where it spills little.
-# 5: the recorded -mllvm -enable-memcpyopt-without-libcalls.
-CODEGEN_REVISION = 5
+CODEGEN_REVISION = 4
 
 
 @functools.lru_cache(maxsize=1024)
@@ -278,9 +277,7 @@ def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, 
         return Compiled(image, None, ir_text, found)
     if cg.ptx_compiler != "driver":
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
-    tuning = pipeline.Tuning.from_cmdline(table.modules[kernel.module].cmdline)
-    codegen.fp_contraction(tuning.fp_contract)
-    codegen.llvm_options(tuning.mllvm)
+    codegen.fp_contraction(pipeline.Tuning.from_cmdline(table.modules[kernel.module].cmdline).fp_contract)
     ptx, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
                                       lambda: codegen.target_machine(arch, isa, cg.codegen_opt_level),
                                       lambda module, tm: codegen.emit_ptx(module, tm, arch), "ptx", "ptx", found)

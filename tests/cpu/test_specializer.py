@@ -345,17 +345,3 @@ def test_occupancy_step_is_not_tried_where_it_cannot_pay(monkeypatch):
     for first in ((120, 0), (255, 80)):
         _ptx, image, made, _found = _stepping(monkeypatch, first, (128, 0))
         assert image.data == b"1" and not made
-
-
-def test_the_recorded_mllvm_options_clang_adds_are_reproduced(table):
-    """clang adds -mllvm -enable-memcpyopt-without-libcalls to CUDA device compiles; the JIT's
-    LLVM gets it too (an allowlist: LLVM exits on an option it does not know)."""
-    from proteus_rewrite.jit import codegen, pipeline
-
-    t = table("loop_count")
-    k = kernel(t, "axpy_loop")
-    tuning = pipeline.Tuning.from_cmdline(t.modules[k.module].cmdline)
-    assert tuning.mllvm == ("-enable-memcpyopt-without-libcalls",)
-    assert pipeline.Tuning.from_cmdline(("-cc1", "-mllvm", "-unroll-threshold=9000", "-O3")).mllvm == ()
-    specialize(t, k, launch_for(k, {1: "3"}), CFG)
-    assert "-enable-memcpyopt-without-libcalls" in codegen._llvm_options
