@@ -14,7 +14,6 @@ source, common.h or samples/build.py is newer than the binary, or the architectu
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import sys
@@ -25,15 +24,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
 
-def _samples_build():
-    spec = importlib.util.spec_from_file_location("samples_build", ROOT / "samples" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(HERE.parent))
+from harness import samples_build  # noqa: E402  (bench/harness.py)
 
-
-sb = _samples_build()
+sb = samples_build()
 App = sb.App
 
 # name -> (App, what it models, the scalars the JIT folds)

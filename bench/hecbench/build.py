@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -36,7 +35,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))
 import corpus  # noqa: E402  (next to this script, here and in the tarball)
+from harness import recipe_flags, samples_build  # noqa: E402  (bench/harness.py)
 
 DEFAULT_MIRROR = "/work/.mirror/zjin-lcf+HeCBench/repo"
 LIBS = ("-lcudart_static", "-ldl", "-lrt", "-lpthread")
@@ -46,20 +47,6 @@ _fetch_lock = threading.Lock()  # two recipes of one program must not extract it
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def samples_build():
-    """samples/build.py, loaded by path (it is a script, not a package): its CUDA 13 compat
-    tree and its RECIPES, so that these builds match the samples' exactly."""
-    spec = importlib.util.spec_from_file_location("samples_build", ROOT / "samples" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def recipe_flags(recipe: str, sb) -> tuple[str, ...]:
-    return () if recipe == "plain" else tuple(sb.RECIPES[recipe])
 
 
 # --- fetching -----------------------------------------------------------------------------
@@ -291,6 +278,7 @@ def pack(out_path: Path, work: Path, programs: list[dict], recipes: list[str]) -
         for script in ("run.py", "corpus.py", "programs.json", "README.md"):
             if (HERE / script).exists():
                 tar.add(HERE / script, arcname=f"hecbench/{script}")
+        tar.add(HERE.parent / "harness.py", arcname="harness.py")
         tar.add(work / "manifest.json", arcname="hecbench/work/manifest.json")
         count = 0
         for name in names:

@@ -158,20 +158,3 @@ def compare(native: list[str], tool: list[str], rtol: float = 0.0, unstable: set
     if close_only:
         return Comparison("same" if worst == 0.0 else "close", worst)
     return Comparison("unstable" if native_unstable else "differs", worst, diff)
-
-
-def report_share(report: dict) -> dict:
-    """From a PROTEUS_REPORT (runtime.write_report): launches, specialized launches, their
-    share, fallbacks, and the failures summed over kernels by reason."""
-    launches = specialized = fallbacks = 0
-    failures: dict[str, int] = {}
-    for k in report.get("kernels", []):
-        launches += int(k.get("launches", 0))
-        specialized += int(k.get("specialized_launches", 0))
-        fallbacks += int(k.get("fallback_launches", 0))
-        for reason, count in (k.get("failures") or {}).items():
-            failures[reason] = failures.get(reason, 0) + int(count)
-    return {"launches": launches, "specialized_launches": specialized, "fallback_launches": fallbacks,
-            "share": round(specialized / launches, 4) if launches else None, "failures": failures,
-            "kernels": len(report.get("kernels", [])),
-            "unknown_handle_launches": report.get("unknown_handle_launches", 0)}

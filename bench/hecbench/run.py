@@ -41,7 +41,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))
 import corpus  # noqa: E402
+from harness import report_share  # noqa: E402  (bench/harness.py; the tarball's top)
 
 MODES = ("sync-cold", "default-cold", "default-warm")
 # --validate adds a run under PROTEUS_VALIDATE (every variant checked against its original on
@@ -166,7 +168,7 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
 
 def read_report(path: Path) -> dict | None:
     try:
-        return corpus.report_share(json.loads(path.read_text()))
+        return report_share(json.loads(path.read_text()))
     except (OSError, ValueError):
         return None  # no report: the shim did not load or the app died before exit
 

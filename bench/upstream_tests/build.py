@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -47,6 +46,8 @@ from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+from harness import recipe_flags, samples_build  # noqa: E402  (bench/harness.py)
 PROGRAMS_JSON = HERE / "programs.json"
 STUBS_SOURCE = HERE / "stubs" / "proteus_host_stubs.cpp"
 DEFAULT_MIRROR = "/work/.mirror/Olympus-HPC+proteus/repo"
@@ -92,20 +93,6 @@ DEFINES = ("-DPROTEUS_ENABLE_CUDA",)
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def samples_build():
-    """samples/build.py, loaded by path (a script, not a package): its RECIPES and CUDA 13
-    compat tree, so that these builds match the samples' and tests/support/clang.py's."""
-    spec = importlib.util.spec_from_file_location("samples_build", ROOT / "samples" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def recipe_flags(recipe: str, sb) -> tuple[str, ...]:
-    return () if recipe == "plain" else tuple(sb.RECIPES[recipe])
 
 
 # --- the mirror ------------------------------------------------------------------------------
@@ -640,6 +627,7 @@ def pack(out_path: Path, work: Path) -> None:
     with tarfile.open(tmp, "w:xz", preset=9) as tar:
         for script in ("run.py", "programs.json", "README.md"):
             tar.add(HERE / script, arcname=f"upstream_tests/{script}")
+        tar.add(HERE.parent / "harness.py", arcname="harness.py")
         tar.add(work / "manifest.json", arcname="upstream_tests/work/manifest.json")
         count = 0
         for name, builds in sorted(manifest["programs"].items()):

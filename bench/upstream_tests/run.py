@@ -43,6 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from harness import report_share  # noqa: E402  (bench/harness.py; the tarball's top)
+
 VARIANT_MARK = "$proteus$"  # in the name of every specialized variant (proteus_rewrite/jit/ir.py)
 # A line upstream's Proteus runtime prints about itself: "[proteus][JitEngineDevice] ...",
 # "[ArgSpec] ...", "[GVarInfo]: ..."; no program output checked upstream starts like that.
@@ -232,16 +235,8 @@ def report_summary(path: Path) -> dict | None:
         report = json.loads(path.read_text())
     except (OSError, ValueError):
         return None  # no report: the shim did not load or the process died before exit
-    launches = specialized = fallbacks = 0
-    failures: dict[str, int] = {}
-    for k in report.get("kernels", []):
-        launches += int(k.get("launches", 0))
-        specialized += int(k.get("specialized_launches", 0))
-        fallbacks += int(k.get("fallback_launches", 0))
-        for reason, count in (k.get("failures") or {}).items():
-            failures[reason] = failures.get(reason, 0) + int(count)
-    return {"launches": launches, "specialized_launches": specialized, "fallback_launches": fallbacks,
-            "failures": failures}
+    share = report_share(report)
+    return {k: share[k] for k in ("launches", "specialized_launches", "fallback_launches", "failures")}
 
 
 # --- running ---------------------------------------------------------------------------------

@@ -3,28 +3,23 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .scripts import ROOT, load_script
+
 CLANG = os.environ.get("CLANG", "clang++-19")
 CUDA = Path(os.environ.get("CUDA_PATH", "/usr/local/cuda"))
 
 
 @lru_cache(maxsize=None)
 def samples_build():
-    spec = importlib.util.spec_from_file_location("samples_build", ROOT / "samples" / "build.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["samples_build"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "samples" / "build.py", "samples_build")
 
 
 def need_clang() -> None:

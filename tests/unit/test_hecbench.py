@@ -5,7 +5,6 @@ script in place of the programs and of proteus-rewrite). No GPU, no clang, no ne
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
@@ -15,18 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from ..support.scripts import load_script
+
 HECBENCH = Path(__file__).resolve().parents[2] / "bench" / "hecbench"
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"hecbench_{name}", HECBENCH / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(HECBENCH / f"{name}.py", f"hecbench_{name}")
 
 
 corpus = _load("corpus")
+harness = load_script(HECBENCH.parent / "harness.py", "harness")
 PAPER = {"adam", "wsm5", "rsbench", "feynman-kac", "lulesh", "sw4ck"}
 
 
@@ -95,10 +93,10 @@ def test_report_share_sums_over_kernels():
         {"name": "k2", "launches": 30, "specialized_launches": 21, "fallback_launches": 9,
          "failures": {"compile error": 2, "budget": 1}},
         {"name": "unregistered", "launches": 0, "fallback_launches": 0, "specialized_launches": 0, "failures": {}}]}
-    share = corpus.report_share(report)
+    share = harness.report_share(report)
     assert (share["launches"], share["specialized_launches"], share["fallback_launches"]) == (40, 30, 10)
     assert share["share"] == 0.75 and share["failures"] == {"compile error": 3, "budget": 1}
-    assert corpus.report_share({"kernels": []})["share"] is None
+    assert harness.report_share({"kernels": []})["share"] is None
 
 
 FAKE_APP = """#!/bin/sh
@@ -199,3 +197,22 @@ def test_run_py_dry_run_prints_the_commands_and_runs_nothing(tmp_path, doc):
     assert sum("PROTEUS_ASYNC_COMPILATION=0" in l for l in lines) == 1
     assert sum("LD_PRELOAD=" in l for l in lines) == 3 and any("proteus-rewrite" in l and " -o " in l for l in lines)
     assert not (tmp_path / "o").exists()
+
+
+def test_the_tarball_carries_what_run_py_imports(tmp_path):
+    """build.py --pack: run.py, corpus.py and bench/harness.py in the layout run.py imports them
+    from on the GPU host; run.py starts from the unpacked tree alone."""
+    import tarfile
+
+    build = _load("build")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "manifest.json").write_text(json.dumps({"programs": {}}))
+    out = tmp_path / "h.tar.xz"
+    build.pack(out, work, [], ["recommended"])
+    with tarfile.open(out) as tar:
+        assert {"harness.py", "hecbench/run.py", "hecbench/corpus.py"} <= set(tar.getnames())
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    proc = subprocess.run([sys.executable, str(tmp_path / "unpacked" / "hecbench" / "run.py"), "--help"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0 and "--validate" in proc.stdout, proc.stderr

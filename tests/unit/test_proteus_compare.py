@@ -3,15 +3,13 @@ figures it reads, the ratios it reports and the output check (it runs once per G
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import stat
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("proteus_compare", ROOT / "bench" / "proteus_compare.py")
-pc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pc)
+from ..support.scripts import ROOT, load_script
+
+pc = load_script(ROOT / "bench" / "proteus_compare.py", "proteus_compare")
 
 RSBENCH = """Running on: NVIDIA H100 80GB HBM3
 Kernel initialization, compilation, and execution took {t} seconds.
@@ -122,9 +120,7 @@ def test_render_joins_calls_and_judges_again(tmp_path):
 
 
 def test_validate_paper_reads_the_checks_and_compares_the_output(tmp_path):
-    spec2 = importlib.util.spec_from_file_location("validate_paper", ROOT / "bench" / "validate_paper.py")
-    vp = importlib.util.module_from_spec(spec2)
-    spec2.loader.exec_module(vp)
+    vp = load_script(ROOT / "bench" / "validate_paper.py", "validate_paper")
     hec = tmp_path / "hec"
     text = RSBENCH.format(t="2.9", rate="12,500,000", check=358389)
     (hec / "rsbench").mkdir(parents=True)

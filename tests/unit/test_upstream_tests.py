@@ -5,7 +5,6 @@ upstream when the mirror is here). No GPU, no clang."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import stat
@@ -15,15 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from ..support.scripts import load_script
+
 UPSTREAM_TESTS = Path(__file__).resolve().parents[2] / "bench" / "upstream_tests"
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"upstream_tests_{name}", UPSTREAM_TESTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return load_script(UPSTREAM_TESTS / f"{name}.py", f"upstream_tests_{name}")
 
 
 run = _load("run")
@@ -362,3 +359,21 @@ def test_order_free_only_where_upstream_checks_with_dag():
     assert run.first_difference(run.comparable(lines, dag), run.comparable(swapped, dag)) is None
     assert run.first_difference(run.comparable(lines, dag), run.comparable("Kernel Index 0/1024\n", dag))
     assert run.first_difference(run.comparable(lines, ordered), run.comparable(swapped, ordered))
+
+
+def test_the_tarball_carries_what_run_py_imports(tmp_path):
+    """build.py --pack: run.py and bench/harness.py in the layout run.py imports them from on
+    the GPU host; run.py starts from the unpacked tree alone."""
+    import tarfile
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "manifest.json").write_text(json.dumps({"programs": {}}))
+    out = tmp_path / "u.tar.xz"
+    build.pack(out, work)
+    with tarfile.open(out) as tar:
+        assert {"harness.py", "upstream_tests/run.py"} <= set(tar.getnames())
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    proc = subprocess.run([sys.executable, str(tmp_path / "unpacked" / "upstream_tests" / "run.py"), "--help"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
