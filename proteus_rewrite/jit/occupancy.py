@@ -14,6 +14,7 @@ AOT code uses, so it cannot change the answer by itself)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 REGISTERS_PER_SM = 65536
@@ -49,6 +50,7 @@ def blocks_per_sm(registers: int, threads: int, arch: int) -> int | None:
     return min(by_registers, limits.warps // warps, limits.blocks)
 
 
+@functools.lru_cache(maxsize=1024)
 def register_budget_for(blocks: int, threads: int, arch: int) -> int | None:
     """The most registers per thread at which `blocks` blocks fit on an SM (None: never)."""
     for registers in range(MAX_REGISTERS_PER_THREAD, 0, -1):
@@ -60,6 +62,7 @@ def register_budget_for(blocks: int, threads: int, arch: int) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)  # every miss asks (make_plan, on the launching thread): up to 70 us uncached
 def register_budget(aot_registers: int, threads: int, arch: int) -> int:
     """The most registers per thread a variant may use and still fit as many blocks per SM as
     the AOT code does; the AOT count itself where the architecture is unknown."""
