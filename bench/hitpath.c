@@ -72,6 +72,7 @@ int main(int argc, char **argv) {
   g_async = ASYNC_AUTO;
   CUfunction want = compiling ? (CUfunction)0x1000 : (CUfunction)0x42;   /* the original, or the variant */
   kinfo *out;
+  trial_ticket tk = {0};
   served_fn = want;
   evict_bytes = (size_t)evict_kb * 1024;
   if (evict_bytes && !(junk = calloc(1, evict_bytes))) return 2;
@@ -87,7 +88,7 @@ int main(int argc, char **argv) {
         picked += entered_ns - a - clock_ns;
         app_work(2000);
       } else {
-        served += pick((void *)0x1000, params, grid, block, NULL, &out) == (CUfunction)0x42;
+        served += pick((void *)0x1000, params, grid, block, NULL, &out, &tk) == (CUfunction)0x42;
         sample_poll(out);
       }
     }

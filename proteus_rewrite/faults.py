@@ -11,6 +11,8 @@ one warning, and unchanged output. Points:
     compiler-crash  the compiler process dies (SIGKILL) on a compilation (jit/process.py)
     wrong-code      a variant computes a different result: its last folded integer is one
                     larger (jit/ir.py), for PROTEUS_VALIDATE's tests
+    slow-code       a variant spins about 0.1 ms per thread before its work (jit/ir.py), for
+                    the speed trials' tests (PROTEUS_SPEED_CHECK)
     cache-unwritable, cache-full, cache-readonly
                     writing a disk cache entry fails with EACCES, ENOSPC or EROFS
 

@@ -202,7 +202,7 @@ int stream_busy(CUstream s) {
 /* The specialized function for this launch, or NULL to run the original. A hit stays in this
  * function and what it inlines (the hit path: lock-free, no allocation, no Python); a miss or
  * a variant still compiling goes out of line, so the hit's code stays short and together. */
-static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo **kio) {
+static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo **kio, trial_ticket *tk) {
   read_env();
   if (g_disable) return NULL;
   kinfo *ki = launched_kernel(handle, grid, block);
@@ -229,6 +229,7 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
     if (e) {
       CUfunction fn = atomic_load_explicit(&e->fn, memory_order_acquire);
       if (__builtin_expect(fn != NULL, 1)) {
+        if (__builtin_expect(atomic_load_explicit(&e->trial, memory_order_relaxed) != NULL, 0)) return trial_pick(ki, e, fn, tk);
         atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
         return fn;
       }
@@ -260,10 +261,11 @@ static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, uns
   kinfo *ki = NULL;
   /* the per-thread default stream has a handle of its own for event records and queries */
   CUstream es = !s && real == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : s;
-  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
+  trial_ticket tk = {0};
+  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki, &tk);
   if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, shmem, s, real);
   sample_poll(ki);
-  int sampled = sample_begin(ki, es);
+  int sampled = sample_begin(ki, es, &tk);
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
@@ -285,15 +287,19 @@ static CUresult w_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, un
 static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **),
                                const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
   kinfo *ki = NULL;
+  trial_ticket tk = {0};
   CUstream es = c && !c->hStream && real == real_cuLaunchKernelEx_ptsz ? (CUstream)0x2 : c ? c->hStream : NULL;
-  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki) : NULL;
+  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki, &tk) : NULL;
   if (__builtin_expect(g_validate, 0) && sf)
     sf = c->numAttrs ? validate_refuse(ki, "launched with cuLaunchKernelEx attributes, which validation does not repeat")
                      : validate_begin(ki, sf, f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ},
                                       c->sharedMemBytes, c->hStream, real == real_cuLaunchKernelEx_ptsz ? real_cuLaunchKernel_ptsz : real_cuLaunchKernel);
+  sample_poll(ki);
+  int sampled = sample_begin(ki, es, &tk);
   CUresult r = sf ? real(c, sf, params, extra) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(c, f, params, extra);
+  sample_end(ki, es, sampled);
   if (__builtin_expect(g_validate, 0)) validate_end();
   prefetch_hit(f, ki);
   return r;
@@ -306,11 +312,15 @@ static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsig
                           unsigned shmem, CUstream s, void **params) {
   kinfo *ki = NULL;
   CUstream es = !s && real == real_cuLaunchCooperativeKernel_ptsz ? (CUstream)0x2 : s;
-  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki);
+  trial_ticket tk = {0};
+  CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki, &tk);
   if (__builtin_expect(g_validate, 0) && sf) sf = validate_refuse(ki, "a cooperative launch, which validation does not repeat");
+  sample_poll(ki);
+  int sampled = sample_begin(ki, es, &tk);
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
+  sample_end(ki, es, sampled);
   prefetch_hit(f, ki);
   return r;
 }
@@ -517,10 +527,11 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   init_driver_calls();
   kinfo *ki = NULL;
   CUstream es = !stream && drv == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : stream;
-  CUfunction sf = drv ? pick(func, args, grid, block, es, &ki) : NULL;
+  trial_ticket tk = {0};
+  CUfunction sf = drv ? pick(func, args, grid, block, es, &ki, &tk) : NULL;
   if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, runtime_function(func), args, grid, block, (unsigned)shmem, stream, drv);
   sample_poll(ki);
-  int sampled = sample_begin(ki, es);
+  int sampled = sample_begin(ki, es, &tk);
   if (sf) {
     if (drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) {
       sample_end(ki, es, sampled);
@@ -545,22 +556,29 @@ EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block
 }
 EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func, void **args) {
   init_driver_calls();
+  kinfo *ki = NULL;
+  int sampled = 0;
   if (c && c->numAttrs == 0 && real_cuLaunchKernel) {   /* with attributes: leave it to the runtime */
-    kinfo *ki = NULL;
-    CUfunction sf = pick(func, args, c->gridDim, c->blockDim, c->stream, &ki);
+    trial_ticket tk = {0};
+    CUfunction sf = pick(func, args, c->gridDim, c->blockDim, c->stream, &ki, &tk);
     if (__builtin_expect(g_validate, 0) && sf)
       sf = validate_begin(ki, sf, runtime_function(func), args, c->gridDim, c->blockDim, (unsigned)c->dynamicSmemBytes, c->stream,
                           real_cuLaunchKernel);
+    sample_poll(ki);
+    sampled = sample_begin(ki, c->stream, &tk);
     if (sf) {
       if (real_cuLaunchKernel(sf, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
-                              (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS)
+                              (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS) {
+        sample_end(ki, c->stream, sampled);
         return 0;
+      }
       launch_error(func);
     }
   }
   in_runtime_launch = 1;
   cudaError_t r = RUNTIME_REAL(cudaLaunchKernelExC)(c, func, args);
   in_runtime_launch = 0;
+  sample_end(ki, c ? c->stream : NULL, sampled);
   if (__builtin_expect(g_validate, 0)) validate_end();
   return r;
 }

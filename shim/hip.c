@@ -231,9 +231,10 @@ static hipFunction_t hip_compile(kinfo *ki, void *owner, int dev, void **params,
                                           grid.x, grid.y, grid.z, block.x, block.y, block.z, (const char *)addrs,
                                           (ssize_t)(ki->nglobals * 8), hip_arch(dev), 0.0),
                           &n);
-  /* the answer: PROTO_IMAGE_HEAD, the entry point's name (a HIP variant keeps the kernel's), the code object */
+  /* the answer: PROTO_IMAGE_HEAD (the name's length; no trial on HIP: it takes no GPU-time
+   * samples), the entry point's name (a HIP variant keeps the kernel's), the code object */
   uint32_t nlen = 0;
-  if (ans && (size_t)n >= PROTO_IMAGE_HEAD) memcpy(&nlen, ans, PROTO_IMAGE_HEAD);
+  if (ans && (size_t)n >= PROTO_IMAGE_HEAD) memcpy(&nlen, ans, 4);
   uint8_t *image = NULL;
   char *entry = NULL;
   if (ans && (size_t)n > PROTO_IMAGE_HEAD + (size_t)nlen && (image = malloc((size_t)n - PROTO_IMAGE_HEAD - nlen)) &&

@@ -85,6 +85,7 @@ void *worker(void *arg) {
     pthread_mutex_unlock(&q_lock);
 
     CUfunction fn = NULL;
+    uint32_t trial = 0;
     int compiled = 0;
     uint64_t c0 = thread_cpu_ns();
     drain_deferred(j->ki);
@@ -94,9 +95,10 @@ void *worker(void *arg) {
       compiled = 1;
       prepare_compiler(j->arch, 0);   /* at once once done; see start_workers */
       int g = py.GILStateEnsure();
-      fn = run_job(j, 0, NULL);
+      fn = run_job(j, 0, NULL, &trial);
       py.GILStateRelease(g);
     }
+    trial_attach(j->ki, j->e, trial, fn);
     atomic_store_explicit(&j->e->fn, fn, memory_order_release);
     atomic_store_explicit(&j->e->pending, 0, memory_order_release);
     atomic_fetch_sub(&j->ki->jobs, 1);
@@ -326,6 +328,7 @@ __attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **
   uint8_t key[MAX_KEY];
   int len;
   CUfunction fn = NULL;
+  uint32_t trial = 0;
   sentry *compiling = NULL;
   if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
   if (stream_capturing(stream)) {   /* into a graph: the original, and nothing that could end the capture (cuda_capture.c) */
@@ -371,7 +374,7 @@ again:;
         uint64_t track_ns = 0;
         int g = py.GILStateEnsure();
         stage(MISS_GIL, &t);
-        fn = tracked ? run_job(j, background, &uncached) : miss_job(j, background, &uncached, &changed, &track_ns);
+        fn = tracked ? run_job(j, background, &uncached, &trial) : miss_job(j, background, &uncached, &changed, &track_ns, &trial);
         py.GILStateRelease(g);
         uint64_t call_start = t;
         t = now_ns();   /* the call's time: the tracker's share, then the caches' (or a compilation's) */
@@ -398,13 +401,14 @@ again:;
         } else {
           free(ne);
           int g = py.GILStateEnsure();
-          fn = run_job(j, 0, NULL);
+          fn = run_job(j, 0, NULL, &trial);
           py.GILStateRelease(g);
         }
       }
       if (j) {
         free_job(j);
         sentry *ne = new_entry(ki, kctx, key, len, fn, 0);
+        if (ne) trial_attach(ki, ne, trial, fn);
         if (ne) variant_insert(ne);
       }
     }

@@ -29,12 +29,20 @@
 #define PROTO_MISS_IMAGE 1
 #define PROTO_MISS_ORIGINAL 2
 
-/* a variant's image: u32 name length, the entry point's name, the image */
-#define PROTO_IMAGE_HEAD 4
+/* a variant's image: u32 name length, u32 trial (0: none; n: variant n - 1), the name, the image */
+#define PROTO_IMAGE_HEAD 8
+#define PROTO_IMAGE_TRIAL_AT 4
 
-/* per kernel for write_report: i32 kid, u64 launches, hits, fallbacks, launch_errors, compiling, captured, gpu_us; name\0 */
-#define PROTO_COUNTERS 60
-#define PROTO_COUNTERS_U64 7
+/* a variant's speed trial at exit: i32 kid, u32 variant, verdict, timed; f32 original median, min,
+ * variant median, min (us) */
+#define PROTO_TRIAL 32
+#define PROTO_TRIAL_UNDECIDED 0
+#define PROTO_TRIAL_KEPT 1
+#define PROTO_TRIAL_SLOWER 2
+
+/* per kernel for write_report: i32 kid, u64 launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us; name\0 */
+#define PROTO_COUNTERS 68
+#define PROTO_COUNTERS_U64 8
 
 /* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size */
 #define PROTO_VALIDATE_RANGE 16
@@ -105,7 +113,7 @@ enum {
 #define FMT_LOAD_FAILED "ii"
 #define FMT_PREPARE_COMPILER "i"
 #define FMT_PREPARE_COMPILER_AHEAD "ii"
-#define FMT_FINISH "y#"
+#define FMT_FINISH "y#y#"
 #define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKK)"
 #define FMT_VALIDATED "iy#y#y#y#y#d"
 #define FMT_VALIDATE_SKIPPED "is"

@@ -256,11 +256,13 @@ static uint8_t *call_job(PyObject *f, job *j, int cached_only, ssize_t *n) {
   return ans;
 }
 
-/* Load the variant of an answer (protocol.h: PROTO_IMAGE_HEAD, the entry point's name, the image). */
-static CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n) {
+/* Load the variant of an answer (protocol.h: PROTO_IMAGE_HEAD, the entry point's name, the
+ * image); *trial: whether to time it against the original first (trial.c), and as which variant. */
+static CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n, uint32_t *trial) {
   uint32_t nlen;
   if (n < PROTO_IMAGE_HEAD) return NULL;
-  memcpy(&nlen, p, PROTO_IMAGE_HEAD);
+  memcpy(&nlen, p, 4);
+  if (trial) memcpy(trial, p + PROTO_IMAGE_TRIAL_AT, 4);
   if (n < PROTO_IMAGE_HEAD + (size_t)nlen + 1) return NULL;
   char *name = strndup((const char *)p + PROTO_IMAGE_HEAD, nlen);
   size_t nimage = n - PROTO_IMAGE_HEAD - nlen;
@@ -274,11 +276,11 @@ static CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n) {
 
 /* Specialize and load one variant. The caller holds the GIL; the context is current. With
  * cached_only, only the caches are asked: *uncached is set when the variant needs compiling. */
-CUfunction run_job(job *j, int cached_only, int *uncached) {
+CUfunction run_job(job *j, int cached_only, int *uncached, uint32_t *trial) {
   ssize_t n = 0;
   uint8_t *ans = call_job(f_specialize, j, cached_only, &n);
   if (ans && n == 0 && uncached) *uncached = 1;   /* b"": not in any cache */
-  CUfunction fn = ans && n ? load_answer(j->ki, ans, (size_t)n) : NULL;
+  CUfunction fn = ans && n ? load_answer(j->ki, ans, (size_t)n, trial) : NULL;
   free(ans);
   return fn;
 }
@@ -286,7 +288,7 @@ CUfunction run_job(job *j, int cached_only, int *uncached) {
 /* A miss's first request, one call (runtime.miss): the tracker sees the launch, then, unless
  * that changed the kernel's policy (*changed: the job's key is stale, nothing else was done),
  * as run_job. The caller holds the GIL; *track_ns: the tracker's share of the call. */
-CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns) {
+CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns, uint32_t *trial) {
   kinfo *ki = j->ki;
   ssize_t n = 0;
   uint8_t *ans = call_job(f_miss, j, cached_only, &n);
@@ -302,7 +304,7 @@ CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64
   if (status == PROTO_MISS_POLICY_CHANGED) *changed = 1;
   CUfunction fn = NULL;
   if (status == PROTO_MISS_IMAGE && nimage == 0 && uncached) *uncached = 1;   /* not in any cache */
-  if (status == PROTO_MISS_IMAGE && nimage) fn = load_answer(ki, ans + off, nimage);
+  if (status == PROTO_MISS_IMAGE && nimage) fn = load_answer(ki, ans + off, nimage, trial);
   free(ans);
   return fn;
 }
@@ -321,8 +323,8 @@ void pass_deferred(kinfo *ki) {
 
 
 /* Per kernel launched: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch
- * errors, launches while compiling, launches captured, sampled GPU ms x 1000, name\0
- * (protocol.COUNTERS). */
+ * errors, launches while compiling, launches captured, launches timing a variant, sampled GPU
+ * ms x 1000, name\0 (protocol.COUNTERS). */
 static uint8_t *counters(size_t *len) {
   size_t n = 0;
   for (kinfo *k = all_kernels; k; k = k->next_all) n++;
@@ -333,7 +335,8 @@ static uint8_t *counters(size_t *len) {
     if (!atomic_load(&k->launches)) continue;
     int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
     uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
-                     atomic_load(&k->pending_launches), atomic_load(&k->captured), (uint64_t)(gpu_ms(k) * 1000.0)};
+                     atomic_load(&k->pending_launches), atomic_load(&k->captured), atomic_load(&k->timing),
+                     (uint64_t)(gpu_ms(k) * 1000.0)};
     memcpy(buf + *len, &kid, 4); memcpy(buf + *len + 4, c, sizeof c); *len += PROTO_COUNTERS;
     size_t nl = strnlen(k->name, 255);
     memcpy(buf + *len, k->name, nl); buf[*len + nl] = 0; *len += nl + 1;
@@ -350,11 +353,13 @@ void report_at_exit(void) {
     int locked = pthread_mutex_trylock(&jit_lock) == 0;   /* (a thread stopped inside a miss keeps it) */
     for (kinfo *k = all_kernels; locked && k; k = k->next_all) pass_deferred(k);   /* what no miss took: the report counts it */
     if (locked) pthread_mutex_unlock(&jit_lock);
-    size_t n = 0;
+    size_t n = 0, nt = 0;
     uint8_t *c = counters(&n);   /* after pass_deferred: it may activate a kernel */
-    PyObject *r = py.CallFunction(f_finish, FMT_FINISH, c ? (const char *)c : "", (ssize_t)n);
+    uint8_t *t = trial_records(&nt);
+    PyObject *r = py.CallFunction(f_finish, FMT_FINISH, c ? (const char *)c : "", (ssize_t)n, t ? (const char *)t : "", (ssize_t)nt);
     if (r) py.DecRef(r); else py.ErrPrint();
     free(c);
+    free(t);
     py.GILStateRelease(g);
   }
   const char *path = getenv(ENV_REPORT);
@@ -401,8 +406,8 @@ void report_at_exit(void) {
         const char *name = (const char *)buf + off + PROTO_COUNTERS;
         fprintf(f, "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": %llu, \"table_hits\": %llu, "
                    "\"fallback_launches\": %llu, \"launch_errors\": %llu, \"launches_while_compiling\": %llu}", sep, name,
-                (unsigned long long)c[0], (unsigned long long)(c[0] - c[2] - c[3] - c[4]), (unsigned long long)c[1],
-                (unsigned long long)(c[2] + c[3] + c[4]), (unsigned long long)c[3], (unsigned long long)c[4]);
+                (unsigned long long)c[0], (unsigned long long)(c[0] - c[2] - c[3] - c[4] - c[5] - c[6]), (unsigned long long)c[1],
+                (unsigned long long)(c[2] + c[3] + c[4] + c[5] + c[6]), (unsigned long long)c[3], (unsigned long long)c[4]);
         sep = ", ";
         off += PROTO_COUNTERS + strlen(name) + 1;
       }

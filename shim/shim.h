@@ -119,6 +119,11 @@ typedef struct __attribute__((aligned(64))) kinfo {
    * when it loads and when the app sets one later. Written under attr_lock. */
   struct { int attrib, value, dev; } attrs[MAX_ATTRS];
   int nattrs;
+  /* The speed trial the sample in flight belongs to, and its side (0 the original, 1 the
+   * variant): written by the thread that holds sample_state (cuda_api.h). */
+  struct trial *sample_trial;
+  int sample_arm;
+  _Atomic uint64_t timing;   /* launches that ran the original to time a variant against it */
 } kinfo;
 _Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cache line");
 
@@ -129,8 +134,38 @@ typedef struct sentry {
   _Atomic(CUfunction) fn;  /* NULL: failed, or still compiling in the background: run the original */
   _Atomic int pending;
   uint32_t keylen;
+  /* Its speed trial while one runs (trial.c): a hit that finds it set goes out of line. */
+  _Atomic(struct trial *) trial;
   uint8_t key[];
 } sentry;
+
+/* ------------------------------------------------------------------ trial.c: speed trials */
+
+/* PROTEUS_SPEED_CHECK: a new variant is timed against the original on live launches, the two
+ * taking turns, and dropped (its launches run the original) when it is measured slower. */
+#define TRIAL_AFTER 8      /* variant launches before the trial: a kernel launched less is never timed */
+#define TRIAL_RUNS 6       /* timed launches per side; the first of each is not counted (a first launch loads code) */
+#define TRIAL_MARGIN 0.03  /* slower: the variant's median above the original's by more than this share, and its minimum too */
+enum { TRIAL_RUNNING = PROTO_TRIAL_UNDECIDED, TRIAL_KEPT = PROTO_TRIAL_KEPT, TRIAL_SLOWER = PROTO_TRIAL_SLOWER };
+typedef struct trial {
+  struct trial *next;
+  kinfo *ki;
+  struct sentry *e;
+  uint32_t vid;            /* the variant's index in the kernel's report */
+  _Atomic int verdict;
+  _Atomic uint32_t launches, timed;
+  /* written only with the kernel's sample_state held */
+  uint32_t n[2];
+  float ms[2][TRIAL_RUNS];
+  float median[2], min[2];
+} trial;
+/* What a launch's pick asks its sample to time: a trial's side, or nothing (t NULL). */
+typedef struct { trial *t; int arm; } trial_ticket;
+
+HIDDEN void trial_attach(kinfo *ki, sentry *e, uint32_t id, CUfunction fn);   /* before fn is published */
+HIDDEN CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk);
+HIDDEN void trial_sample(kinfo *ki, float ms);   /* sample_state held */
+HIDDEN uint8_t *trial_records(size_t *len);      /* at exit: PROTO_TRIAL each */
 
 /* ------------------------------------------------------------------ embedded Python */
 
@@ -246,8 +281,8 @@ HIDDEN extern job *q_head, *q_tail;
 HIDDEN extern int q_stop, q_busy, q_workers;
 HIDDEN double gpu_ms(kinfo *ki);
 HIDDEN void free_job(job *j);
-HIDDEN CUfunction run_job(job *j, int cached_only, int *uncached);
-HIDDEN CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns);
+HIDDEN CUfunction run_job(job *j, int cached_only, int *uncached, uint32_t *trial);
+HIDDEN CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns, uint32_t *trial);
 HIDDEN void *worker(void *arg);
 HIDDEN void read_async_env(void);   /* jit_lock held */
 HIDDEN void stop_workers(void);

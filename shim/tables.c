@@ -166,7 +166,7 @@ sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunct
   sentry *ne = aligned_alloc(64, (sizeof *ne + (size_t)len + 63) & ~(size_t)63);
   if (!ne) return NULL;
   ne->hash = key_hash(ki, ctx, key, len); ne->ki = ki; ne->ctx = ctx; ne->keylen = len;
-  atomic_init(&ne->fn, fn); atomic_init(&ne->pending, pending);
+  atomic_init(&ne->fn, fn); atomic_init(&ne->pending, pending); atomic_init(&ne->trial, NULL);
   memcpy(ne->key, key, len);
   return ne;
 }

@@ -22,7 +22,9 @@ def report(report_file, as_json):
     launches; specialized, the share that ran a specialized variant; variants compiled in the
     run and served from the memory and disk caches; compile ms; launches that ran the
     original kernel while a variant compiled in the background, because the compile
-    budget was spent, or after a failure; and the arguments the value tracker stopped folding.
+    budget was spent, or otherwise (a failure, a variant found slower, the original's turns in a
+    speed trial); the kernel's GPU time against the original's, from the speed trials (below 1:
+    its variants won); and the arguments the value tracker stopped folding.
     """
     doc = read_report(report_file)
     rows = [vars(r) for r in kernel_rows(doc, report_file)]
@@ -66,18 +68,22 @@ def report(report_file, as_json):
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col, right in (("kernel", False), ("launches", True), ("specialized", True), ("compiled", True),
                        ("mem/disk hits", True), ("compile ms", True), ("original ran: compiling / budget / other", True),
-                       ("tracker unfolded", False)):
+                       ("time vs original", True), ("tracker unfolded", False)):
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in rows:
         share = f"{100.0 * r['specialized'] / r['launches']:.1f}%" if r["launches"] else "-"
         other = r["fallbacks"] - r["while_compiling"] - r["budget_refusals"]
         t.add_row(r["kernel"], f"{r['launches']:,}", share, str(r["compiled"]), f"{r['memory_hits']}/{r['disk_hits']}",
                   f"{r['compile_ms']:.1f}", f"{r['while_compiling']:,} / {r['budget_refusals']:,} / {max(other, 0):,}",
+                  f"{r['time_vs_original']:.2f}x" if r["time_vs_original"] else "-",
                   ", ".join(map(str, r["unfolded_by_tracker"])) or "-")
     Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(t)
     for r in rows:
         for reason, n in r["failures"].items():
             click.echo(f"{r['kernel']}: {n} x {reason}")
+        if r["slower"]:
+            click.echo(f"{r['kernel']}: {r['slower']} variant(s) timed slower than the original kernel; their launches "
+                       "ran the original (PROTEUS_SPEED_CHECK)")
         if r["not_compiled"]:
             click.echo(f"{r['kernel']}: {r['not_compiled']} variant(s) queued but never compiled (the tracker moved "
                        "past them, or the run ended first); `proteus-rewrite prewarm` compiles what the next run needs")

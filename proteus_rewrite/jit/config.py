@@ -121,6 +121,9 @@ class Config:
     async_threads: int = 1  # PROTEUS_ASYNC_THREADS
     # ours: the run time compiles in a process of its own (jit/process.py); 0: in the app's
     compile_process: bool = True  # PROTEUS_COMPILE_PROCESS
+    # ours: time each new variant against the original on live launches before keeping it, and
+    # remember the verdict per variant in the cache (runtime/speed.py)
+    speed_check: bool = True  # PROTEUS_SPEED_CHECK
     # Upstream's timing output (defaults from its Config.h). Timers: a "[proteus] <stage> N ms"
     # line per stage (compat.timer_line); time trace: a Chrome trace JSON file written at exit
     # (compat.chrome_trace), events shorter than the grain left out.
@@ -169,6 +172,7 @@ class Config:
             async_compilation=mode,
             async_threads=threads,
             compile_process=_bool(env, "PROTEUS_COMPILE_PROCESS", True),
+            speed_check=_bool(env, "PROTEUS_SPEED_CHECK", True),
             codegen=codegen,
             tuned=tuned,
             disable=_bool(env, "PROTEUS_DISABLE", False),

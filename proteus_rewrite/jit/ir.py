@@ -358,6 +358,13 @@ def _amdgpu_wrapper(kernel: KernelRecord, params: list[str], plan: Plan, kept: l
     ]) + "\n"
 
 
+# The test-only fault slow-code (faults.py): every thread spins 200,000 clock cycles (about 0.1 ms)
+# before the kernel's work, a variant slower than the original for the speed trials' tests.
+SLOW_CODE = ('  call void asm sideeffect "{ .reg .u64 %t0, %t1; .reg .pred %p; mov.u64 %t0, %clock64; '
+             'PROTEUS_SLOW: mov.u64 %t1, %clock64; sub.u64 %t1, %t1, %t0; setp.lt.u64 %p, %t1, 200000; '
+             '@%p bra PROTEUS_SLOW; }", ""()')
+
+
 def _wrapper(kernel: KernelRecord, params: list[str], plan: Plan, renamed: list[str], kept: list[str]) -> str:
     decls, args = [], []
     for i, ptext in enumerate(params):
@@ -374,6 +381,7 @@ def _wrapper(kernel: KernelRecord, params: list[str], plan: Plan, renamed: list[
     lines = [
         "",
         f"define ptx_kernel void {llvm_name(plan.entry or kernel.name)}({', '.join(decls)}) {' '.join(attrs)} {{",
+        *([SLOW_CODE] if faults.active("slow-code") else []),
         f"  call void {llvm_name(IMPL)}({', '.join(args)})",
         "  ret void",
         "}",

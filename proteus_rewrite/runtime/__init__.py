@@ -11,7 +11,8 @@
                                               it takes a job, and at exit
     load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
     prepare_compiler(arch, ahead) -> bool     the compiler's first use, ahead of the first specialization
-    finish()                                  at exit: notes whether this run compiled (the next run's guess)
+    finish(counters, trials)                  at exit: the speed trials' verdicts, and whether this run
+                                              compiled (the next run's guess)
     write_report(path, counters, unknown, waits)  at exit, for PROTEUS_REPORT
     validated(kid, args, ranges, variant, original, ms) -> 1 to deny   PROTEUS_VALIDATE's check of a variant
     validate_skipped(kid, reason)             a variant PROTEUS_VALIDATE could not check

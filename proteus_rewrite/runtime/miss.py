@@ -16,7 +16,7 @@ from ..jit import specializer as spec_mod
 from ..jit.launch import Launch
 from ..policy import (BLOCK, GRID, RUN_KIND, Budget, compiles_likely, decode_run, encode_run, run_key, save_learned)
 from ..cache import Entry
-from . import protocol, session, trace, validate
+from . import protocol, session, speed, trace, validate
 
 
 def track(kid: int, args: bytes, grid: tuple, block: tuple, earlier: bytes = b"") -> bytes:
@@ -165,6 +165,12 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         session.warn_once(f"spec:{record.name}", f"{record.demangled}: not specialized ({reason}); running the original kernel")
         return None
     stats.queued.pop(result.key, None)
+    verdict = speed.remembered(result.key) if session._state.config.speed_check and not isinstance(arch, str) else None
+    if verdict is not None and verdict["verdict"] == "slower":
+        stats.slower_declined.append({"cache_key": result.key, "speed": verdict})
+        session.trace("variants", f"{record.demangled}: variant {result.key[:12]} was slower than the original in an "
+                      "earlier run: running the original kernel")
+        return None
     if result.source == "compiled":
         stats.specializations += 1
         stats.compile_ms += result.timings_ms.get("total", 0.0)
@@ -172,13 +178,19 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         stats.disk_hits += 1
     else:
         stats.memory_hits += 1
-    stats.variants.append({"key": result.key[:16], "source": result.source,
+    stats.variants.append({"key": result.key[:16], "cache_key": result.key, "source": result.source,
                            "folded": {str(i): v for i, v in result.folded.items()},
                            "block": list(block), "grid": list(grid), "ms": round(result.timings_ms.get("total", 0.0), 2),
                            "timings_ms": {k: round(v, 2) for k, v in result.timings_ms.items()},
                            # enough to compile this variant again offline (proteus-rewrite prewarm)
                            "launch": _launch_record(raw, tuple(result.folded), unknown_dims, arch, block, grid,
                                                     record.globals, addrs)})
+    # a speed trial (shim/trial.c) for a variant no run has timed; HIP takes no GPU-time samples
+    trial = 0
+    if verdict is not None:
+        stats.variants[-1]["speed"] = {**verdict, "remembered": True}
+    elif session._state.config.speed_check and not isinstance(arch, str):
+        trial = len(stats.variants)
     cg = session._state.config.for_kernel(record.name, record.demangled)
     trace.specialization(session._state.config, cg, record, result, block, grid, raw)
     trace.event(session._state.config, f"{result.source} {record.demangled}", t_start,
@@ -191,7 +203,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         if session._state.config.dump_ir:
             os.makedirs(".proteus-dump", exist_ok=True)
             Path(f".proteus-dump/device-jit-{result.key}.ll").write_text(result.ir_text)
-    return protocol.image_answer(result.entry, result.image.data)
+    return protocol.image_answer(result.entry, result.image.data, trial)
 
 
 WARM_UP_ARCH = 75  # the oldest architecture CUDA 13 compiles for: any will do to warm the compiler up
@@ -252,14 +264,16 @@ def compiled_this_run() -> int:
     return sum(s.specializations + len(s.queued) for s in session._state.stats)
 
 
-def finish(counters: bytes = b"") -> None:
-    """At exit, from the shim, with its per-kernel counters (protocol.COUNTERS): upstream's
+def finish(counters: bytes = b"", trials: bytes = b"") -> None:
+    """At exit, from the shim, with its per-kernel counters (protocol.COUNTERS) and its speed
+    trials (protocol.TRIAL: speed.received keeps the verdicts): upstream's
     end-of-run trace lines and the time trace (trace.at_exit); save the tracker's decisions no
     compile thread saved; note for the next run whether this one compiled, where that changes
     its guess (policy.compiles_likely): a steady run writes nothing."""
     try:
         if session._state is None or not session._state.tables or session._state.config.disable:
             return
+        speed.received(trials)
         _trace_at_exit(counters)
         _save_policies()
         compiled = compiled_this_run()

@@ -35,30 +35,41 @@ MAX_DEFERRED = 64  # kept per kernel at most: the shim holds them until a drain
 MISS_HEADER = struct.Struct("<BII")
 MISS_POLICY_CHANGED, MISS_IMAGE, MISS_ORIGINAL = 0, 1, 2
 
-# A variant's image, as specialize and miss answer it: u32 length of its entry point's name, the
-# name (no NUL), then the image (cubin, PTX or code object). An empty answer has no header: the
-# variant needs compiling.
-IMAGE_HEADER = struct.Struct("<I")
+# A variant's image, as specialize and miss answer it: u32 length of its entry point's name, u32
+# trial (0: launch it as it is; n: time it against the original first, and report it as the
+# kernel's variant n - 1, see TRIAL), the name (no NUL), then the image (cubin, PTX or code
+# object). An empty answer has no header: the variant needs compiling.
+IMAGE_HEADER = struct.Struct("<II")
 
 
-def image_answer(entry: str, image: bytes) -> bytes:
+def image_answer(entry: str, image: bytes, trial: int = 0) -> bytes:
     name = entry.encode()
-    return IMAGE_HEADER.pack(len(name)) + name + image
+    return IMAGE_HEADER.pack(len(name), trial) + name + image
 
 
-def split_image_answer(answer: bytes) -> tuple[str, bytes]:
-    """image_answer's inverse, as the shim reads it: (the entry's name, the image)."""
-    (n,) = IMAGE_HEADER.unpack_from(answer)
+def split_image_answer(answer: bytes) -> tuple[str, bytes, int]:
+    """image_answer's inverse, as the shim reads it: (the entry's name, the image, the trial)."""
+    n, trial = IMAGE_HEADER.unpack_from(answer)
     start = IMAGE_HEADER.size
-    return answer[start:start + n].decode(), answer[start + n:]
+    return answer[start:start + n].decode(), answer[start + n:], trial
+
+
+# A variant's speed trial (PROTEUS_SPEED_CHECK), as the shim reports it at exit: i32 kid, u32
+# variant (its index in the kernel's report), u32 verdict (TRIAL_VERDICTS), u32 launches timed
+# (both sides), f32 median and minimum GPU microseconds of the original, then of the variant.
+TRIAL = struct.Struct("<iIIIffff")
+TRIAL_FIELDS = ("kid", "variant", "verdict", "timed", "original_median_us", "original_min_us",
+                "variant_median_us", "variant_min_us")
+TRIAL_VERDICTS = ("undecided", "kept", "slower")
 
 
 # Per kernel, what the shim hands write_report: i32 kid (-1: never specialized), u64 launches,
 # table hits, fallbacks, launch errors, launches while its variant compiled, launches into a
-# stream capture (a graph's kernel node: always the original), sampled GPU microseconds; then
-# the kernel's name, NUL-terminated.
-COUNTERS = struct.Struct("<iQQQQQQQ")
-COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "compiling", "captured", "gpu_us")
+# stream capture (a graph's kernel node: always the original), launches that ran the original
+# to time a variant against it (TRIAL), sampled GPU microseconds; then the kernel's name,
+# NUL-terminated.
+COUNTERS = struct.Struct("<iQQQQQQQQ")
+COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "compiling", "captured", "timing", "gpu_us")
 
 # The shim's report figures, in the order it passes them (ns, counts, CLOCK_MONOTONIC times).
 WAIT_FIELDS = ("python_start", "misses", "miss_count", "prepare_compiler", "exit", "prestart", "compiling",
@@ -92,7 +103,7 @@ CALLS = (
     Call("load_failed", "ii"),                             # kid, driver error code
     Call("prepare_compiler", "i"),                         # SM version (0: unknown)
     Call("prepare_compiler_ahead", "ii"),                  # SM version, ahead (may decline)
-    Call("finish", "y#"),                                  # the per-kernel counters (COUNTERS)
+    Call("finish", "y#y#"),                                # the per-kernel counters (COUNTERS), the trials (TRIAL each)
     Call("write_report", "sy#K(" + "K" * len(WAIT_FIELDS) + ")"),  # path, counters, unknown launches, WAIT_FIELDS
     Call("validated", "iy#y#y#y#y#d"),                     # kid, args, ranges (VALIDATE_RANGE each), the variant's results,
                                                            # the original's, the original's shadow run's (b"": none), ms
@@ -142,8 +153,14 @@ def header() -> str:
         f"#define PROTO_MISS_IMAGE {MISS_IMAGE}",
         f"#define PROTO_MISS_ORIGINAL {MISS_ORIGINAL}",
         "",
-        "/* a variant's image: u32 name length, the entry point's name, the image */",
+        "/* a variant's image: u32 name length, u32 trial (0: none; n: variant n - 1), the name, the image */",
         f"#define PROTO_IMAGE_HEAD {IMAGE_HEADER.size}",
+        "#define PROTO_IMAGE_TRIAL_AT 4",
+        "",
+        "/* a variant's speed trial at exit: i32 kid, u32 variant, verdict, timed; f32 original median, min,",
+        " * variant median, min (us) */",
+        f"#define PROTO_TRIAL {TRIAL.size}",
+        *[f"#define PROTO_TRIAL_{v.upper()} {i}" for i, v in enumerate(TRIAL_VERDICTS)],
         "",
         "/* per kernel for write_report: i32 " + ", ".join(COUNTER_FIELDS[:1]) + ", u64 " + ", ".join(COUNTER_FIELDS[1:])
         + "; name\\0 */",

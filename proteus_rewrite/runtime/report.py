@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import __version__
 from ..errors import InputError
 from ..policy import BLOCK, GRID
-from . import protocol, session
+from . import protocol, session, speed
 from .files import atomic_write
 
 
@@ -81,16 +81,19 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
             print(f"proteus: warning: {os.environ['PROTEUS_PROFILE']}: cannot write the profile: {exc.strerror or exc}",
                   file=sys.stderr, flush=True)
     kernels = []
-    for kid, launches, hits, fallbacks, launch_errors, compiling, captured, gpu_us, name in parse_counters(counters):
-        entry = {"name": name, "launches": launches, "fallback_launches": fallbacks + launch_errors + compiling + captured,
+    for kid, launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us, name in parse_counters(counters):
+        entry = {"name": name, "launches": launches,
+                 "fallback_launches": fallbacks + launch_errors + compiling + captured + timing,
                  "launch_errors": launch_errors, "launches_while_compiling": compiling, "launches_captured": captured,
+                 # the original's turns in the speed trials of new variants (runtime/speed.py)
+                 "launches_timing_original": timing,
                  "gpu_ms_estimate": round(gpu_us / 1000.0, 3)}
         if kid >= 0:
             s = session._state.stats[kid]
             entry.update(
                 demangled=s.demangled,
                 globals=list(session._state.kernels[kid][1].globals),
-                specialized_launches=launches - fallbacks - launch_errors - compiling - captured,
+                specialized_launches=launches - fallbacks - launch_errors - compiling - captured - timing,
                 table_hits=hits,
                 specializations=s.specializations,
                 memory_cache_hits=s.memory_hits,
@@ -101,6 +104,10 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
                 # queued for a compile thread but not compiled when the run ended (prewarm compiles them)
                 not_compiled=list(s.queued.values()),
                 budget_refusals=s.budget_refusals,
+                # speed trials: the variants' GPU time over the original's (geometric mean; below 1
+                # they won), and variants an earlier run found slower, whose launches ran the original
+                kernel_time_vs_original=speed.kernel_ratio(s.variants),
+                slower_declined=s.slower_declined,
             )
             if s.tracker is not None:
                 record = session._state.kernels[kid][1]
@@ -156,6 +163,8 @@ class KernelRow:
     failures: dict[str, int] = field(default_factory=dict)
     unfolded_by_tracker: list = field(default_factory=list)
     not_compiled: int = 0
+    time_vs_original: float | None = None  # speed trials: the variants' GPU time over the original's
+    slower: int = 0  # variants found slower than the original (this run or an earlier one)
 
 
 def read_report(path: str) -> dict:
@@ -183,7 +192,10 @@ def kernel_rows(doc: dict, path: str) -> list[KernelRow]:
                 compile_ms=float(k.get("compile_ms", 0.0)), while_compiling=int(k.get("launches_while_compiling", 0)),
                 budget_refusals=int(k.get("budget_refusals", 0)), fallbacks=int(k.get("fallback_launches", 0)),
                 failures=dict(k.get("failures") or {}), unfolded_by_tracker=list(tracker.get("stopped_folding", [])),
-                not_compiled=len(k.get("not_compiled") or [])))
+                not_compiled=len(k.get("not_compiled") or []),
+                time_vs_original=k.get("kernel_time_vs_original"),
+                slower=len(k.get("slower_declined") or []) + sum(
+                    1 for v in k.get("variants") or [] if (v.get("speed") or {}).get("verdict") == "slower")))
         return rows
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None

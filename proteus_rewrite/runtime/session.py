@@ -46,6 +46,9 @@ class KernelStats:
     # variants queued for a compile thread and not compiled yet, by their cache key: the report
     # lists the launches of what is left at exit, so that prewarm compiles those too
     queued: dict[str, dict] = field(default_factory=dict)
+    # variants an earlier run's speed trial found slower than the original (runtime/speed.py):
+    # their launches run the original
+    slower_declined: list[dict] = field(default_factory=list)
 
 
 @dataclass

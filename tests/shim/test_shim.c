@@ -368,13 +368,74 @@ static void test_gpu_time_samples(void) {
   for (int i = 0; i < 20000; i++) {
     atomic_fetch_add(&ki.launches, 1);
     sample_poll(&ki);
-    int started = sample_begin(&ki, (CUstream)0x5);
+    trial_ticket none = {0};
+    int started = sample_begin(&ki, (CUstream)0x5, &none);
     sample_end(&ki, (CUstream)0x5, started);
     if (i + 1 == 1100) EXPECT(atomic_load(&ki.samples) == 16 && atomic_load(&records) == 32);   /* launches 2, 66, ... 962 */
   }
   /* then 4098, 8194, 12290, 16386 (the last collected on the next launch) */
   EXPECT(atomic_load(&ki.samples) == 20 && atomic_load(&records) == 40);
   EXPECT(gpu_ms(&ki) > 9999.0 && gpu_ms(&ki) < 10001.0);   /* 0.5 ms x 20,000 launches */
+}
+
+/* Speed trials (trial.c): a variant runs TRIAL_AFTER launches untimed, then takes timed turns
+ * with the original, variant first; after TRIAL_RUNS a side (the first of each left out) it is
+ * kept or, measured slower, dropped: its entry's function cleared, so launches run the original. */
+static float next_ms;
+static CUresult trial_elapsed(float *ms, void *a, void *b) { (void)a; (void)b; *ms = next_ms; return CUDA_SUCCESS; }
+static int run_trial(float original_ms, float variant_ms, float first_ms, CUfunction *left, int *originals) {
+  static kinfo ki;
+  memset(&ki, 0, sizeof ki);
+  ki.ev_ctx = (CUcontext)0x77;
+  ki.ev[0] = (void *)0x1; ki.ev[1] = (void *)0x2;
+  real_cuEventElapsedTime = trial_elapsed;
+  uint8_t key[8] = {1};
+  sentry *e = new_entry(&ki, NULL, key, 8, (CUfunction)0xfa57, 0);
+  trial_attach(&ki, e, 3, (CUfunction)0xfa57);
+  if (!atomic_load(&e->trial) || atomic_load(&e->trial)->vid != 2) return -1;
+  int timed[2] = {0, 0};
+  for (int i = 0; i < 100 && atomic_load(&e->trial); i++) {
+    trial_ticket tk = {0};
+    CUfunction f = trial_pick(&ki, e, atomic_load(&e->fn), &tk);
+    if (i < TRIAL_AFTER && tk.t) return -2;   /* timed too early */
+    if (tk.t && (f != NULL) != tk.arm) return -3;   /* the side run is the side timed */
+    if (tk.t && !tk.arm) ++*originals;
+    int started = sample_begin(&ki, (CUstream)0x5, &tk);
+    sample_end(&ki, (CUstream)0x5, started);
+    next_ms = !tk.t ? 9.0f : timed[tk.arm]++ == 0 ? first_ms : tk.arm ? variant_ms : original_ms;
+    sample_poll(&ki);
+  }
+  *left = atomic_load(&e->fn);
+  if (timed[1] != TRIAL_RUNS || timed[0] != TRIAL_RUNS) return -4;
+  size_t len = 0;
+  uint8_t *rec = trial_records(&len);
+  int verdict = -5;
+  if (rec && len >= PROTO_TRIAL) memcpy(&verdict, rec + 8, 4);   /* the newest trial comes first */
+  free(rec);
+  return verdict;
+}
+static void test_speed_trial(void) {
+  real_cuCtxGetCurrent = fake_ctx;
+  real_cuStreamIsCapturing = fake_capturing;
+  real_cuEventRecord = fake_record;
+  real_cuEventQuery = fake_event_query;
+  CUfunction left = NULL;
+  int originals = 0;
+  /* the variant's first launch (loading its code) is slow, and not counted */
+  EXPECT(run_trial(1.00f, 0.80f, 50.0f, &left, &originals) == TRIAL_KEPT);
+  EXPECT(left == (CUfunction)0xfa57 && originals == TRIAL_RUNS);
+  originals = 0;
+  EXPECT(run_trial(1.00f, 1.10f, 1.10f, &left, &originals) == TRIAL_SLOWER);
+  EXPECT(left == NULL && originals == TRIAL_RUNS);
+  /* within the margin: kept */
+  EXPECT(run_trial(1.00f, 1.02f, 1.02f, &left, &originals) == TRIAL_KEPT && left == (CUfunction)0xfa57);
+  /* no events (HIP, or none could be made): no trial */
+  static kinfo off;
+  atomic_store(&off.sample_state, SAMPLE_OFF);
+  uint8_t key[8] = {2};
+  sentry *e = new_entry(&off, NULL, key, 8, (CUfunction)0x1, 0);
+  trial_attach(&off, e, 1, (CUfunction)0x1);
+  EXPECT(atomic_load(&e->trial) == NULL);
 }
 
 /* Stream capture: a launch into a capture runs the original even where a variant is loaded
@@ -467,6 +528,7 @@ int main(void) {
   test_exit_drains_the_queue();
   test_await_variant();
   test_gpu_time_samples();
+  test_speed_trial();
   test_stream_capture();
   test_exit_from_main_times_main();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }

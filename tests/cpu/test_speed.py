@@ -1,0 +1,106 @@
+"""Speed trials' run-time half (runtime/speed.py): which variants the shim is asked to time,
+what its verdicts become (the report, the cache) and what a later run does with them. The
+timing itself is the shim's (tests/shim/test_shim.c test_speed_trial) and the GPU's
+(tests/gpu/test_speed.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from proteus_rewrite import runtime
+from proteus_rewrite.jit.launch import parse_value
+from proteus_rewrite.runtime import protocol, speed
+from proteus_rewrite.runtime.session import KernelStats
+
+from ..conftest import run_cli
+from ..support.launches import kernel
+
+
+@pytest.fixture
+def state(samples, tmp_path, monkeypatch):
+    """The run time over loop_count's store, axpy_loop as kernel 0; a fresh init per call of `again`."""
+    assert run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "out")).returncode == 0
+    monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
+
+    def again():
+        runtime.reset()
+        assert runtime.init(str(tmp_path / "out"), 13000)
+        st = runtime.state()
+        t = st.tables[0]
+        k = kernel(t, "axpy_loop")
+        st.kernels.append((t, k))
+        st.stats.append(KernelStats(k.name, k.demangled))
+        return st, k
+
+    yield again
+    runtime.reset()
+
+
+def _args(k, values: dict[int, str]) -> bytes:
+    return b"".join(parse_value(p, values[p.index]) if p.index in values else bytes(p.size) for p in k.params)
+
+
+def _specialize(k, n: str) -> bytes | None:
+    return runtime.specialize(0, _args(k, {1: n}), (4, 1, 1), (256, 1, 1), b"", 90)
+
+
+def _trial(vid: int, verdict: str, original_us: float, variant_us: float) -> bytes:
+    return protocol.TRIAL.pack(0, vid, protocol.TRIAL_VERDICTS.index(verdict), 10, original_us, original_us * 0.99,
+                               variant_us, variant_us * 0.99)
+
+
+def test_a_new_variant_is_timed_and_a_slower_one_is_never_launched_again(state, tmp_path):
+    st, k = state()
+    fast, slow, open_ = (protocol.split_image_answer(_specialize(k, n)) for n in ("3", "4", "5"))
+    assert [a[2] for a in (fast, slow, open_)] == [1, 2, 3]  # each asks for a trial, as its variant's index + 1
+    runtime.finish(b"", _trial(0, "kept", 100.0, 80.0) + _trial(1, "slower", 100.0, 130.0)
+                   + protocol.TRIAL.pack(0, 2, 0, 3, 0, 0, 0, 0))
+    v = st.stats[0].variants
+    assert v[0]["speed"]["verdict"] == "kept" and v[0]["speed"]["variant_over_original"] == 0.8
+    assert v[1]["speed"]["verdict"] == "slower" and v[1]["speed"]["variant_over_original"] == 1.3
+    assert v[2]["speed"] == {"verdict": "undecided", "timed_launches": 3}
+    runtime.write_report(str(tmp_path / "r1.json"), b"")
+    doc = json.loads((tmp_path / "r1.json").read_text())
+    assert doc["kernels"] == []  # no counters passed: the kernels section comes from the shim's
+    # the next run: the kept variant without a trial, the slower one not at all, the undecided one timed again
+    st, k = state()
+    kept = protocol.split_image_answer(_specialize(k, "3"))
+    assert kept[2] == 0 and st.stats[0].variants[0]["speed"]["remembered"] is True
+    assert _specialize(k, "4") is None
+    assert st.stats[0].slower_declined[0]["speed"]["variant_median_us"] == 130.0
+    assert st.stats[0].failures == {}  # a policy, not a failure: no warning
+    assert protocol.split_image_answer(_specialize(k, "5"))[2] == 2
+
+
+def test_the_report_shows_each_kernels_time_against_the_original(state, tmp_path):
+    st, k = state()
+    _specialize(k, "3")
+    _specialize(k, "4")
+    runtime.finish(b"", _trial(0, "kept", 100.0, 50.0) + _trial(1, "kept", 100.0, 200.0))
+    counters = protocol.COUNTERS.pack(0, 40, 30, 2, 0, 0, 0, 6, 1000) + k.name.encode() + b"\0"
+    runtime.write_report(str(tmp_path / "r.json"), counters)
+    entry = json.loads((tmp_path / "r.json").read_text())["kernels"][0]
+    assert entry["kernel_time_vs_original"] == 1.0  # the geometric mean of 0.5 and 2.0
+    assert entry["launches_timing_original"] == 6 and entry["specialized_launches"] == 32
+    out = run_cli("report", str(tmp_path / "r.json"))
+    assert out.returncode == 0 and "time vs original" in out.stdout and "1.00x" in out.stdout
+
+
+def test_the_speed_check_can_be_turned_off(state, monkeypatch):
+    monkeypatch.setenv("PROTEUS_SPEED_CHECK", "0")
+    _st, k = state()
+    assert protocol.split_image_answer(_specialize(k, "3"))[2] == 0
+
+
+def test_a_damaged_verdict_is_ignored(state):
+    st, k = state()
+    _specialize(k, "3")
+    key = st.stats[0].variants[0]["cache_key"]
+    from proteus_rewrite.cache import Entry
+
+    st.cache.put(Entry(speed._key(key), speed.SPEED_KIND, 90, b"not json"))
+    st, k = state()
+    assert protocol.split_image_answer(_specialize(k, "3"))[2] == 1  # timed again

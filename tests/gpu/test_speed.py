@@ -1,0 +1,92 @@
+"""Speed trials on the GPU (PROTEUS_SPEED_CHECK): a variant made slower (the slow-code fault) is
+timed against the original on live launches, dropped, and never launched by a later run; a
+real variant is timed, judged and, kept, launched by later runs without a trial. What ran is
+the driver's record (CUPTI), not the shim's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from ..conftest import run_cli
+from ..support import cupti
+
+pytestmark = pytest.mark.gpu
+
+APP, ARGS = "launch_overhead", ["3000"]  # 3,100 launches of one kernel with one key
+
+
+def checksums(stdout: str) -> dict[str, str]:
+    return {p[1]: p[2] for p in (l.split() for l in stdout.splitlines()) if len(p) == 3 and p[0] == "checksum"}
+
+
+def run(exe, env_extra):
+    return subprocess.run([str(exe), *ARGS], capture_output=True, text=True, env=dict(os.environ, **env_extra), timeout=300)
+
+
+@pytest.fixture
+def rewritten(samples, tmp_path):
+    assert run_cli(str(samples / APP), "-o", str(tmp_path / "dir")).returncode == 0
+    native = run(samples / APP, {})
+    assert native.returncode == 0
+    return tmp_path / "dir" / APP, checksums(native.stdout)
+
+
+def _tool_run(exe, tmp_path, label, kernel_trace, **env):
+    report = tmp_path / f"{label}.json"
+    p = run(exe, {"PROTEUS_CACHE_DIR": str(tmp_path / "cache"), "PROTEUS_REPORT": str(report),
+                  **kernel_trace(tmp_path / f"{label}.ran"), **env})
+    assert p.returncode == 0, p.stderr
+    (k,) = json.loads(report.read_text())["kernels"]
+    return p, k, cupti.kernels_run(tmp_path / f"{label}.ran")
+
+
+@pytest.mark.parametrize("mode", ["0", "auto"])
+def test_a_slower_variant_is_dropped_and_never_launched_again(rewritten, tmp_path, kernel_trace, mode):
+    exe, native = rewritten
+    p, k, ran = _tool_run(exe, tmp_path, "cold", kernel_trace, PROTEUS_FAULT_INJECT="slow-code",
+                          PROTEUS_ASYNC_COMPILATION=mode)
+    assert checksums(p.stdout) == native != {}
+    (v,) = k["variants"]
+    speed = v["speed"]
+    assert speed["verdict"] == "slower", speed
+    assert speed["variant_median_us"] > speed["original_median_us"] + 50  # the fault's spin: about 110 us
+    assert k["launches_timing_original"] >= 5  # the original's timed turns (the first one may not be)
+    # the driver's record: the variant ran exactly as often as the report says, a few times only
+    assert len(cupti.variants(ran)) == k["specialized_launches"] and 6 <= k["specialized_launches"] < 500, k
+    assert len(ran) == k["launches"] == 3100
+    # the next run, fault gone, same cache: it remembers, and runs only the original
+    p, k, ran = _tool_run(exe, tmp_path, "warm", kernel_trace, PROTEUS_ASYNC_COMPILATION=mode)
+    assert checksums(p.stdout) == native
+    assert ran and cupti.originals(ran) == ran
+    assert k["slower_declined"] and k["slower_declined"][0]["speed"]["verdict"] == "slower"
+    assert k["specialized_launches"] == 0 and k["launches_timing_original"] == 0
+
+
+def test_a_real_variant_is_judged_and_later_runs_skip_its_trial(rewritten, tmp_path, kernel_trace):
+    exe, native = rewritten
+    p, k, ran = _tool_run(exe, tmp_path, "cold", kernel_trace, PROTEUS_ASYNC_COMPILATION="0")
+    assert checksums(p.stdout) == native
+    (v,) = k["variants"]
+    speed = v["speed"]
+    assert speed["verdict"] in ("kept", "slower") and speed["timed_launches"] == 12, speed
+    assert 0 < speed["original_min_us"] <= speed["original_median_us"] and 0 < speed["variant_min_us"] <= speed["variant_median_us"]
+    assert len(cupti.variants(ran)) == k["specialized_launches"]
+    p, k, ran = _tool_run(exe, tmp_path, "warm", kernel_trace, PROTEUS_ASYNC_COMPILATION="0")
+    assert checksums(p.stdout) == native and k["launches_timing_original"] == 0
+    if speed["verdict"] == "kept":  # every launch the variant, untimed
+        assert cupti.variants(ran) == ran and k["variants"][0]["speed"]["remembered"] is True
+    else:
+        assert cupti.originals(ran) == ran
+
+
+def test_the_speed_check_off_times_nothing(rewritten, tmp_path, kernel_trace):
+    exe, native = rewritten
+    p, k, ran = _tool_run(exe, tmp_path, "off", kernel_trace, PROTEUS_ASYNC_COMPILATION="0", PROTEUS_SPEED_CHECK="0",
+                          PROTEUS_FAULT_INJECT="slow-code")
+    assert checksums(p.stdout) == native
+    assert "speed" not in k["variants"][0] and k["launches_timing_original"] == 0
+    assert cupti.variants(ran) == ran  # the slow variant ran every launch: nothing checked it
