@@ -3,13 +3,15 @@
  *
  * A variant the caches have no verdict for (the run time asks for a trial in its answer) runs
  * TRIAL_AFTER launches untimed, then takes turns with the original kernel, variant first, each
- * turn timed by the GPU-time sample's pair of events (cuda_api.h). Both sides see the same
+ * turn timed by the GPU-time sample's pair of events (cuda_api.h); launches between turns run
+ * the original. Both sides see the same
  * launches of one key, so what differs is the code. After TRIAL_RUNS timed launches a side, the
  * variant is dropped when its median and its minimum are both above the original's, the median
  * by more than TRIAL_MARGIN: its launches run the original from then on. The run time
  * remembers each verdict per variant in the cache (runtime/speed.py), so a later run times
- * nothing and never loads a variant found slower. The original's turns are the cost: up to
- * TRIAL_RUNS launches per new variant, in the run that first compiles it. */
+ * nothing and never loads a variant found slower. What it costs a variant that wins: the
+ * launches of its trial that run the original, in the run that first compiles it (TRIAL_RUNS
+ * where each launch finds the last one's timing done, more in a GPU-bound loop). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -36,16 +38,21 @@ void trial_attach(kinfo *ki, sentry *e, uint32_t id, CUfunction fn) {
   atomic_store_explicit(&e->trial, t, memory_order_release);
 }
 
-/* A hit on a variant under trial: which side this launch runs, and whether its sample times it. */
+/* A hit on a variant under trial: which side this launch runs, and whether its sample times it.
+ * Its first TRIAL_AFTER launches run the variant; from then until the verdict, a launch that
+ * cannot be timed (the events still hold the last turn: a GPU-bound loop queues many launches
+ * per turn) runs the original, the kernel known not to be slower. */
 __attribute__((noinline)) CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk) {
   trial *t = atomic_load_explicit(&e->trial, memory_order_acquire);
   if (t && atomic_load_explicit(&t->verdict, memory_order_relaxed) == TRIAL_RUNNING &&
-      atomic_fetch_add_explicit(&t->launches, 1, memory_order_relaxed) >= TRIAL_AFTER &&
-      atomic_load_explicit(&ki->sample_state, memory_order_relaxed) == SAMPLE_IDLE &&
-      !atomic_load_explicit(&captures_open, memory_order_relaxed)) {
-    int arm = (int)(atomic_fetch_add_explicit(&t->timed, 1, memory_order_relaxed) & 1) ^ 1;
-    tk->t = t;
-    tk->arm = arm;
+      atomic_fetch_add_explicit(&t->launches, 1, memory_order_relaxed) >= TRIAL_AFTER) {
+    int arm = 0;
+    if (atomic_load_explicit(&ki->sample_state, memory_order_relaxed) == SAMPLE_IDLE &&
+        !atomic_load_explicit(&captures_open, memory_order_relaxed)) {
+      arm = (int)(atomic_fetch_add_explicit(&t->timed, 1, memory_order_relaxed) & 1) ^ 1;   /* the variant first */
+      tk->t = t;
+      tk->arm = arm;
+    }
     if (!arm) {
       atomic_fetch_add_explicit(&ki->timing, 1, memory_order_relaxed);
       return NULL;

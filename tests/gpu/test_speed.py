@@ -54,9 +54,13 @@ def test_a_slower_variant_is_dropped_and_never_launched_again(rewritten, tmp_pat
     speed = v["speed"]
     assert speed["verdict"] == "slower", speed
     assert speed["variant_median_us"] > speed["original_median_us"] + 50  # the fault's spin: about 110 us
-    assert k["launches_timing_original"] >= 5  # the original's timed turns (the first one may not be)
-    # the driver's record: the variant ran exactly as often as the report says, a few times only
-    assert len(cupti.variants(ran)) == k["specialized_launches"] and 6 <= k["specialized_launches"] < 500, k
+    assert k["launches_timing_original"] >= 6  # the original's timed turns, and the launches between turns
+    # the driver's record: the variant ran exactly as often as the report says: its first launches
+    # (shim/trial.c TRIAL_AFTER, 8, and with PROTEUS_ASYNC_COMPILATION=0 the one that compiled
+    # it; in auto mode, launches that waited for it) and its 6 timed turns
+    variants = len(cupti.variants(ran))
+    assert variants == k["specialized_launches"], k
+    assert variants == 15 if mode == "0" else 14 <= variants <= 30, variants
     assert len(ran) == k["launches"] == 3100
     # the next run, fault gone, same cache: it remembers, and runs only the original
     p, k, ran = _tool_run(exe, tmp_path, "warm", kernel_trace, PROTEUS_ASYNC_COMPILATION=mode)
