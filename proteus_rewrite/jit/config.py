@@ -82,7 +82,7 @@ class CodegenConfig:
     tuned_max_threads: int | None = None  # TunedMaxThreads from PROTEUS_TUNED_KERNELS
     min_blocks_per_sm: int | None = None  # MinBlocksPerSM, applied only when the block size is TunedMaxThreads
     cap_registers: bool = True  # PROTEUS_CAP_REGISTERS (ours): at most the registers that keep the AOT code's occupancy
-    occupancy_step: bool = True  # PROTEUS_OCCUPANCY_STEP (ours): try one more block per SM (specializer._step_occupancy)
+    occupancy_step: bool = True  # PROTEUS_OCCUPANCY_STEP (ours): try one more block per SM (targets.step_occupancy)
 
     def key_fields(self) -> dict:
         return dict(_key_fields(self))

@@ -20,32 +20,23 @@ import dataclasses
 import functools
 import hashlib
 import json
-import re
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 
 import llvmlite
 
-from .. import __version__, faults
+from .. import __version__
 from ..cache import CacheChain, Entry
 from ..errors import SpecializeError
-from ..fatbin import cubin as cubin_format
 from ..fatbin.table import KernelRecord, KernelTable
-from . import codegen, occupancy, pipeline
+from . import codegen, occupancy, pipeline, targets
 from .config import CodegenConfig, Config
 from .launch import Launch, foldable, ir_constant, python_value
-from .plan import Findings, Plan, variant_name
+from .plan import Plan
+from .targets import LLVM_LOCK, Compiled, ms_since
 
 log = logging.getLogger("proteus_rewrite")
-
-# ctypes lets go of the GIL during every LLVM call, so compile threads (PROTEUS_ASYNC_THREADS)
-# would meet inside LLVM: the steps that run it take this lock (cache lookups and PTX -> cubin
-# do not). Each compilation also works in an LLVM context of its own and closes its modules on
-# its own thread, so nothing of it is freed later by the garbage collector on another thread,
-# and LLVM's global context does not grow with every variant's constants.
-_LLVM = threading.Lock()
 
 ALIGNMENTS = (128, 64, 32, 16, 8)
 
@@ -78,16 +69,6 @@ class Result:
     def entry(self) -> str:
         """The variant's entry point in the image."""
         return self.plan.entry or self.kernel
-
-
-@dataclass
-class Compiled:
-    """What compile_variant makes of a plan (and what a compiler process answers)."""
-
-    image: codegen.Image
-    ptx: codegen.PTX | None  # CUDA only
-    ir_text: str | None  # optimized IR, when asked for
-    found: Findings = field(default_factory=lambda: Findings())
 
 
 def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_globals: bool = True) -> Plan:
@@ -227,151 +208,41 @@ def specialize(
     if kernel.module is None:
         raise SpecializeError(f"{kernel.demangled}: no bitcode was recorded for this kernel")
     plan = make_plan(kernel, launch, cg, relink_globals)
-    if isinstance(launch.arch, str):  # an AMDGPU processor: HIP
-        return _specialize_amdgpu(table, kernel, launch, plan, cg, cache, keep_ir, may_compile, timings, t0, compiler)
-    # The PTX ISA is bounded by the driver that will load the code; asking the compiler its version
-    # costs a library load, so that bound is applied only when something is compiled.
-    ptx_target = ("driver", codegen.driver_ptx_isa(driver_version)) if driver_version else \
-        ("compiler", codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
-    key = cache_key(table, kernel, plan, cg, ptx_target, launch.arch)
-    plan = dataclasses.replace(plan, entry=variant_name(kernel.name, key))
+    target = targets.target_for(launch.arch)
+    plan, cg = target.adapt(plan, cg)
+    key_target = target.key_target(cg, driver_version)
+    key = cache_key(table, kernel, plan, cg, key_target, launch.arch)
+    plan = target.named(plan, kernel.name, key)
     folded_values = {i: python_value(kernel.params[i], launch.args[i]) for i in plan.folded}
-    timings["plan"] = _ms(t0)
+    timings["plan"] = ms_since(t0)
 
     if cache is not None and not keep_ir:
         hit = cache.get(key)
-        if hit is not None:
-            entry, level = hit
-            image = codegen.Cubin(entry.data, entry.arch) if entry.kind == "cubin" else codegen.PTX(entry.data.rstrip(b"\0").decode(), entry.arch)
-            return Result(key, kernel.name, image, level, folded_values, plan, timings)
+        if hit is not None and (image := target.from_cache(hit[0])) is not None:
+            return Result(key, kernel.name, image, hit[1], folded_values, plan, timings)
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
     run = compiler.compile if compiler is not None else compile_variant
-    done = run(table, kernel, plan, cg, launch.arch, ptx_target[1], keep_ir, timings)
+    done = run(table, kernel, plan, cg, launch.arch, target.isa(key_target), keep_ir, timings)
     image = done.image
-    timings["total"] = _ms(t0)
+    timings["total"] = ms_since(t0)
 
     if cache is not None:
-        kind = "cubin" if isinstance(image, codegen.Cubin) else "ptx"
-        cache.put(Entry(key, kind, launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
-                                                            "tool": __version__}))
+        cache.put(Entry(key, target.cache_kind(image), launch.arch, image.data,
+                        {"kernel": kernel.name, "compile_ms": round(timings["total"], 2), "tool": __version__}))
     return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, done.ptx, done.ir_text,
                   tuple(done.found.notes), done.found.sreg_calls)
 
 
 def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, arch: int | str, isa: int | None,
-                    keep_ir: bool, timings: dict[str, float]):
+                    keep_ir: bool, timings: dict[str, float]) -> Compiled:
     """A plan -> loadable code (Compiled: the image, PTX, optimized IR, findings), the stages timed
-    into `timings`. What runs LLVM and the PTX compiler, and nothing else: `table` needs only
-    `modules[i].bitcode` for the kernel's modules. `isa`: the newest PTX ISA the driver reads
-    (CUDA; an offline compiler may read less: asking it loads it, so that is asked here)."""
-    found = Findings()
-    if isinstance(arch, str):  # HIP
-        obj, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
-                                          lambda: codegen.amdgpu_target_machine(arch, cg.codegen_opt_level),
-                                          codegen.emit_amdgpu_object, "codeobj", "object", found)
-        t = time.perf_counter()
-        image = codegen.link_code_object(obj, arch)
-        timings["link"] = _ms(t)
-        return Compiled(image, None, ir_text, found)
-    if cg.ptx_compiler != "driver":
-        isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
-    codegen.fp_contraction(pipeline.Tuning.from_cmdline(table.modules[kernel.module].cmdline).fp_contract)
-    ptx, ir_text = _optimize_and_emit(table, kernel, plan, cg, keep_ir, timings,
-                                      lambda: codegen.target_machine(arch, isa, cg.codegen_opt_level),
-                                      lambda module, tm: codegen.emit_ptx(module, tm, arch), "ptx", "ptx", found)
-    t = time.perf_counter()
-    faults.check("cubin")
-    image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
-    timings["cubin"] = _ms(t)
-    if cg.occupancy_step and plan.max_registers and plan.max_threads and kernel.aot_registers:
-        t = time.perf_counter()
-        ptx, image = _step_occupancy(ptx, image, plan, kernel.aot_registers, cg, arch, found)
-        timings["step"] = _ms(t)
-    return Compiled(image, ptx, ir_text, found)
-
-
-# A variant tried at one more block per SM is kept when ptxas fits it in at most this many bytes
-# of stack per thread more than the variant at the AOT occupancy, and the registers it must shed
-# are at most this share of what it used. HeCBench rsbench's lookup (LLVM 22: 151 registers, one
-# block of 256 per SM, as the AOT code's 130) fits two blocks at 128 with 48 more bytes.
-STEP_MAX_STACK_GROWTH = 64
-STEP_MAX_REGISTER_CUT = 0.2
-
-
-def _step_occupancy(ptx: codegen.PTX, image, plan: Plan, aot_registers: int, cg: CodegenConfig, arch: int,
-                    found: Findings):
-    """The variant at one more resident block per SM than the AOT code, where that costs little
-    spilling; otherwise the variant as compiled. LLVM 22's code needs more registers than clang
-    19's for some kernels (rsbench's lookup 151 or more where LLVM 19's fits 128), and upstream
-    Proteus, LLVM 19 throughout, then runs at twice the AOT code's residency."""
-    threads = plan.max_threads[0] * plan.max_threads[1] * plan.max_threads[2]
-    entry = plan.entry or ""
-    try:
-        first = cubin_format.resources(image.data).get(entry)
-    except Exception:  # noqa: BLE001  the image loads or not on its own; this is only a second try
-        return ptx, image
-    if first is None or first.registers is None or first.stack is None:
-        return ptx, image
-    level = occupancy.blocks_per_sm(first.registers, threads, arch)
-    aot_level = occupancy.blocks_per_sm(aot_registers, threads, arch)
-    if level is None or aot_level is None or level > aot_level:
-        return ptx, image
-    budget = occupancy.register_budget_for(aot_level + 1, threads, arch)
-    if budget is None or budget < first.registers * (1 - STEP_MAX_REGISTER_CUT):
-        return ptx, image
-    stepped_text, n = re.subn(r"^(\s*)\.maxnreg \d+", rf"\g<1>.maxnreg {budget}", ptx.text, count=1, flags=re.M)
-    if not n:
-        return ptx, image
-    stepped_ptx = codegen.PTX(stepped_text, ptx.arch)
-    try:
-        stepped = codegen.compile_ptx(stepped_ptx, cg.ptx_compiler, cg.codegen_opt_level)
-        second = cubin_format.resources(stepped.data).get(entry)
-    except Exception:  # noqa: BLE001
-        return ptx, image
-    if second is None or second.stack is None or second.stack - first.stack > STEP_MAX_STACK_GROWTH:
-        found.notes.append(f"kept {first.registers} registers: at {budget} for {aot_level + 1} blocks per SM "
-                           f"it needs {second.stack if second else '?'} bytes of stack per thread, not {first.stack}")
-        return ptx, image
-    found.notes.append(f"{second.registers} registers, {aot_level + 1} blocks per SM (the AOT code: {aot_level}), "
-                       f"stack {first.stack} -> {second.stack} bytes per thread")
-    return stepped_ptx, stepped
-
-
-def _optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, timings: dict[str, float],
-                       target_machine, emit, fault: str, stage: str, found):
-    """The LLVM part of a compilation, for either target: the specialized module in an LLVM
-    context of its own, the optimization pipeline, then `emit(module, tm)` (timed as `stage`,
-    with the test-only fault `fault` before it). Returns what emit made and, with keep_ir, the
-    optimized IR. Module and context are closed here, on this thread, under the LLVM lock (the
-    target machines are cached and shared under it), not whenever the collector gets to them."""
-    import llvmlite.binding as llvm
-
-    from . import ir  # llvmlite: only when compiling
-
-    with _LLVM:
-        context = llvm.create_context()
-        module = None
-        try:
-            t = time.perf_counter()
-            module = ir.specialize_module(table, kernel, plan, context, found)
-            timings["ir"] = _ms(t)
-            t = time.perf_counter()
-            tm = target_machine()
-            faults.check("optimize")
-            pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline),
-                         pipeline.Tuning.from_cmdline(table.modules[kernel.module].cmdline))
-            timings["optimize"] = _ms(t)
-            t = time.perf_counter()
-            faults.check(fault)
-            out = emit(module, tm)
-            timings[stage] = _ms(t)
-            return out, (str(module) if keep_ir else None)
-        finally:
-            if module is not None:
-                module.close()
-            context.close()
+    into `timings`, by the target `arch` names (targets.py). What runs LLVM and the PTX compiler,
+    and nothing else: `table` needs only `modules[i].bitcode` for the kernel's modules. `isa`:
+    the newest PTX ISA the driver reads (CUDA; an offline compiler may read less: asking it
+    loads it, so that is asked there)."""
+    return targets.target_for(arch).compile(table, kernel, plan, cg, isa, keep_ir, timings)
 
 
 @functools.lru_cache(maxsize=256)
@@ -439,7 +310,7 @@ def warm_up(arch: int, config: Config | None = None, driver_version: int | None 
     isa = codegen.driver_ptx_isa(driver_version) if driver_version else codegen.LLVM_MAX_PTX
     if cg.ptx_compiler != "driver":
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
-    with _LLVM:
+    with LLVM_LOCK:
         context = llvm.create_context()
         module = None
         try:
@@ -456,44 +327,4 @@ def warm_up(arch: int, config: Config | None = None, driver_version: int | None 
                 module.close()
             context.close()
     codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
-    return _ms(t0)
-
-
-def _ms(t0: float) -> float:
-    return (time.perf_counter() - t0) * 1000.0
-
-
-def _specialize_amdgpu(table: KernelTable, kernel: KernelRecord, launch: Launch, plan: Plan, cg: CodegenConfig,
-                       cache: CacheChain | None, keep_ir: bool, may_compile: bool, timings: dict[str, float],
-                       t0: float, compiler) -> Result:
-    """HIP: the plan compiled by llvmlite's AMDGPU backend for the device's processor and linked
-    by ld.lld into a code object, what hipModuleLoadData takes (docs/user/hip.md). No CUDA tool is
-    asked anything: the key names the linker where CUDA's names the PTX compiler."""
-    cg = dataclasses.replace(cg, ptx_compiler="ld.lld")
-    # Block and grid sizes are not folded on AMDGPU (ir.py), so only the launch bound (the flat
-    # work-group size, from the block) reaches the code and the key: any grid shares a variant.
-    plan = dataclasses.replace(plan, grid=None, fold_dims=False, dims_range=False, min_ctas=None,
-                               block=plan.block if plan.max_threads else None)
-    ptx_target = ("amdgpu",)
-    key = cache_key(table, kernel, plan, cg, ptx_target, launch.arch)
-    folded_values = {i: python_value(kernel.params[i], launch.args[i]) for i in plan.folded}
-    timings["plan"] = _ms(t0)
-
-    if cache is not None and not keep_ir:
-        hit = cache.get(key)
-        if hit is not None and hit[0].kind == "codeobj":
-            entry, level = hit
-            return Result(key, kernel.name, codegen.CodeObject(entry.data, entry.arch), level, folded_values, plan, timings)
-
-    if not may_compile:
-        raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
-    run = compiler.compile if compiler is not None else compile_variant
-    done = run(table, kernel, plan, cg, launch.arch, None, keep_ir, timings)
-    image = done.image
-    timings["total"] = _ms(t0)
-
-    if cache is not None:
-        cache.put(Entry(key, "codeobj", launch.arch, image.data, {"kernel": kernel.name, "compile_ms": round(timings["total"], 2),
-                                                                "tool": __version__}))
-    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, None, done.ir_text,
-                  tuple(done.found.notes), done.found.sreg_calls)
+    return ms_since(t0)

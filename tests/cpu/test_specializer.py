@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from proteus_rewrite.errors import SpecializeError
-from proteus_rewrite.jit import Config, Launch, occupancy, specialize, specializer
+from proteus_rewrite.jit import Config, Launch, occupancy, specialize, specializer, targets
 from proteus_rewrite.jit.launch import ir_constant, parse_value
 from proteus_rewrite.fatbin.kernels import ParamRecord
 
@@ -310,10 +310,10 @@ def test_size_levels_optimize_for_size(table):
 
 
 def _stepping(monkeypatch, first, second):
-    """_step_occupancy over a fake PTX compiler: `first` is the variant at the AOT occupancy,
+    """targets.step_occupancy over a fake PTX compiler: `first` is the variant at the AOT occupancy,
     `second` what ptxas makes of it with one more block per SM (registers, stack)."""
     from proteus_rewrite.fatbin import cubin
-    from proteus_rewrite.jit import codegen
+    from proteus_rewrite.jit import codegen, targets
     from proteus_rewrite.jit.plan import Findings, Plan
 
     made = []
@@ -322,7 +322,7 @@ def _stepping(monkeypatch, first, second):
     plan = Plan({}, (256, 1, 1), None, True, False, (256, 1, 1), 1, max_registers=255, entry="k")
     ptx = codegen.PTX(".entry k\n.maxntid 256, 1, 1\n.minnctapersm 1\n.maxnreg 255\n{\n}\n", 90)
     found = Findings()
-    out_ptx, image = specializer._step_occupancy(ptx, codegen.Cubin(b"1", 90), plan, 130, specializer.CodegenConfig(),
+    out_ptx, image = targets.step_occupancy(ptx, codegen.Cubin(b"1", 90), plan, 130, specializer.CodegenConfig(),
                                                  90, found)
     return out_ptx, image, made, found
 
@@ -335,7 +335,7 @@ def test_occupancy_step_takes_one_more_block_per_sm_when_it_spills_little(monkey
 
 
 def test_occupancy_step_keeps_the_first_variant_when_it_would_spill_much(monkeypatch):
-    ptx, image, made, found = _stepping(monkeypatch, (151, 104), (128, 104 + specializer.STEP_MAX_STACK_GROWTH + 8))
+    ptx, image, made, found = _stepping(monkeypatch, (151, 104), (128, 104 + targets.STEP_MAX_STACK_GROWTH + 8))
     assert image.data == b"1" and ".maxnreg 255" in ptx.text and len(made) == 1
     assert "kept 151 registers" in found.notes[0]
 
