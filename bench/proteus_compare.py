@@ -128,6 +128,7 @@ class Bench:
             env = {"PROTEUS_CACHE_DIR": str(cache)}
             exe = [str(rec / "main_all"), *args]
             res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")}, 1)
+            res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
             res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps)
             if self.a.alt:   # another setting of ours (--alt): its own cache, filled first
                 alt = {"PROTEUS_CACHE_DIR": str(cache) + "-alt", **alt_env(self.a.alt)}
@@ -195,6 +196,23 @@ class Bench:
                 self.doc.setdefault("extra", {}).setdefault(spec, {})["error"] = f"{type(exc).__name__}: {exc}"
             self.save()
         return 0
+
+
+def speed_trials(report: Path) -> list[dict]:
+    """Per kernel of a cold run's PROTEUS_REPORT, its variants' speed trials (PROTEUS_SPEED_CHECK):
+    verdicts and the variants' GPU time over the original's."""
+    try:
+        kernels = json.loads(report.read_text())["kernels"]
+    except (OSError, ValueError, KeyError):
+        return []
+    out = []
+    for k in kernels:
+        trials = [v["speed"] for v in k.get("variants") or [] if isinstance(v.get("speed"), dict)]
+        if trials:
+            out.append({"kernel": (k.get("demangled") or k["name"])[:60],
+                        "verdicts": {v: sum(t["verdict"] == v for t in trials) for v in ("kept", "slower", "undecided")},
+                        "time_vs_original": k.get("kernel_time_vs_original")})
+    return out
 
 
 def alt_env(settings: list[str]) -> dict[str, str]:
@@ -311,6 +329,13 @@ def markdown(doc: dict) -> str:
                 lines.append(f"\n{p} {name}, ours warm with {' '.join(r.get('alt', []))}: "
                              f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g}), {ratio:.2f}x plain"
                              + ("" if r["ours_alt_warm"].get("all_ok") else " (output differs from native)"))
+    for p, r in doc["programs"].items():
+        if r.get("speed_trials"):
+            lines.append(f"\n{p}, speed trials in the cold run (kernel: kept/slower/undecided variants, GPU time "
+                         "against the original): " + "; ".join(
+                             f"{t['kernel']}: {t['verdicts']['kept']}/{t['verdicts']['slower']}/{t['verdicts']['undecided']}"
+                             + (f", {t['time_vs_original']:.2f}x" if t.get("time_vs_original") else "")
+                             for t in r["speed_trials"]))
     for spec, r in doc.get("extra", {}).items():
         nat = r.get("native", {}).get("runs") or [{}]
         said = {k: ("yes" if r[k]["all_ok"] else "NO") for k in ("ours_sync", "ours_warm") if k in r}

@@ -139,3 +139,14 @@ def test_validate_paper_reads_the_checks_and_compares_the_output(tmp_path):
     assert r["check_ms"] == 12.5 and r["specialized_launches"] == 1
     row = next(l for l in (tmp_path / "o" / "validate-paper.md").read_text().splitlines() if l.startswith("| rsbench"))
     assert row.startswith("| rsbench | yes | 1 | 0 | 0 | 1/1 | 12.5 |")
+
+
+def test_speed_trials_come_from_the_cold_runs_report(tmp_path):
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"kernels": [
+        {"name": "_Z2k1v", "demangled": "k1()", "kernel_time_vs_original": 1.2,
+         "variants": [{"speed": {"verdict": "slower"}}, {"speed": {"verdict": "kept"}}, {}]},
+        {"name": "_Z2k2v", "variants": [{}]}]}))
+    assert pc.speed_trials(report) == [{"kernel": "k1()", "verdicts": {"kept": 1, "slower": 1, "undecided": 0},
+                                        "time_vs_original": 1.2}]
+    assert pc.speed_trials(tmp_path / "missing.json") == []
