@@ -145,7 +145,8 @@ typedef struct sentry {
  * taking turns, and dropped (its launches run the original) when it is measured slower. */
 #define TRIAL_AFTER 8      /* variant launches before the trial: a kernel launched less is never timed */
 #define TRIAL_RUNS 6       /* timed launches per side; the first of each is not counted (a first launch loads code) */
-#define TRIAL_MARGIN 0.03  /* slower: the variant's median above the original's by more than this share, and its minimum too */
+#define TRIAL_MARGIN 0.03     /* slower: the variant's median above the original's by more than this share, */
+#define TRIAL_FLOOR_MS 0.003  /* and by more than this, and its every counted launch above the original's median */
 enum { TRIAL_RUNNING = PROTO_TRIAL_UNDECIDED, TRIAL_KEPT = PROTO_TRIAL_KEPT, TRIAL_SLOWER = PROTO_TRIAL_SLOWER };
 typedef struct trial {
   struct trial *next;

@@ -4,14 +4,13 @@
  * A variant the caches have no verdict for (the run time asks for a trial in its answer) runs
  * TRIAL_AFTER launches untimed, then takes turns with the original kernel, variant first, each
  * turn timed by the GPU-time sample's pair of events (cuda_api.h); launches between turns run
- * the original. Both sides see the same
+ * the variant. Both sides see the same
  * launches of one key, so what differs is the code. After TRIAL_RUNS timed launches a side, the
  * variant is dropped when its median and its minimum are both above the original's, the median
  * by more than TRIAL_MARGIN: its launches run the original from then on. The run time
  * remembers each verdict per variant in the cache (runtime/speed.py), so a later run times
- * nothing and never loads a variant found slower. What it costs a variant that wins: the
- * launches of its trial that run the original, in the run that first compiles it (TRIAL_RUNS
- * where each launch finds the last one's timing done, more in a GPU-bound loop). */
+ * nothing and never loads a variant found slower. What a trial costs: TRIAL_RUNS launches of
+ * the original per new variant, in the run that first compiles it. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -39,20 +38,21 @@ void trial_attach(kinfo *ki, sentry *e, uint32_t id, CUfunction fn) {
 }
 
 /* A hit on a variant under trial: which side this launch runs, and whether its sample times it.
- * Its first TRIAL_AFTER launches run the variant; from then until the verdict, a launch that
- * cannot be timed (the events still hold the last turn: a GPU-bound loop queues many launches
- * per turn) runs the original, the kernel known not to be slower. */
+ * A turn needs the events free, and in a GPU-bound loop the last turn's are free again only once
+ * the launches queued before its end have run: a launch that cannot be timed runs the variant,
+ * so that a trial costs a winning variant no more than the original's turns (running the
+ * original between turns kept changing_scalars' 4,000 queued launches on the original almost
+ * throughout). */
 __attribute__((noinline)) CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk) {
   trial *t = atomic_load_explicit(&e->trial, memory_order_acquire);
+  sample_poll(ki);   /* the last turn's time, if the GPU has it: the events are then free for this one */
   if (t && atomic_load_explicit(&t->verdict, memory_order_relaxed) == TRIAL_RUNNING &&
-      atomic_fetch_add_explicit(&t->launches, 1, memory_order_relaxed) >= TRIAL_AFTER) {
-    int arm = 0;
-    if (atomic_load_explicit(&ki->sample_state, memory_order_relaxed) == SAMPLE_IDLE &&
-        !atomic_load_explicit(&captures_open, memory_order_relaxed)) {
-      arm = (int)(atomic_fetch_add_explicit(&t->timed, 1, memory_order_relaxed) & 1) ^ 1;   /* the variant first */
-      tk->t = t;
-      tk->arm = arm;
-    }
+      atomic_fetch_add_explicit(&t->launches, 1, memory_order_relaxed) >= TRIAL_AFTER &&
+      atomic_load_explicit(&ki->sample_state, memory_order_relaxed) == SAMPLE_IDLE &&
+      !atomic_load_explicit(&captures_open, memory_order_relaxed)) {
+    int arm = (int)(atomic_fetch_add_explicit(&t->timed, 1, memory_order_relaxed) & 1) ^ 1;   /* the variant first */
+    tk->t = t;
+    tk->arm = arm;
     if (!arm) {
       atomic_fetch_add_explicit(&ki->timing, 1, memory_order_relaxed);
       return NULL;
@@ -86,7 +86,12 @@ void trial_sample(kinfo *ki, float ms) {
   if (t->n[0] < TRIAL_RUNS || t->n[1] < TRIAL_RUNS) return;
   summarize(t, 0);
   summarize(t, 1);
-  int slower = t->median[1] > t->median[0] * (1 + TRIAL_MARGIN) && t->min[1] > t->min[0];
+  /* Slower beyond noise: by more than TRIAL_MARGIN and TRIAL_FLOOR_MS at the median, and every
+   * counted launch of the variant above the original's median. The floor is for short kernels,
+   * whose event-timed span includes the launch's own host-side latency when the stream was
+   * idle, and that differs between a variant launched by its CUkernel and the original. */
+  int slower = t->median[1] > t->median[0] * (1 + TRIAL_MARGIN) && t->median[1] - t->median[0] > TRIAL_FLOOR_MS &&
+               t->min[1] > t->median[0];
   if (slower) atomic_store_explicit(&t->e->fn, NULL, memory_order_release);
   atomic_store(&t->verdict, slower ? TRIAL_SLOWER : TRIAL_KEPT);
   atomic_store_explicit(&t->e->trial, NULL, memory_order_release);

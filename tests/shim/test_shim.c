@@ -427,8 +427,9 @@ static void test_speed_trial(void) {
   originals = 0;
   EXPECT(run_trial(1.00f, 1.10f, 1.10f, &left, &originals) == TRIAL_SLOWER);
   EXPECT(left == NULL && originals == TRIAL_RUNS);
+  EXPECT(run_trial(0.010f, 0.020f, 0.020f, &left, &originals) == TRIAL_SLOWER);   /* 10 us slower: beyond the floor */
   /* mid-trial, a launch that cannot be timed (the last turn's events still pending) runs the
-   * original, counted */
+   * variant, untimed */
   static kinfo busy;
   busy.ev[1] = (void *)0x2;
   uint8_t k3[8] = {3};
@@ -436,10 +437,12 @@ static void test_speed_trial(void) {
   trial_attach(&busy, b, 1, (CUfunction)0xb);
   trial_ticket tk = {0};
   for (int i = 0; i < TRIAL_AFTER; i++) EXPECT(trial_pick(&busy, b, (CUfunction)0xb, &tk) == (CUfunction)0xb && !tk.t);
-  atomic_store(&busy.sample_state, SAMPLE_PENDING);
-  EXPECT(trial_pick(&busy, b, (CUfunction)0xb, &tk) == NULL && !tk.t && atomic_load(&busy.timing) == 1);
+  atomic_store(&busy.sample_state, SAMPLE_RECORDING);
+  EXPECT(trial_pick(&busy, b, (CUfunction)0xb, &tk) == (CUfunction)0xb && !tk.t && atomic_load(&busy.timing) == 0);
   atomic_store(&busy.sample_state, SAMPLE_IDLE);
   EXPECT(trial_pick(&busy, b, (CUfunction)0xb, &tk) == (CUfunction)0xb && tk.t && tk.arm == 1);
+  /* slower by more than the margin, but within the floor (a short kernel): kept */
+  EXPECT(run_trial(0.002f, 0.004f, 0.004f, &left, &originals) == TRIAL_KEPT);
   /* within the margin: kept */
   EXPECT(run_trial(1.00f, 1.02f, 1.02f, &left, &originals) == TRIAL_KEPT && left == (CUfunction)0xfa57);
   /* no events (HIP, or none could be made): no trial */
