@@ -5,7 +5,7 @@ Proteus's compiler plugin, to run them natively and under proteus-rewrite (run.p
     python3 bench/upstream_tests/build.py                      # every program, plain + recommended
     python3 bench/upstream_tests/build.py kernel daxpy.rdc     # some programs
     python3 bench/upstream_tests/build.py --update-programs    # re-read upstream into programs.json
-    python3 bench/upstream_tests/build.py --pack tests.tar.xz  # binaries + run.py + programs.json
+    python3 bench/upstream_tests/build.py --pack tests.tar.xz  # binaries + run.py + what RUN lines read
 
 programs.json is written by --update-programs from the mirror: the executables upstream's
 CMakeLists builds for CUDA (LLVM 19, the clang here), their sources, the RUN lines (environment,
@@ -619,16 +619,36 @@ def write_json(path: Path, doc: dict) -> None:
 
 # --- packing ---------------------------------------------------------------------------------
 
-def pack(out_path: Path, work: Path) -> None:
+def run_line_files(doc: dict) -> list[str]:
+    """Files of upstream's tree that RUN lines name through lit's %S (the test file's folder),
+    relative to work/src: run.py's RUN-line runs need them on the GPU host."""
+    files = set()
+    for p in doc["programs"]:
+        if p["excluded"]:
+            continue
+        folder = PurePosixPath(p["expected_output_source"]).parent
+        for line in p.get("runs", []):
+            for value in line["env"].values():
+                files.update(str(folder / m) for m in re.findall(r"%S/([^\s;:]+)", value))
+    return sorted(files)
+
+
+def pack(out_path: Path, work: Path, doc: dict | None = None) -> None:
     """A tarball with run.py's layout (upstream_tests/run.py, upstream_tests/work/build/...).
     A program's recipes sit together so that xz's window sees their identical static cudart."""
     manifest = json.loads((work / "manifest.json").read_text())
+    needed = run_line_files(doc if doc is not None else load_programs())
+    missing = [f for f in needed if not (work / "src" / f).is_file()]
+    if missing:
+        raise SystemExit(f"{work / 'src'} lacks {', '.join(missing)} (RUN lines name them): run build.py first")
     tmp = out_path.with_name(f".{out_path.name}.tmp")
     with tarfile.open(tmp, "w:xz", preset=9) as tar:
-        for script in ("run.py", "programs.json", "README.md"):
+        for script in ("run.py", "checks.py", "programs.json", "README.md"):
             tar.add(HERE / script, arcname=f"upstream_tests/{script}")
-        tar.add(HERE.parent / "harness.py", arcname="harness.py")
+        tar.add(HERE.parent / "harness.py", arcname="harness.py")  # run.py imports it from its parent folder
         tar.add(work / "manifest.json", arcname="upstream_tests/work/manifest.json")
+        for rel in needed:
+            tar.add(work / "src" / rel, arcname=f"upstream_tests/work/src/{rel}")
         count = 0
         for name, builds in sorted(manifest["programs"].items()):
             for recipe, entry in builds.items():
@@ -677,7 +697,7 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         raise SystemExit("programs.json: " + "; ".join(problems))
     if args.pack:
-        pack(Path(args.pack).resolve(), Path(args.work).resolve())
+        pack(Path(args.pack).resolve(), Path(args.work).resolve(), doc)
         return 0
     wanted = [p for p in doc["programs"] if not p["excluded"]]
     if args.list:

@@ -4,6 +4,7 @@
     python3 upstream_tests/run.py --tool $(which proteus-rewrite) -j 4 --out results
     python3 upstream_tests/run.py --only kernel,daxpy.rdc --kernel-trace-lib ./libkernel_trace.so
     python3 upstream_tests/run.py --native-only            # the programs alone
+    python3 bench/upstream_tests/run.py --recheck results --filecheck /usr/lib/llvm-19/bin/FileCheck
 
 Runs from the tarball `build.py --pack` makes (or from bench/upstream_tests/ in the repo):
 binaries in work/build/RECIPE/NAME, what to expect in programs.json. Per program:
@@ -11,14 +12,21 @@ binaries in work/build/RECIPE/NAME, what to expect in programs.json. Per program
   - `proteus-rewrite EXE -o DIR` of the recommended build, then two runs of it with
     LD_PRELOAD=DIR/libproteus.so and PROTEUS_ASYNC_COMPILATION=0: "cold" with an empty
     PROTEUS_CACHE_DIR, "warm" with the cache the cold run left; PROTEUS_REPORT of each;
+  - then upstream's RUN lines, in order, under the tool with each line's environment (lit's
+    %t.$$.proteus: a cache folder per program, emptied where upstream's rm -rf precedes it; %S:
+    WORK/src/tests/gpu; PROTEUS_ASYNC_COMPILATION=0 unless the line sets it), also when the native
+    run failed upstream's checks; outputs saved whole to OUT/upstream-runs/NAME.N.txt;
   - with --kernel-trace-lib (tests/support/kernel_trace.c built against CUPTI), every run also
     gets CUDA_INJECTION64_PATH and CUPTI_KERNEL_TRACE_FILE: the kernels the driver really ran,
     specialized variants being those whose names contain "$proteus$".
-Each tool run's stdout must equal the native run's (after programs.json's masks) with the same
-exit code, and every run must pass upstream's CHECK lines about the program's own output (lines
-Proteus's runtime prints, "[proteus]...", "[ArgSpec]...", are upstream's own trace: not checked).
+Each cold/warm run's stdout must equal the native run's (after programs.json's masks) with the
+same exit code, and every run must pass upstream's CHECK lines about the program's own output
+(lines Proteus's runtime prints, "[proteus]...", "[ArgSpec]...", are upstream's own trace: not
+checked there). A RUN line's output must pass every directive of its prefixes, trace lines
+included: pass, CHECK-FAILED, CRASH (nonzero exit: lit's pipefail), TIMEOUT (checks.py).
 Writes OUT/upstream-tests.json and OUT/upstream-tests.md after every program; one program's
-failure, hang or crash never stops the others.
+failure, hang or crash never stops the others. --recheck OUT (no GPU) runs LLVM's FileCheck on
+the saved outputs instead: OUT/upstream-filecheck.md and .json.
 
 Standard library only (Python 3.10+): this file travels to GPU hosts that have nothing else.
 """
@@ -44,7 +52,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 from harness import report_share  # noqa: E402  (bench/harness.py; the tarball's top)
+import checks  # noqa: E402  (upstream_tests/checks.py, beside this file)
+from checks import filecheck  # noqa: E402  (the FileCheck subset lives in checks.py)
 
 VARIANT_MARK = "$proteus$"  # in the name of every specialized variant (proteus_rewrite/jit/ir.py)
 # A line upstream's Proteus runtime prints about itself: "[proteus][JitEngineDevice] ...",
@@ -61,124 +72,13 @@ def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-# --- upstream's CHECK lines: the part of FileCheck they use ---------------------------------
+# --- upstream's CHECK lines about the program's output ---------------------------------------
 
 def output_checks(program: dict) -> list[dict]:
     """The directives about the program's own output: those of every prefix upstream's RUN lines
     use (a first run may check only CHECK-FIRST, a later one CHECK), less Proteus's trace lines."""
     prefixes = {p for r in program.get("runs", []) for p in r["check_prefixes"]}
     return [c for c in program.get("checks", []) if c["prefix"] in prefixes and not TRACE_LINE.match(c["pattern"])]
-
-
-_PIECE = re.compile(r"\{\{(.*?)\}\}|\[\[(\w+)(?::(.*?))?\]\]")
-UNBOUND = r"\S+"  # what a variable no checked line defines matches at its first use
-
-
-def _literal(text: str) -> str:
-    # FileCheck treats any run of blanks as one: "a  b" in the output matches "a b"
-    return r"[ \t]+".join(re.escape(part) for part in re.split(r"[ \t]+", text))
-
-
-def check_regex(pattern: str, variables: dict[str, str]) -> tuple[re.Pattern, dict[str, str]]:
-    """A FileCheck pattern as a regex: literal text, {{regex}}, [[VAR:regex]] definitions and
-    [[VAR]] uses. A variable used but never defined (upstream defines some on trace lines, which
-    are not checked here) is bound by its first use. Returns the regex and group -> variable."""
-    out, groups, pos = [], {}, 0
-    for m in _PIECE.finditer(pattern):
-        out.append(_literal(pattern[pos:m.start()]))
-        if m.group(1) is not None:
-            out.append(f"(?:{m.group(1)})")
-        elif m.group(3) is None and m.group(2) in variables:
-            out.append(re.escape(variables[m.group(2)]))
-        else:
-            group = f"v{len(groups)}"
-            groups[group] = m.group(2)
-            out.append(f"(?P<{group}>{m.group(3) if m.group(3) is not None else UNBOUND})")
-        pos = m.end()
-    out.append(_literal(pattern[pos:]))
-    return re.compile("".join(out)), groups
-
-
-def _describe(c: dict) -> str:
-    directive = {"CHECK": "", "COUNT": f"-COUNT-{c['count']}"}.get(c["directive"], "-" + c["directive"])
-    return f"{c['prefix']}{directive}: {c['pattern']} (source line {c['line']})"
-
-
-def filecheck(text: str, checks: list[dict]) -> list[str]:
-    """Check `text` against FileCheck directives (CHECK, NEXT, SAME, EMPTY, NOT, DAG, COUNT,
-    LABEL), matching within lines as FileCheck does; returns the failures (empty: all pass).
-    Like FileCheck, it stops at the first directive that fails."""
-    lines = text.splitlines()
-    variables: dict[str, str] = {}
-    pos = (0, 0)  # (line, column) where the next match may start
-    last = -1  # line of the previous match, for NEXT / SAME / EMPTY
-    nots: list[tuple[dict, tuple[int, int]]] = []  # CHECK-NOTs waiting for the next match
-
-    def search(c: dict, start: tuple[int, int], avoid: list[tuple[int, int, int]] = ()) -> tuple[int, int, int] | None:
-        rx, groups = check_regex(c["pattern"], variables)
-        for n in range(start[0], len(lines)):
-            col = start[1] if n == start[0] else 0
-            while (m := rx.search(lines[n], col)) is not None:
-                if not any(a[0] == n and m.start() < a[2] and a[1] < m.end() for a in avoid):
-                    variables.update({var: m.group(g) for g, var in groups.items()})
-                    return n, m.start(), m.end()
-                col = m.start() + 1  # DAG matches must not overlap one another
-        return None
-
-    def forbidden(until: tuple[int, int]) -> str | None:
-        for c, start in nots:
-            rx, _ = check_regex(c["pattern"], variables)
-            for n in range(start[0], min(until[0] + 1, len(lines))):
-                lo = start[1] if n == start[0] else 0
-                hi = until[1] if n == until[0] else len(lines[n])
-                if rx.search(lines[n][:hi], lo):
-                    return f"{_describe(c)}: found on output line {n + 1}"
-        nots.clear()
-        return None
-
-    i = 0
-    while i < len(checks):
-        c = checks[i]
-        if c["directive"] == "NOT":
-            nots.append((c, pos))
-            i += 1
-            continue
-        if c["directive"] == "DAG":
-            found: list[tuple[int, int, int]] = []
-            while i < len(checks) and checks[i]["directive"] == "DAG":
-                hit = search(checks[i], pos, found)
-                if hit is None:
-                    return [f"{_describe(checks[i])}: not found after output line {pos[0]}"]
-                found.append(hit)
-                i += 1
-            bad = forbidden(min((f[0], f[1]) for f in found))
-            if bad:
-                return [bad]
-            pos = max((f[0], f[2]) for f in found)
-            last = pos[0]
-            continue
-        if c["directive"] == "EMPTY":
-            if last + 1 >= len(lines) or lines[last + 1].strip():
-                return [f"{_describe(c)}: output line {last + 2} is not empty"]
-            last += 1
-            pos = (last + 1, 0)
-            i += 1
-            continue
-        for _ in range(c["count"]):
-            hit = search(c, pos)
-            if hit is None:
-                return [f"{_describe(c)}: not found after output line {pos[0]}"]
-            if c["directive"] == "NEXT" and hit[0] != last + 1:
-                return [f"{_describe(c)}: on output line {hit[0] + 1}, not the one after line {last + 1}"]
-            if c["directive"] == "SAME" and hit[0] != last:
-                return [f"{_describe(c)}: on output line {hit[0] + 1}, not on line {last + 1}"]
-            bad = forbidden((hit[0], hit[1]))
-            if bad:
-                return [bad]
-            pos, last = (hit[0], hit[2]), hit[0]
-        i += 1
-    bad = forbidden((len(lines), 0))
-    return [bad] if bad else []
 
 
 # --- comparing outputs -----------------------------------------------------------------------
@@ -249,6 +149,7 @@ class Context:
     timeout: float
     trace_lib: str | None
     native_only: bool
+    sources: Path | None = None  # upstream's extracted tree (lit's %S lies under it)
 
 
 def clean_env(extra: dict[str, str]) -> dict[str, str]:
@@ -332,39 +233,92 @@ def run_program(program: dict, ctx: Context) -> dict:
     scratch = ctx.out / "scratch" / name
     shutil.rmtree(scratch, ignore_errors=True)  # cold means cold, also on a second run.py run
     scratch.mkdir(parents=True)
-    res: dict = {"name": name, "source": program["source"], "note": program.get("note", ""), "runs": {}}
+    res: dict = {"name": name, "source": program["source"], "note": program.get("note", ""), "runs": {},
+                 "expected_output_source": program.get("expected_output_source", program["source"])}
     t0 = time.monotonic()
     builds = {r: ctx.work / "build" / r / name for r in ("plain", "recommended")}
     for recipe, exe in builds.items():
         if exe.exists():
             res["runs"][f"native-{recipe}"] = run_app(exe, program, scratch, f"native-{recipe}", {}, ctx)
     res.update(judge_native(res["runs"], program))
-    if res["verdict"] is None and not ctx.native_only:
+    # upstream's RUN lines judge the tool's output by CHECK lines alone: a native run failing the
+    # checks about program output does not make them pointless, a missing or hanging one does
+    lines_too = res["verdict"] in (None, "native-failed", "native-check-failed")
+    if lines_too and not ctx.native_only:
         tool_dir = scratch / "tool"
         rewrite = run_cmd([*ctx.tool, str(builds["recommended"]), "-o", str(tool_dir)], scratch, {}, ctx.timeout)
         res["runs"]["rewrite"] = rewrite
         if rewrite["rc"] != 0:
-            res["verdict"] = "REWRITE-FAILED"
-            res["detail"] = _exit(rewrite)
+            res["upstream_runs"] = checks.not_run(program, f"rewrite failed: {_exit(rewrite)}")
+            if res["verdict"] is None:
+                res["verdict"] = "REWRITE-FAILED"
+                res["detail"] = _exit(rewrite)
         else:
-            native = res["runs"]["native-recommended"]
-            for mode in MODES:
-                report = scratch / f"report-{mode}.json"
-                env = {"LD_PRELOAD": str(tool_dir / "libproteus.so"), "PROTEUS_ASYNC_COMPILATION": "0",
-                       "PROTEUS_CACHE_DIR": str(scratch / "cache"), "PROTEUS_REPORT": str(report)}
-                run = res["runs"][mode] = run_app(builds["recommended"], program, scratch, mode, env, ctx)
-                run["report"] = report_summary(report)
-                run["verdict"], run["detail"] = mode_verdict(native, run, program)
-            bad = [m for m in MODES if res["runs"][m]["verdict"] != "ok"]
-            res["verdict"] = f"{bad[0]}: {res['runs'][bad[0]]['verdict']}" if bad else "ok"
-            res["detail"] = res["runs"][bad[0]]["detail"] if bad else ""
+            if res["verdict"] is None:  # cold and warm compare with a sound native run only
+                native = res["runs"]["native-recommended"]
+                for mode in MODES:
+                    report = scratch / f"report-{mode}.json"
+                    env = {"LD_PRELOAD": str(tool_dir / "libproteus.so"), "PROTEUS_ASYNC_COMPILATION": "0",
+                           "PROTEUS_CACHE_DIR": str(scratch / "cache"), "PROTEUS_REPORT": str(report)}
+                    run = res["runs"][mode] = run_app(builds["recommended"], program, scratch, mode, env, ctx)
+                    run["report"] = report_summary(report)
+                    run["verdict"], run["detail"] = mode_verdict(native, run, program)
+                bad = [m for m in MODES if res["runs"][m]["verdict"] != "ok"]
+                res["verdict"] = f"{bad[0]}: {res['runs'][bad[0]]['verdict']}" if bad else "ok"
+                res["detail"] = res["runs"][bad[0]]["detail"] if bad else ""
+            res["upstream_runs"] = run_lines(program, ctx, scratch, tool_dir, builds["recommended"])
     elif res["verdict"] is None:
         res["verdict"], res["detail"] = "native ok", ""
+    elif not ctx.native_only:
+        res["upstream_runs"] = checks.not_run(program, res["verdict"])
     res["seconds"] = round(time.monotonic() - t0, 1)
     for run in res["runs"].values():  # the JSON keeps the ends of the outputs
         run["stdout_tail"] = run.pop("stdout")[-TAIL:]
         run["stderr_tail"] = run.pop("stderr")[-TAIL:]
     return res
+
+
+def run_lines(program: dict, ctx: Context, scratch: Path, tool_dir: Path, exe: Path) -> list[dict]:
+    """Upstream's RUN lines, in order, under the tool with each line's environment (checks.py
+    makes lit's substitutions); every output saved whole to OUT/upstream-runs/NAME.N.txt."""
+    saved = ctx.out / "upstream-runs"
+    saved.mkdir(parents=True, exist_ok=True)
+    for old in saved.iterdir():  # a previous run.py run's outputs must not pass for this one's
+        if re.fullmatch(rf"{re.escape(program['name'])}\.\d+\.(txt|stderr)", old.name):
+            old.unlink()
+    cache_dir = scratch / "upstream.proteus"  # lit's %t.$$.proteus
+    s_dir = checks.source_dir(program, ctx.sources or ctx.work / "src")
+    out = []
+    for n, line in enumerate(program.get("runs", []), 1):
+        rec = checks.line_record(n, line)
+        try:
+            env = checks.line_env(line, cache_dir, s_dir)
+        except ValueError as exc:
+            out.append({**rec, "detail": str(exc)})
+            continue
+        missing = checks.missing_files(env, s_dir)
+        if missing:
+            out.append({**rec, "detail": f"missing {', '.join(missing)} (build.py --pack carries it)"})
+            continue
+        checks.prepare_cache(line, cache_dir)
+        trace = scratch / f"kernels-upstream-{n}.txt"
+        trace.unlink(missing_ok=True)
+        env["LD_PRELOAD"] = str(tool_dir / "libproteus.so")
+        if ctx.trace_lib:
+            env.update({"CUDA_INJECTION64_PATH": ctx.trace_lib, "CUPTI_KERNEL_TRACE_FILE": str(trace)})
+        run = run_cmd([str(exe), *program.get("args", [])], scratch, env, ctx.timeout)
+        text = checks.line_text(run["stdout"], run["stderr"], line)
+        out_file = saved / f"{program['name']}.{n}.txt"
+        out_file.write_text(text)
+        if not line.get("stderr_too") and run["stderr"]:
+            (saved / f"{program['name']}.{n}.stderr").write_text(run["stderr"])  # not FileCheck's input
+        rec.update(env=env, rc=run["rc"], seconds=run["seconds"], output_file=str(out_file.relative_to(ctx.out)),
+                   stderr_tail=run["stderr"][-TAIL:],
+                   **checks.judge_line(program, line, text, run["rc"], run["seconds"], _exit(run)))
+        if ctx.trace_lib:
+            rec["kernels"] = kernel_counts(trace)
+        out.append(rec)
+    return out
 
 
 def judge_native(runs: dict, program: dict) -> dict:
@@ -426,6 +380,7 @@ def markdown(results: list[dict], header: dict) -> str:
                  (runs.get("warm") or {}).get("verdict", "-"), _kernels_cell(runs.get("cold")),
                  _kernels_cell(runs.get("warm")), spec, detail]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += checks.markdown_runs(results)
     return "\n".join(lines) + "\n"
 
 
@@ -468,7 +423,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated program names")
     parser.add_argument("--native-only", action="store_true", help="native runs only, no tool")
     parser.add_argument("--nvidia-smi", default="nvidia-smi")
+    parser.add_argument("--sources", help="upstream's extracted tree, for %%S and --recheck (default: WORK/src)")
+    parser.add_argument("--recheck", metavar="OUT", help="no runs: LLVM FileCheck on the RUN-line outputs saved in OUT")
+    parser.add_argument("--filecheck", help="FileCheck for --recheck (e.g. /usr/lib/llvm-19/bin/FileCheck)")
     args = parser.parse_args(argv)
+    sources = Path(args.sources or Path(args.work) / "src").resolve()
+    if args.recheck:
+        filecheck_bin = args.filecheck or shutil.which("FileCheck-19") or shutil.which("FileCheck")
+        if not filecheck_bin:
+            parser.error("--recheck needs --filecheck PATH (LLVM's FileCheck)")
+        if not (Path(args.recheck) / "upstream-tests.json").is_file():
+            parser.error(f"--recheck {args.recheck}: no upstream-tests.json there")
+        return checks.recheck(Path(args.recheck).resolve(), filecheck_bin, sources,
+                              json.loads(Path(args.programs).read_text()))
 
     doc = json.loads(Path(args.programs).read_text())
     programs = [p for p in doc["programs"] if not p.get("excluded")]
@@ -489,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work).resolve()
     manifest_path = work / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    ctx = Context(work, Path(args.out).resolve(), tool, args.timeout, trace_lib, args.native_only)
+    ctx = Context(work, Path(args.out).resolve(), tool, args.timeout, trace_lib, args.native_only, sources)
     header = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "host": os.uname().nodename, "command": shlex.join([sys.executable, *sys.argv]),
               "commit": os.environ.get("PROTEUS_COMMIT") or _first_line(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"]) or "unknown",
