@@ -34,11 +34,8 @@ and <out>/<date>-<gpu>.md; bench/plot.py draws the chart from the JSON.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -49,14 +46,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# provenance.py and suite_report.py sit beside this file, whose folder is on sys.path (a
+# script's own, or put there by the scripts that import it)
+from provenance import (cpu_arguments, cpu_results, environment, git_commit,  # noqa: E402
+                        gpu_tag, publish_cpu_results, write_cpu_results)
+from suite_report import PAPER_WARM, STAGES, markdown, write  # noqa: E402
+
+# Unused here, handed on: exit_cost.py, hitpath_bench.py and miss_bench.py take their results'
+# header from this module (`import run as suite`).
+__all__ = ["cpu_arguments", "cpu_results", "git_commit", "publish_cpu_results", "write_cpu_results"]
 
 APPS_DIR = ROOT / "bench" / "apps" / "build"
 ALL_APPS = ["adam", "rsbench", "wsm5", "feynman_kac", "lulesh", "sw4ck"]
 MODES = ["native", "disabled", "off", "cold", "warm"]
-# The Proteus paper's V100 end-to-end speedups (Proteus with a warm cache vs AOT, CGO'25 Table 2).
-PAPER_WARM = {"adam": 1.36, "rsbench": 1.33, "wsm5": 1.77, "feynman_kac": 1.12, "lulesh": 1.00, "sw4ck": 0.99}
 OFF_ENV = {"PROTEUS_SPECIALIZE_ARGS": "0", "PROTEUS_SPECIALIZE_LAUNCH_BOUNDS": "0", "PROTEUS_SPECIALIZE_DIMS": "0"}
-STAGES = ("plan", "ir", "optimize", "ptx", "cubin", "total")
 
 
 def log(msg: str) -> None:
@@ -202,111 +205,6 @@ def _sm(driver_version) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# environment
-
-
-def _cmd(args: list[str]) -> str | None:
-    try:
-        p = subprocess.run(args, capture_output=True, text=True, timeout=30)
-        return p.stdout.strip() if p.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
-def git_commit(short: bool = False) -> str | None:
-    """GIT_COMMIT: set by whoever sends the tree to a machine whose copy of .git may be stale."""
-    return os.environ.get("GIT_COMMIT") or _cmd(["git", "-C", str(ROOT), "rev-parse", *(["--short"] if short else []), "HEAD"])
-
-
-def cpu_results(benchmark: str, script: str, argv: list[str] | None, **fields) -> dict:
-    """The header of a CPU benchmark's results file: what ran, where and when."""
-    return {"benchmark": benchmark, "date": datetime.date.today().isoformat(),
-            "command": f"python3 bench/{script} " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "git_commit": git_commit(short=True), "host": platform.node(), "cpu": platform.processor() or platform.machine(),
-            **fields}
-
-
-def write_cpu_results(doc: dict, out: str, prefix: str, tag: str) -> Path:
-    """OUT/PREFIX-DATE-HOST[-TAG].json"""
-    path = Path(out) / f"{prefix}-{doc['date']}-{platform.node() or 'host'}{'-' + tag if tag else ''}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
-    return path
-
-
-def cpu_arguments(ap) -> None:
-    """--out and --tag, as every CPU benchmark takes them (write_cpu_results)."""
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    ap.add_argument("--tag", default="", help="appended to the results' file name")
-
-
-def publish_cpu_results(doc: dict, args, prefix: str, script: str, columns: list[str], rows: list[list]) -> Path:
-    """Write a CPU benchmark's results (write_cpu_results), print them as a markdown table
-    (the first column left-aligned) and say where they went."""
-    path = write_cpu_results(doc, args.out, prefix, args.tag)
-    print("| " + " | ".join(columns) + " |\n|---|" + "---:|" * (len(columns) - 1))
-    for row in rows:
-        print("| " + " | ".join(str(c) for c in row) + " |")
-    print(f"{script}: wrote {path}", file=sys.stderr)
-    return path
-
-
-def environment() -> dict:
-    env: dict = {"python": sys.version.split()[0], "host": platform.node(), "kernel": platform.release()}
-    try:
-        env["cpu"] = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except Exception:
-        env["cpu"] = None
-    env["cpu_count"] = os.cpu_count()
-    smi = _cmd(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit,"
-                "pci.bus_id,persistence_mode", "--format=csv,noheader"])
-    env["nvidia_smi"] = smi
-    env["gpu"] = smi.split(",")[0].strip() if smi else None
-    env["driver"] = smi.split(",")[1].strip() if smi else None
-    try:
-        from cuda.bindings import driver as cu
-
-        err, version = cu.cuDriverGetVersion()
-        env["cuda_driver_api"] = f"{int(version) // 1000}.{int(version) % 1000 // 10}" if int(err) == 0 else None
-        env["cuda_driver_api_int"] = int(version)
-    except Exception as exc:
-        env["cuda_driver_api"] = f"unavailable ({type(exc).__name__}: {exc})"
-    nvcc = None
-    for candidate in ("nvcc", os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "bin", "nvcc")):
-        nvcc = _cmd([candidate, "--version"])
-        if nvcc:
-            break
-    env["cuda_toolkit"] = nvcc.splitlines()[-1] if nvcc else None
-    try:
-        import llvmlite
-        import llvmlite.binding as llvm
-
-        env["llvm"] = ".".join(map(str, llvm.llvm_version_info))
-        env["llvmlite"] = llvmlite.__version__
-    except Exception as exc:
-        env["llvm"] = f"unavailable ({exc})"
-    try:
-        from proteus_rewrite import __version__
-
-        env["proteus_rewrite"] = __version__
-    except Exception:
-        env["proteus_rewrite"] = None
-    env["git_commit"] = git_commit()
-    env["git_dirty"] = bool(_cmd(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"]))
-    clang = _cmd([os.environ.get("CLANG", "clang++-19"), "--version"])
-    env["clang_here"] = clang.splitlines()[0] if clang else None
-    comment = _cmd(["readelf", "-p", ".comment", str(APPS_DIR / "adam")])
-    env["apps_built_by"] = sorted({m.group(1).strip() for m in re.finditer(r"\]\s+(.*clang.*)", comment or "")}) or None
-    return env
-
-
-def gpu_tag(env: dict) -> str:
-    name = (env.get("gpu") or "nogpu").lower()
-    m = re.search(r"\b([a-z]+\d{2,4}[a-z]?)\b", name.replace("nvidia", ""))
-    return m.group(1) if m else re.sub(r"[^a-z0-9]+", "-", name).strip("-")
-
-
-# ---------------------------------------------------------------------------------------------
 # one workload
 
 
@@ -417,96 +315,6 @@ def _report_summary(r: dict) -> dict:
     keep = ("name", "demangled", "launches", "specialized_launches", "table_hits", "specializations",
             "memory_cache_hits", "disk_cache_hits", "compile_ms", "failures", "fallback_launches", "variants")
     return {"seconds": r.get("seconds"), "kernels": [{k: v for k, v in kk.items() if k in keep} for kk in r.get("kernels", [])]}
-
-
-# ---------------------------------------------------------------------------------------------
-# output
-
-
-def _fmt(x, unit="", digits=3):
-    if x is None:
-        return "—"
-    if isinstance(x, float):
-        text = f"{x:.0f}" if abs(x) >= 100 else f"{x:.2f}" if abs(x) >= 1 else f"{x:.{digits}g}"
-        return text + unit
-    return f"{x}{unit}"
-
-
-def markdown(doc: dict) -> str:
-    e = doc["environment"]
-    lines = [f"# Benchmark suite: native vs proteus-rewrite JIT, {doc['date']}", "",
-             f"GPU: {e.get('gpu')} (driver {e.get('driver')}, CUDA driver API {e.get('cuda_driver_api')}); "
-             f"toolkit: {e.get('cuda_toolkit')}; JIT: LLVM {e.get('llvm')} (llvmlite {e.get('llvmlite')}); "
-             f"proteus-rewrite {e.get('proteus_rewrite')} at {str(e.get('git_commit'))[:12]}; apps built by "
-             f"{', '.join(e.get('apps_built_by') or ['?'])}.", "",
-             f"Command: `{doc['command']}`", "",
-             f"Status: {'complete' if not doc.get('partial') else 'PARTIAL (cut short)'}; "
-             f"{doc.get('elapsed_s')} s.", "",
-             "## End to end (wall time of the whole process; speedup = native median / mode median)", "",
-             "| workload | scale | native s (spread) | disabled | off | cold | warm | paper warm (V100) | checksums | reps |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|"]
-    for app, r in doc["apps"].items():
-        if "error" in r:
-            lines.append(f"| {app} | | FAILED: {r['error'][:120]} | | | | | {PAPER_WARM.get(app, '')} | | |")
-            continue
-        nat = r["modes"].get("native", {})
-        sp = r.get("speedup", {})
-        ok = "identical" if not r["checksum_mismatches"] else f"**{len(r['checksum_mismatches'])} MISMATCHES**"
-        if r["failures"]:
-            ok += f"; {len(r['failures'])} failed runs"
-        lines.append(f"| {app} | {r['scale']:g} | {_fmt(nat.get('median'))} ({_fmt(nat.get('spread_pct'), '%', 2)}) | "
-                     + " | ".join(f"{sp[m]:.3f}×" if m in sp else "—" for m in ("disabled", "off", "cold", "warm"))
-                     + f" | {PAPER_WARM.get(app, '')}× | {ok} | {r['reps']} |")
-    lines += ["", "Targets: warm ≥ the paper's figure and ≥ 0.98×; cold ≥ 0.95×; off ≥ 0.98×.", "",
-              "## Per kernel (GPU ms per run from CUDA events, median over repetitions)", "",
-              "| workload | kernel | launches | native ms | off ms | warm ms | warm kernel speedup | cold compile ms | plan / ir / optimize / ptx / cubin ms |",
-              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    for app, r in doc["apps"].items():
-        for kname, k in r.get("kernels", {}).items():
-            g = k["gpu_ms"]
-            comp = _match(r.get("cold_compile_ms", {}), kname)
-            stages = _match(r.get("compile_stages_ms", {}), kname)
-            st = " / ".join(_fmt(stages[0].get(s), "", 3) for s in STAGES[:-1]) if isinstance(stages, list) and stages else "—"
-            lines.append(f"| {app} | {kname} | {k['launches']} | {_fmt(g.get('native', {}).get('median'))} | "
-                         f"{_fmt(g.get('off', {}).get('median'))} | {_fmt(g.get('warm', {}).get('median'))} | "
-                         f"{_fmt(k['speedup'].get('warm'), '×')} | {_fmt((comp or {}).get('median'))} | {st} |")
-    lo = doc.get("launch_overhead")
-    if isinstance(lo, dict) and "error" not in lo and "skipped" not in lo:
-        lines += ["", "## Hit-path launch overhead (host ns per launch call; median / min)", "",
-                  "| app | native | shim disabled | shim warm | overhead warm (median / min) |", "|---|---:|---:|---:|---:|"]
-        for app, r in lo.items():
-            lines.append(f"| {app} | {r['native']['median']} / {r['native']['min']} | {r['shim_disabled']['median']} / "
-                         f"{r['shim_disabled']['min']} | {r['shim_warm']['median']} / {r['shim_warm']['min']} | "
-                         f"{r['overhead_ns_median_shim_warm']} / {r['overhead_ns_min_shim_warm']} |")
-    elif lo:
-        lines += ["", f"Launch overhead: {lo}"]
-    notes = [f"- {app}: {r['reps_reduced']}" for app, r in doc["apps"].items() if r.get("reps_reduced")]
-    notes += [f"- {app}: checksum mismatch in {m['mode']} rep {m['rep']}: {m['differ']} (app's check: {m['verify']})"
-              for app, r in doc["apps"].items() for m in r.get("checksum_mismatches", [])]
-    notes += [f"- {app}: failed run {f}" for app, r in doc["apps"].items() for f in r.get("failures", [])]
-    if notes:
-        lines += ["", "## Notes", ""] + notes
-    return "\n".join(lines) + "\n"
-
-
-def _match(d: dict, kname: str):
-    """Report entries are keyed by demangled name ('adam_update(float*, ...)'); kernel_ms by the short name."""
-    if not isinstance(d, dict):
-        return None
-    for name, v in d.items():
-        if name == kname or name.split("(")[0].split("<")[0].split()[-1] == kname:
-            return v
-    return None
-
-
-def write(doc: dict, out: Path, base: str) -> tuple[Path, Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    j, m = out / f"{base}.json", out / f"{base}.md"
-    for path, text in ((j, json.dumps(doc, indent=1) + "\n"), (m, markdown(doc))):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-    return j, m
 
 
 def main(argv: list[str] | None = None) -> int:
