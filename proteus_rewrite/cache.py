@@ -67,11 +67,12 @@ class MemoryCache:
         self._entries: dict[str, Entry] = {}
         self.stats = LevelStats()
 
-    def get(self, key: str) -> Entry | None:
+    def get(self, key: str, counted: bool = True) -> Entry | None:
+        """counted=False: a lookup the report's hit and miss counts leave out (not a kernel's)."""
         entry = self._entries.get(key)
-        if entry is None:
+        if counted and entry is None:
             self.stats.misses += 1
-        else:
+        elif counted:
             self.stats.hits += 1
         return entry
 
@@ -233,9 +234,11 @@ class CacheChain:
     def __init__(self, levels: list) -> None:
         self.levels = levels
 
-    def get(self, key: str) -> tuple[Entry, str] | None:
+    def get(self, key: str, counted: bool = True) -> tuple[Entry, str] | None:
+        """counted=False: not a kernel's variant (a policy, a verdict): the levels' hit and miss
+        counts, which the report and upstream's cache-stats lines show, leave it out."""
         for i, level in enumerate(self.levels):
-            entry = level.get(key)
+            entry = level.get(key, counted)
             if entry is not None:
                 for earlier in self.levels[:i]:
                     earlier.put(entry)

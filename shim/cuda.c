@@ -269,7 +269,7 @@ static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, uns
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-  sample_end(ki, es, sampled);
+  sample_end(ki, es, sampled, &tk);
   if (__builtin_expect(g_validate, 0)) validate_end();
   prefetch_hit(f, ki);
   return r;
@@ -299,7 +299,7 @@ static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfuncti
   CUresult r = sf ? real(c, sf, params, extra) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(c, f, params, extra);
-  sample_end(ki, es, sampled);
+  sample_end(ki, es, sampled, &tk);
   if (__builtin_expect(g_validate, 0)) validate_end();
   prefetch_hit(f, ki);
   return r;
@@ -320,7 +320,7 @@ static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsig
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params);
-  sample_end(ki, es, sampled);
+  sample_end(ki, es, sampled, &tk);
   prefetch_hit(f, ki);
   return r;
 }
@@ -534,7 +534,7 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   int sampled = sample_begin(ki, es, &tk);
   if (sf) {
     if (drv(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args, NULL) == CUDA_SUCCESS) {
-      sample_end(ki, es, sampled);
+      sample_end(ki, es, sampled, &tk);
       prefetch_hit(func, ki);
       return 0;
     }
@@ -543,7 +543,7 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   in_runtime_launch = 1;
   cudaError_t r = real(func, grid, block, args, shmem, stream);
   in_runtime_launch = 0;
-  sample_end(ki, es, sampled);
+  sample_end(ki, es, sampled, &tk);
   if (__builtin_expect(g_validate, 0)) validate_end();
   prefetch_hit(func, ki);
   return r;
@@ -558,8 +558,8 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   init_driver_calls();
   kinfo *ki = NULL;
   int sampled = 0;
+  trial_ticket tk = {0};
   if (c && c->numAttrs == 0 && real_cuLaunchKernel) {   /* with attributes: leave it to the runtime */
-    trial_ticket tk = {0};
     CUfunction sf = pick(func, args, c->gridDim, c->blockDim, c->stream, &ki, &tk);
     if (__builtin_expect(g_validate, 0) && sf)
       sf = validate_begin(ki, sf, runtime_function(func), args, c->gridDim, c->blockDim, (unsigned)c->dynamicSmemBytes, c->stream,
@@ -569,7 +569,7 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
     if (sf) {
       if (real_cuLaunchKernel(sf, c->gridDim.x, c->gridDim.y, c->gridDim.z, c->blockDim.x, c->blockDim.y, c->blockDim.z,
                               (unsigned)c->dynamicSmemBytes, c->stream, args, NULL) == CUDA_SUCCESS) {
-        sample_end(ki, c->stream, sampled);
+        sample_end(ki, c->stream, sampled, &tk);
         return 0;
       }
       launch_error(func);
@@ -578,7 +578,7 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   in_runtime_launch = 1;
   cudaError_t r = RUNTIME_REAL(cudaLaunchKernelExC)(c, func, args);
   in_runtime_launch = 0;
-  sample_end(ki, c ? c->stream : NULL, sampled);
+  sample_end(ki, c ? c->stream : NULL, sampled, &tk);
   if (__builtin_expect(g_validate, 0)) validate_end();
   return r;
 }

@@ -95,33 +95,32 @@ HIDDEN CUresult w_cuStreamEndCapture(CUstream s, void **g);
 HIDDEN CUresult w_cuStreamEndCapture_ptsz(CUstream s, void **g);
 
 /* ---- GPU time samples: a pair of events around a few launches: the 2nd, then every 64th
- * until SAMPLES_DENSE samples, then every 4,096th, and the turns of a speed trial (trial.c). The budget multiplies their mean by the
+ * until SAMPLES_DENSE samples, then every 4,096th. A speed trial's turns (trial.c) are timed
+ * around the same launch calls, with events of their own. The budget multiplies their mean by the
  * launches, so a few samples give it; each costs two event records and a query or two, which
  * every 64th launch of a long run would keep paying for no better estimate. */
 #define SAMPLES_DENSE 16
-static inline int sample_begin(kinfo *ki, CUstream s, const trial_ticket *tk) {
+static inline int sample_begin(kinfo *ki, CUstream s, trial_ticket *tk) {
+  if (__builtin_expect(tk->t != NULL, 0)) turn_begin(tk, s);   /* a speed trial's turn: events of its own (trial.c) */
   /* while a capture is open anywhere, no event calls: a global-mode capture forbids them to
    * every thread in the process, and one made would end it invalid (cuda_capture.c) */
   if (!ki || atomic_load_explicit(&captures_open, memory_order_relaxed)) return 0;
   uint64_t n = atomic_load_explicit(&ki->launches, memory_order_relaxed);
-  if (!tk->t && ((n & 63) != 2 || ((n & 4095) != 2 && atomic_load_explicit(&ki->samples, memory_order_relaxed) >= SAMPLES_DENSE)))
-    return 0;
+  if ((n & 63) != 2 || ((n & 4095) != 2 && atomic_load_explicit(&ki->samples, memory_order_relaxed) >= SAMPLES_DENSE)) return 0;
   int idle = SAMPLE_IDLE;
   if (!atomic_compare_exchange_strong(&ki->sample_state, &idle, SAMPLE_RECORDING)) return 0;
-  ki->sample_trial = tk->t;   /* a speed trial's turn (trial.c), or a plain sample */
-  ki->sample_arm = tk->arm;
   CUcontext ctx = NULL;
   int capturing = 1;
   if (real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == ki->ev_ctx &&
       real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS && !capturing &&   /* events would join a graph */
       real_cuEventRecord(ki->ev[0], s) == CUDA_SUCCESS)
     return 1;
-  ki->sample_trial = NULL;
   atomic_store(&ki->sample_state, SAMPLE_IDLE);
   return 0;
 }
 
-static inline void sample_end(kinfo *ki, CUstream s, int started) {
+static inline void sample_end(kinfo *ki, CUstream s, int started, trial_ticket *tk) {
+  if (__builtin_expect(tk->t != NULL, 0)) turn_end(tk, s);
   if (!started) return;
   atomic_store(&ki->sample_state, real_cuEventRecord(ki->ev[1], s) == CUDA_SUCCESS ? SAMPLE_PENDING : SAMPLE_IDLE);
 }
@@ -139,9 +138,7 @@ static inline void sample_poll(kinfo *ki) {
   if (q == CUDA_SUCCESS && real_cuEventElapsedTime(&ms, ki->ev[0], ki->ev[1]) == CUDA_SUCCESS && ms >= 0) {
     atomic_fetch_add(&ki->sampled_ns, (uint64_t)(ms * 1e6));
     atomic_fetch_add(&ki->samples, 1);
-    if (ki->sample_trial) trial_sample(ki, ms);
   }
-  ki->sample_trial = NULL;
   atomic_store(&ki->sample_state, q == CUDA_SUCCESS ? SAMPLE_IDLE : SAMPLE_OFF);
 }
 

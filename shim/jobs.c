@@ -85,7 +85,7 @@ void *worker(void *arg) {
     pthread_mutex_unlock(&q_lock);
 
     CUfunction fn = NULL;
-    uint32_t trial = 0;
+    answer_meta meta = {0, 0};
     int compiled = 0;
     uint64_t c0 = thread_cpu_ns();
     drain_deferred(j->ki);
@@ -95,10 +95,10 @@ void *worker(void *arg) {
       compiled = 1;
       prepare_compiler(j->arch, 0);   /* at once once done; see start_workers */
       int g = py.GILStateEnsure();
-      fn = run_job(j, 0, NULL, &trial);
+      fn = run_job(j, 0, NULL, &meta);
       py.GILStateRelease(g);
     }
-    trial_attach(j->ki, j->e, trial, fn);
+    trial_attach(j->ki, j->e, meta.vid, meta.flags, fn);
     atomic_store_explicit(&j->e->fn, fn, memory_order_release);
     atomic_store_explicit(&j->e->pending, 0, memory_order_release);
     atomic_fetch_sub(&j->ki->jobs, 1);
@@ -289,6 +289,7 @@ __attribute__((noinline)) CUfunction pick_compiling(kinfo *ki, sentry *e, CUstre
   if (!asked_first) {   /* the launch that asked for it runs the original */
     if ((fn = await_variant(ki, e, stream))) {
       atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
+      variant_ran(e);
       return fn;
     }
     if (!atomic_load_explicit(&e->pending, memory_order_acquire)) {
@@ -328,8 +329,8 @@ __attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **
   uint8_t key[MAX_KEY];
   int len;
   CUfunction fn = NULL;
-  uint32_t trial = 0;
-  sentry *compiling = NULL;
+  answer_meta meta = {0, 0};
+  sentry *compiling = NULL, *served = NULL;
   if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
   if (stream_capturing(stream)) {   /* into a graph: the original, and nothing that could end the capture (cuda_capture.c) */
     atomic_fetch_add_explicit(&ki->captured, 1, memory_order_relaxed);
@@ -361,6 +362,7 @@ again:;
     sentry *e = find_variant(ki, kctx, key, len);   /* compiled or queued meanwhile? */
     if (e) {
       fn = atomic_load(&e->fn);
+      served = e;
       if (!fn && atomic_load(&e->pending)) compiling = e;
     } else if ((j = make_job(ki, handle_owner(handle), ctx, params, grid, block))) {
       /* Where it compiles: here with PROTEUS_ASYNC_COMPILATION=0, as upstream's default does;
@@ -374,7 +376,7 @@ again:;
         uint64_t track_ns = 0;
         int g = py.GILStateEnsure();
         stage(MISS_GIL, &t);
-        fn = tracked ? run_job(j, background, &uncached, &trial) : miss_job(j, background, &uncached, &changed, &track_ns, &trial);
+        fn = tracked ? run_job(j, background, &uncached, &meta) : miss_job(j, background, &uncached, &changed, &track_ns, &meta);
         py.GILStateRelease(g);
         uint64_t call_start = t;
         t = now_ns();   /* the call's time: the tracker's share, then the caches' (or a compilation's) */
@@ -401,22 +403,28 @@ again:;
         } else {
           free(ne);
           int g = py.GILStateEnsure();
-          fn = run_job(j, 0, NULL, &trial);
+          fn = run_job(j, 0, NULL, &meta);
           py.GILStateRelease(g);
         }
       }
       if (j) {
         free_job(j);
         sentry *ne = new_entry(ki, kctx, key, len, fn, 0);
-        if (ne) trial_attach(ki, ne, trial, fn);
-        if (ne) variant_insert(ne);
+        if (ne) {
+          trial_attach(ki, ne, meta.vid, meta.flags, fn);
+          variant_insert(ne);
+          served = ne;
+        }
       }
     }
   }
   pthread_mutex_unlock(&jit_lock);
   atomic_fetch_add(&t_miss_ns, now_ns() - t0);
   atomic_fetch_add(&n_misses, 1);
-  if (fn) return fn;
+  if (fn) {
+    if (served) variant_ran(served);
+    return fn;
+  }
   if (compiling) return pick_compiling(ki, compiling, stream, asked_first);
 original:
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);

@@ -27,6 +27,7 @@ void read_env(void) {
   const char *d = getenv(ENV_DISABLE);
   const char *t = getenv(ENV_TRACE_OUTPUT);
   g_trace_launch = t && strstr(t, "launches");
+  g_count_variants = t && strstr(t, "cache-stats");   /* upstream's per-entry cache lines need each variant's launches */
   const char *v = getenv(ENV_VALIDATE);
   g_validate = v && (atoi(v) != 0 || v[0] == 't' || v[0] == 'T' || v[0] == 'y' || v[0] == 'Y');
   /* upstream reads an integer, any nonzero one disabling; true/yes as this project always took */

@@ -29,13 +29,15 @@
 #define PROTO_MISS_IMAGE 1
 #define PROTO_MISS_ORIGINAL 2
 
-/* a variant's image: u32 name length, u32 trial (0: none; n: variant n - 1), the name, the image */
-#define PROTO_IMAGE_HEAD 8
-#define PROTO_IMAGE_TRIAL_AT 4
+/* a variant's image: u32 name length, u32 variant (index + 1), u32 flags, the name, the image */
+#define PROTO_IMAGE_HEAD 12
+#define PROTO_IMAGE_VARIANT_AT 4
+#define PROTO_IMAGE_FLAGS_AT 8
+#define PROTO_IMAGE_TRIAL 1
 
-/* a variant's speed trial at exit: i32 kid, u32 variant, verdict, timed; f32 original median, min,
- * variant median, min (us) */
-#define PROTO_TRIAL 32
+/* a variant followed, at exit: i32 kid, u32 variant, verdict, timed; f32 original median, min,
+ * variant median, min (us); u64 launches */
+#define PROTO_VARIANT 40
 #define PROTO_TRIAL_UNDECIDED 0
 #define PROTO_TRIAL_KEPT 1
 #define PROTO_TRIAL_SLOWER 2

@@ -257,12 +257,15 @@ static uint8_t *call_job(PyObject *f, job *j, int cached_only, ssize_t *n) {
 }
 
 /* Load the variant of an answer (protocol.h: PROTO_IMAGE_HEAD, the entry point's name, the
- * image); *trial: whether to time it against the original first (trial.c), and as which variant. */
-static CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n, uint32_t *trial) {
+ * image); *m: which of the kernel's variants it is, and whether to time it first (trial.c). */
+static CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m) {
   uint32_t nlen;
   if (n < PROTO_IMAGE_HEAD) return NULL;
   memcpy(&nlen, p, 4);
-  if (trial) memcpy(trial, p + PROTO_IMAGE_TRIAL_AT, 4);
+  if (m) {
+    memcpy(&m->vid, p + PROTO_IMAGE_VARIANT_AT, 4);
+    memcpy(&m->flags, p + PROTO_IMAGE_FLAGS_AT, 4);
+  }
   if (n < PROTO_IMAGE_HEAD + (size_t)nlen + 1) return NULL;
   char *name = strndup((const char *)p + PROTO_IMAGE_HEAD, nlen);
   size_t nimage = n - PROTO_IMAGE_HEAD - nlen;
@@ -276,11 +279,11 @@ static CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n, uint32_t *t
 
 /* Specialize and load one variant. The caller holds the GIL; the context is current. With
  * cached_only, only the caches are asked: *uncached is set when the variant needs compiling. */
-CUfunction run_job(job *j, int cached_only, int *uncached, uint32_t *trial) {
+CUfunction run_job(job *j, int cached_only, int *uncached, answer_meta *m) {
   ssize_t n = 0;
   uint8_t *ans = call_job(f_specialize, j, cached_only, &n);
   if (ans && n == 0 && uncached) *uncached = 1;   /* b"": not in any cache */
-  CUfunction fn = ans && n ? load_answer(j->ki, ans, (size_t)n, trial) : NULL;
+  CUfunction fn = ans && n ? load_answer(j->ki, ans, (size_t)n, m) : NULL;
   free(ans);
   return fn;
 }
@@ -288,7 +291,7 @@ CUfunction run_job(job *j, int cached_only, int *uncached, uint32_t *trial) {
 /* A miss's first request, one call (runtime.miss): the tracker sees the launch, then, unless
  * that changed the kernel's policy (*changed: the job's key is stale, nothing else was done),
  * as run_job. The caller holds the GIL; *track_ns: the tracker's share of the call. */
-CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns, uint32_t *trial) {
+CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns, answer_meta *m) {
   kinfo *ki = j->ki;
   ssize_t n = 0;
   uint8_t *ans = call_job(f_miss, j, cached_only, &n);
@@ -304,7 +307,7 @@ CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64
   if (status == PROTO_MISS_POLICY_CHANGED) *changed = 1;
   CUfunction fn = NULL;
   if (status == PROTO_MISS_IMAGE && nimage == 0 && uncached) *uncached = 1;   /* not in any cache */
-  if (status == PROTO_MISS_IMAGE && nimage) fn = load_answer(ki, ans + off, nimage, trial);
+  if (status == PROTO_MISS_IMAGE && nimage) fn = load_answer(ki, ans + off, nimage, m);
   free(ans);
   return fn;
 }

@@ -119,10 +119,6 @@ typedef struct __attribute__((aligned(64))) kinfo {
    * when it loads and when the app sets one later. Written under attr_lock. */
   struct { int attrib, value, dev; } attrs[MAX_ATTRS];
   int nattrs;
-  /* The speed trial the sample in flight belongs to, and its side (0 the original, 1 the
-   * variant): written by the thread that holds sample_state (cuda_api.h). */
-  struct trial *sample_trial;
-  int sample_arm;
   _Atomic uint64_t timing;   /* launches that ran the original to time a variant against it */
 } kinfo;
 _Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cache line");
@@ -134,7 +130,8 @@ typedef struct sentry {
   _Atomic(CUfunction) fn;  /* NULL: failed, or still compiling in the background: run the original */
   _Atomic int pending;
   uint32_t keylen;
-  /* Its speed trial while one runs (trial.c): a hit that finds it set goes out of line. */
+  /* What the shim follows of it while it does (trial.c: its speed trial, or its launches for
+   * upstream's cache-stats lines): a hit that finds it set goes out of line. */
   _Atomic(struct trial *) trial;
   uint8_t key[];
 } sentry;
@@ -143,30 +140,42 @@ typedef struct sentry {
 
 /* PROTEUS_SPEED_CHECK: a new variant is timed against the original on live launches, the two
  * taking turns, and dropped (its launches run the original) when it is measured slower. */
-#define TRIAL_AFTER 8      /* variant launches before the trial: a kernel launched less is never timed */
-#define TRIAL_RUNS 6       /* timed launches per side; the first of each is not counted (a first launch loads code) */
+#define TRIAL_AFTER 8         /* variant launches before the trial: a kernel launched less is never timed */
+#define TRIAL_RUNS 6          /* timed launches per side; the first of each is not counted (a first launch loads code) */
+#define TRIAL_TURNS (2 * TRIAL_RUNS)
 #define TRIAL_MARGIN 0.03     /* slower: the variant's median above the original's by more than this share, */
 #define TRIAL_FLOOR_MS 0.003  /* and by more than this, and its every counted launch above the original's median */
-enum { TRIAL_RUNNING = PROTO_TRIAL_UNDECIDED, TRIAL_KEPT = PROTO_TRIAL_KEPT, TRIAL_SLOWER = PROTO_TRIAL_SLOWER };
+enum { TRIAL_RUNNING = PROTO_TRIAL_UNDECIDED, TRIAL_KEPT = PROTO_TRIAL_KEPT, TRIAL_SLOWER = PROTO_TRIAL_SLOWER,
+       TRIAL_ENDED };   /* ENDED: no verdict (turns lost to a capture or another context); the variant stays */
+enum { TURN_FREE, TURN_RECORDED, TURN_FAILED };
 typedef struct trial {
   struct trial *next;
   kinfo *ki;
   struct sentry *e;
   uint32_t vid;            /* the variant's index in the kernel's report */
+  int timed_trial;         /* a speed trial (else only its launches are counted) */
   _Atomic int verdict;
-  _Atomic uint32_t launches, timed;
-  /* written only with the kernel's sample_state held */
+  _Atomic uint32_t launches, turns;
+  _Atomic uint64_t execs;  /* launches that ran it, with cache-stats (g_count_variants) */
+  CUcontext ctx;           /* where its events were made: a turn elsewhere is lost */
+  void *ev[2 * TRIAL_TURNS];   /* each turn's pair, so turns need not wait for the last one's time */
+  _Atomic int turn_state[TRIAL_TURNS];
+  pthread_mutex_t collect;     /* one collector at a time (trylock) */
+  uint32_t collected;
   uint32_t n[2];
   float ms[2][TRIAL_RUNS];
   float median[2], min[2];
 } trial;
-/* What a launch's pick asks its sample to time: a trial's side, or nothing (t NULL). */
-typedef struct { trial *t; int arm; } trial_ticket;
+/* What a launch's pick asks its launch to time: a trial's turn, or nothing (t NULL). */
+typedef struct { trial *t; int turn, recorded; } trial_ticket;
 
-HIDDEN void trial_attach(kinfo *ki, sentry *e, uint32_t id, CUfunction fn);   /* before fn is published */
+HIDDEN extern int g_count_variants;   /* PROTEUS_TRACE_OUTPUT has cache-stats: launches per variant */
+HIDDEN void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUfunction fn);   /* before fn is published */
 HIDDEN CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk);
-HIDDEN void trial_sample(kinfo *ki, float ms);   /* sample_state held */
-HIDDEN uint8_t *trial_records(size_t *len);      /* at exit: PROTO_TRIAL each */
+HIDDEN void turn_begin(trial_ticket *tk, CUstream s);
+HIDDEN void turn_end(trial_ticket *tk, CUstream s);
+HIDDEN void variant_ran(sentry *e);            /* a launch ran e's variant outside trial_pick (a miss, a wait) */
+HIDDEN uint8_t *trial_records(size_t *len);    /* at exit: PROTO_VARIANT each */
 
 /* ------------------------------------------------------------------ embedded Python */
 
@@ -282,8 +291,10 @@ HIDDEN extern job *q_head, *q_tail;
 HIDDEN extern int q_stop, q_busy, q_workers;
 HIDDEN double gpu_ms(kinfo *ki);
 HIDDEN void free_job(job *j);
-HIDDEN CUfunction run_job(job *j, int cached_only, int *uncached, uint32_t *trial);
-HIDDEN CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns, uint32_t *trial);
+/* What an answer says of its variant besides the image (protocol.h PROTO_IMAGE_*). */
+typedef struct { uint32_t vid, flags; } answer_meta;
+HIDDEN CUfunction run_job(job *j, int cached_only, int *uncached, answer_meta *m);
+HIDDEN CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns, answer_meta *m);
 HIDDEN void *worker(void *arg);
 HIDDEN void read_async_env(void);   /* jit_lock held */
 HIDDEN void stop_workers(void);

@@ -1,16 +1,17 @@
 /* Speed trials (PROTEUS_SPEED_CHECK): a variant is kept only where it is not measured slower
- * than the kernel it replaces.
+ * than the kernel it replaces; and, with PROTEUS_TRACE_OUTPUT=cache-stats, each variant's
+ * launches, for upstream's per-entry cache lines.
  *
- * A variant the caches have no verdict for (the run time asks for a trial in its answer) runs
- * TRIAL_AFTER launches untimed, then takes turns with the original kernel, variant first, each
- * turn timed by the GPU-time sample's pair of events (cuda_api.h); launches between turns run
- * the variant. Both sides see the same
- * launches of one key, so what differs is the code. After TRIAL_RUNS timed launches a side, the
- * variant is dropped when its median and its minimum are both above the original's, the median
- * by more than TRIAL_MARGIN: its launches run the original from then on. The run time
- * remembers each verdict per variant in the cache (runtime/speed.py), so a later run times
- * nothing and never loads a variant found slower. What a trial costs: TRIAL_RUNS launches of
- * the original per new variant, in the run that first compiles it. */
+ * A variant the caches have no verdict for (the run time sets PROTO_IMAGE_TRIAL in its answer)
+ * runs TRIAL_AFTER launches untimed, then its next TRIAL_TURNS launches take turns with the
+ * original kernel, variant first. Each turn is timed by a pair of events of its own, made with
+ * the trial, so that in a GPU-bound loop the turns go back to back rather than one per drained
+ * queue. Both sides see launches of one key, so what differs is the code. Once every turn's time
+ * is in, the variant is dropped when it is slower beyond noise (collect): its launches run the
+ * original from then on. The run time remembers each verdict per variant in the cache
+ * (runtime/speed.py), so a later run times nothing and never loads a variant found slower. What
+ * a trial costs: TRIAL_RUNS launches of the original per new variant, in the run that first
+ * compiles it. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -19,47 +20,32 @@
 #include "cuda_api.h"
 #include "shim.h"
 
-_Static_assert(PROTO_TRIAL == 32, "trial_records packs i32, 3 x u32, 4 x f32 (protocol.TRIAL)");
+_Static_assert(PROTO_VARIANT == 40, "trial_records packs i32, 3 x u32, 4 x f32, u64 (protocol.VARIANT)");
 
+int g_count_variants;
 static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
 static trial *all_trials;
 
-void trial_attach(kinfo *ki, sentry *e, uint32_t id, CUfunction fn) {
+void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUfunction fn) {
+  if (!vid || !fn) return;
   /* HIP kernels and kernels without events take no GPU-time samples: nothing to time with */
-  if (!id || !fn || !ki->ev[1] || atomic_load(&ki->sample_state) == SAMPLE_OFF) return;
+  int timed = (flags & PROTO_IMAGE_TRIAL) && ki->ev[1] && atomic_load(&ki->sample_state) != SAMPLE_OFF &&
+              real_cuEventCreate && real_cuCtxGetCurrent;
+  if (!timed && !g_count_variants) return;
   trial *t = calloc(1, sizeof *t);
   if (!t) return;
-  t->ki = ki; t->e = e; t->vid = id - 1;
+  t->ki = ki; t->e = e; t->vid = vid - 1;
+  pthread_mutex_init(&t->collect, NULL);
+  if (timed && real_cuCtxGetCurrent(&t->ctx) == CUDA_SUCCESS && t->ctx) {
+    t->timed_trial = 1;
+    for (int i = 0; i < 2 * TRIAL_TURNS && t->timed_trial; i++) t->timed_trial = real_cuEventCreate(&t->ev[i], 0) == CUDA_SUCCESS;
+  }
+  atomic_init(&t->verdict, t->timed_trial ? TRIAL_RUNNING : TRIAL_ENDED);
   pthread_mutex_lock(&trial_lock);
   t->next = all_trials;
   all_trials = t;
   pthread_mutex_unlock(&trial_lock);
   atomic_store_explicit(&e->trial, t, memory_order_release);
-}
-
-/* A hit on a variant under trial: which side this launch runs, and whether its sample times it.
- * A turn needs the events free, and in a GPU-bound loop the last turn's are free again only once
- * the launches queued before its end have run: a launch that cannot be timed runs the variant,
- * so that a trial costs a winning variant no more than the original's turns (running the
- * original between turns kept changing_scalars' 4,000 queued launches on the original almost
- * throughout). */
-__attribute__((noinline)) CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk) {
-  trial *t = atomic_load_explicit(&e->trial, memory_order_acquire);
-  sample_poll(ki);   /* the last turn's time, if the GPU has it: the events are then free for this one */
-  if (t && atomic_load_explicit(&t->verdict, memory_order_relaxed) == TRIAL_RUNNING &&
-      atomic_fetch_add_explicit(&t->launches, 1, memory_order_relaxed) >= TRIAL_AFTER &&
-      atomic_load_explicit(&ki->sample_state, memory_order_relaxed) == SAMPLE_IDLE &&
-      !atomic_load_explicit(&captures_open, memory_order_relaxed)) {
-    int arm = (int)(atomic_fetch_add_explicit(&t->timed, 1, memory_order_relaxed) & 1) ^ 1;   /* the variant first */
-    tk->t = t;
-    tk->arm = arm;
-    if (!arm) {
-      atomic_fetch_add_explicit(&ki->timing, 1, memory_order_relaxed);
-      return NULL;
-    }
-  }
-  atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
-  return fn;
 }
 
 static int by_value(const void *a, const void *b) {
@@ -68,33 +54,106 @@ static int by_value(const void *a, const void *b) {
 }
 
 /* One side's timed launches, its first left out: median and minimum. */
-static void summarize(trial *t, int side) {
+static int summarize(trial *t, int side) {
   float v[TRIAL_RUNS];
-  int n = TRIAL_RUNS - 1;
+  if (t->n[side] < 3) return 0;
+  int n = (int)t->n[side] - 1;
   memcpy(v, t->ms[side] + 1, sizeof(float) * (size_t)n);
   qsort(v, (size_t)n, sizeof *v, by_value);
   t->median[side] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
   t->min[side] = v[0];
+  return 1;
 }
 
-void trial_sample(kinfo *ki, float ms) {
-  trial *t = ki->sample_trial;
-  int arm = ki->sample_arm;
-  ki->sample_trial = NULL;
-  if (!t || atomic_load(&t->verdict) != TRIAL_RUNNING || t->n[arm] >= TRIAL_RUNS) return;
-  t->ms[arm][t->n[arm]++] = ms;
-  if (t->n[0] < TRIAL_RUNS || t->n[1] < TRIAL_RUNS) return;
-  summarize(t, 0);
-  summarize(t, 1);
-  /* Slower beyond noise: by more than TRIAL_MARGIN and TRIAL_FLOOR_MS at the median, and every
-   * counted launch of the variant above the original's median. The floor is for short kernels,
-   * whose event-timed span includes the launch's own host-side latency when the stream was
-   * idle, and that differs between a variant launched by its CUkernel and the original. */
-  int slower = t->median[1] > t->median[0] * (1 + TRIAL_MARGIN) && t->median[1] - t->median[0] > TRIAL_FLOOR_MS &&
-               t->min[1] > t->median[0];
-  if (slower) atomic_store_explicit(&t->e->fn, NULL, memory_order_release);
-  atomic_store(&t->verdict, slower ? TRIAL_SLOWER : TRIAL_KEPT);
-  atomic_store_explicit(&t->e->trial, NULL, memory_order_release);
+/* The verdict, once every turn is timed or lost. Slower beyond noise: by more than
+ * TRIAL_MARGIN and TRIAL_FLOOR_MS at the median, and every counted launch of the variant above
+ * the original's median. The floor is for short kernels, whose event-timed span includes the
+ * launch's own host-side latency when the stream was idle, and that differs between a variant
+ * launched by its CUkernel and the original. */
+static void decide(trial *t) {
+  int verdict = TRIAL_ENDED;
+  if (summarize(t, 0) && summarize(t, 1)) {
+    int slower = t->median[1] > t->median[0] * (1 + TRIAL_MARGIN) && t->median[1] - t->median[0] > TRIAL_FLOOR_MS &&
+                 t->min[1] > t->median[0];
+    verdict = slower ? TRIAL_SLOWER : TRIAL_KEPT;
+    if (slower) atomic_store_explicit(&t->e->fn, NULL, memory_order_release);
+  }
+  atomic_store(&t->verdict, verdict);
+  if (!g_count_variants) atomic_store_explicit(&t->e->trial, NULL, memory_order_release);   /* hits inline again */
+}
+
+/* Take in the turns the GPU has finished, in order; never waits. */
+static void collect(trial *t) {
+  if (pthread_mutex_trylock(&t->collect)) return;
+  while (t->collected < TRIAL_TURNS && atomic_load(&t->verdict) == TRIAL_RUNNING) {
+    uint32_t k = t->collected;
+    int st = atomic_load_explicit(&t->turn_state[k], memory_order_acquire);
+    if (st == TURN_FREE) break;   /* not launched yet, or its launch not done */
+    if (st == TURN_RECORDED) {
+      CUresult q = real_cuEventQuery(t->ev[2 * k + 1]);
+      if (q == 600 /* CUDA_ERROR_NOT_READY */) break;
+      float ms = 0;
+      int arm = (int)(k & 1) ^ 1;   /* the variant first */
+      if (q == CUDA_SUCCESS && real_cuEventElapsedTime(&ms, t->ev[2 * k], t->ev[2 * k + 1]) == CUDA_SUCCESS && ms >= 0 &&
+          t->n[arm] < TRIAL_RUNS)
+        t->ms[arm][t->n[arm]++] = ms;
+    }
+    t->collected++;
+  }
+  if (t->collected == TRIAL_TURNS && atomic_load(&t->verdict) == TRIAL_RUNNING) decide(t);
+  pthread_mutex_unlock(&t->collect);
+}
+
+/* A hit on a variant followed: counted (cache-stats); under trial, which side this launch runs
+ * and which turn it times. Launches after the turns run the variant until the verdict. */
+__attribute__((noinline)) CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk) {
+  trial *t = atomic_load_explicit(&e->trial, memory_order_acquire);
+  if (!t) goto variant;
+  if (atomic_load_explicit(&t->verdict, memory_order_relaxed) == TRIAL_RUNNING) {
+    collect(t);
+    if (atomic_fetch_add_explicit(&t->launches, 1, memory_order_relaxed) >= TRIAL_AFTER &&
+        !atomic_load_explicit(&captures_open, memory_order_relaxed)) {
+      uint32_t k = atomic_fetch_add_explicit(&t->turns, 1, memory_order_relaxed);
+      if (k < TRIAL_TURNS) {
+        tk->t = t;
+        tk->turn = (int)k;
+        if (k & 1) {   /* the original's turn */
+          atomic_fetch_add_explicit(&ki->timing, 1, memory_order_relaxed);
+          return NULL;
+        }
+      }
+    }
+  }
+  if (g_count_variants) atomic_fetch_add_explicit(&t->execs, 1, memory_order_relaxed);
+  if (atomic_load_explicit(&e->fn, memory_order_acquire) == NULL) {   /* dropped meanwhile */
+    atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
+    return NULL;
+  }
+variant:
+  atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
+  return fn;
+}
+
+void variant_ran(sentry *e) {
+  trial *t = atomic_load_explicit(&e->trial, memory_order_acquire);
+  if (t && g_count_variants) atomic_fetch_add_explicit(&t->execs, 1, memory_order_relaxed);
+}
+
+/* Around the launch of a turn: its events, on the launch's stream, in the trial's context. */
+void turn_begin(trial_ticket *tk, CUstream s) {
+  CUcontext ctx = NULL;
+  int capturing = 1;
+  trial *t = tk->t;
+  tk->recorded = !atomic_load_explicit(&captures_open, memory_order_relaxed) &&
+                 real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == t->ctx &&
+                 real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS && !capturing &&
+                 real_cuEventRecord(t->ev[2 * tk->turn], s) == CUDA_SUCCESS;
+}
+
+void turn_end(trial_ticket *tk, CUstream s) {
+  trial *t = tk->t;
+  int ok = tk->recorded && real_cuEventRecord(t->ev[2 * tk->turn + 1], s) == CUDA_SUCCESS;
+  atomic_store_explicit(&t->turn_state[tk->turn], ok ? TURN_RECORDED : TURN_FAILED, memory_order_release);
 }
 
 uint8_t *trial_records(size_t *len) {
@@ -102,16 +161,21 @@ uint8_t *trial_records(size_t *len) {
   pthread_mutex_lock(&trial_lock);
   size_t n = 0;
   for (trial *t = all_trials; t; t = t->next) n++;
-  uint8_t *buf = malloc(n * PROTO_TRIAL + 1);
+  uint8_t *buf = malloc(n * PROTO_VARIANT + 1);
   for (trial *t = all_trials; buf && t; t = t->next) {
+    if (atomic_load(&t->verdict) == TRIAL_RUNNING) collect(t);   /* turns the GPU finished since the last launch */
+    int v = atomic_load(&t->verdict);
     int32_t kid = t->ki->kid;
-    uint32_t u[3] = {t->vid, (uint32_t)atomic_load(&t->verdict), t->n[0] + t->n[1]};
-    /* microseconds; an undecided trial has no figures */
-    float f[4] = {t->median[0] * 1000, t->min[0] * 1000, t->median[1] * 1000, t->min[1] * 1000};
+    uint32_t u[3] = {t->vid, (uint32_t)(v == TRIAL_KEPT || v == TRIAL_SLOWER ? v : PROTO_TRIAL_UNDECIDED), t->n[0] + t->n[1]};
+    int decided = v == TRIAL_KEPT || v == TRIAL_SLOWER;   /* microseconds; no figures without a verdict */
+    float f[4] = {decided ? t->median[0] * 1000 : 0, decided ? t->min[0] * 1000 : 0,
+                  decided ? t->median[1] * 1000 : 0, decided ? t->min[1] * 1000 : 0};
+    uint64_t execs = atomic_load(&t->execs);
     memcpy(buf + *len, &kid, 4);
     memcpy(buf + *len + 4, u, sizeof u);
     memcpy(buf + *len + 16, f, sizeof f);
-    *len += PROTO_TRIAL;
+    memcpy(buf + *len + 32, &execs, 8);
+    *len += PROTO_VARIANT;
   }
   pthread_mutex_unlock(&trial_lock);
   return buf;

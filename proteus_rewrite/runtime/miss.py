@@ -9,7 +9,7 @@ import struct
 import time
 from pathlib import Path
 
-from .. import faults
+from .. import compat, faults
 from ..cache import StorageCache
 from ..errors import ProteusError
 from ..jit import specializer as spec_mod
@@ -186,11 +186,12 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                            "launch": _launch_record(raw, tuple(result.folded), unknown_dims, arch, block, grid,
                                                     record.globals, addrs)})
     # a speed trial (shim/trial.c) for a variant no run has timed; HIP takes no GPU-time samples
-    trial = 0
+    flags = 0
     if verdict is not None:
         stats.variants[-1]["speed"] = {**verdict, "remembered": True}
     elif session._state.config.speed_check and not isinstance(arch, str):
-        trial = len(stats.variants)
+        flags = protocol.IMAGE_TRIAL
+        stats.variants[-1]["trial"] = True  # speed.received takes it off with the outcome
     cg = session._state.config.for_kernel(record.name, record.demangled)
     trace.specialization(session._state.config, cg, record, result, block, grid, raw)
     trace.event(session._state.config, f"{result.source} {record.demangled}", t_start,
@@ -203,7 +204,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         if session._state.config.dump_ir:
             os.makedirs(".proteus-dump", exist_ok=True)
             Path(f".proteus-dump/device-jit-{result.key}.ll").write_text(result.ir_text)
-    return protocol.image_answer(result.entry, result.image.data, trial)
+    return protocol.image_answer(result.entry, result.image.data, len(stats.variants), flags)
 
 
 WARM_UP_ARCH = 75  # the oldest architecture CUDA 13 compiles for: any will do to warm the compiler up
@@ -266,7 +267,7 @@ def compiled_this_run() -> int:
 
 def finish(counters: bytes = b"", trials: bytes = b"") -> None:
     """At exit, from the shim, with its per-kernel counters (protocol.COUNTERS) and its speed
-    trials (protocol.TRIAL: speed.received keeps the verdicts): upstream's
+    what it followed of each variant (protocol.VARIANT: speed.received keeps the verdicts and launches): upstream's
     end-of-run trace lines and the time trace (trace.at_exit); save the tracker's decisions no
     compile thread saved; note for the next run whether this one compiled, where that changes
     its guess (policy.compiles_likely): a steady run writes nothing."""
@@ -288,14 +289,15 @@ def _trace_at_exit(counters: bytes) -> None:
     from .report import parse_counters
 
     st = session._state
-    kernels, hits, launches_all = [], 0, 0
+    kernels, entries = [], []
     for kid, launches, table_hits, *_, name in parse_counters(counters):
-        variants = len(st.stats[kid].variants) if kid >= 0 else 0
-        kernels.append((st.stats[kid].demangled if kid >= 0 else name, variants, launches))
-        hits, launches_all = hits + table_hits, launches_all + launches
+        variants = st.stats[kid].variants if kid >= 0 else []
+        kernels.append((st.stats[kid].demangled if kid >= 0 else name, len(variants), launches))
+        # upstream's in-memory cache entries: per variant its launches, the first a miss
+        entries += [(compat.hash_value(v["cache_key"]), v["launches"], v["launches"] - 1) for v in variants if v.get("launches")]
     disk = st.cache.stats().get("disk")
-    trace.at_exit(st.config, kernels, (hits, launches_all),
-                  (disk.hits, disk.hits + disk.misses) if disk is not None else (0, 0), [])
+    trace.at_exit(st.config, kernels, (sum(e[2] for e in entries), sum(e[1] for e in entries)),
+                  (disk.hits, disk.hits + disk.misses) if disk is not None else (0, 0), entries)
 
 
 def load_failed(kid: int, code: int) -> None:

@@ -36,30 +36,34 @@ MISS_HEADER = struct.Struct("<BII")
 MISS_POLICY_CHANGED, MISS_IMAGE, MISS_ORIGINAL = 0, 1, 2
 
 # A variant's image, as specialize and miss answer it: u32 length of its entry point's name, u32
-# trial (0: launch it as it is; n: time it against the original first, and report it as the
-# kernel's variant n - 1, see TRIAL), the name (no NUL), then the image (cubin, PTX or code
-# object). An empty answer has no header: the variant needs compiling.
-IMAGE_HEADER = struct.Struct("<II")
+# variant (its index in the kernel's report + 1: the shim reports it back under it, see
+# VARIANT), u32 flags (IMAGE_TRIAL: time it against the original first), the name (no NUL), then
+# the image (cubin, PTX or code object). An empty answer has no header: it needs compiling.
+IMAGE_HEADER = struct.Struct("<III")
+IMAGE_TRIAL = 1
 
 
-def image_answer(entry: str, image: bytes, trial: int = 0) -> bytes:
+def image_answer(entry: str, image: bytes, variant: int = 0, flags: int = 0) -> bytes:
     name = entry.encode()
-    return IMAGE_HEADER.pack(len(name), trial) + name + image
+    return IMAGE_HEADER.pack(len(name), variant, flags) + name + image
 
 
-def split_image_answer(answer: bytes) -> tuple[str, bytes, int]:
-    """image_answer's inverse, as the shim reads it: (the entry's name, the image, the trial)."""
-    n, trial = IMAGE_HEADER.unpack_from(answer)
+def split_image_answer(answer: bytes) -> tuple[str, bytes, int, int]:
+    """image_answer's inverse, as the shim reads it: (the entry's name, the image, the variant,
+    the flags)."""
+    n, variant, flags = IMAGE_HEADER.unpack_from(answer)
     start = IMAGE_HEADER.size
-    return answer[start:start + n].decode(), answer[start + n:], trial
+    return answer[start:start + n].decode(), answer[start + n:], variant, flags
 
 
-# A variant's speed trial (PROTEUS_SPEED_CHECK), as the shim reports it at exit: i32 kid, u32
-# variant (its index in the kernel's report), u32 verdict (TRIAL_VERDICTS), u32 launches timed
-# (both sides), f32 median and minimum GPU microseconds of the original, then of the variant.
-TRIAL = struct.Struct("<iIIIffff")
-TRIAL_FIELDS = ("kid", "variant", "verdict", "timed", "original_median_us", "original_min_us",
-                "variant_median_us", "variant_min_us")
+# What the shim reports at exit about a variant it followed (a speed trial, PROTEUS_SPEED_CHECK,
+# or the launches of each for upstream's cache-stats lines): i32 kid, u32 variant (its index in
+# the kernel's report), u32 verdict (TRIAL_VERDICTS; "undecided" where no trial ran or it did not
+# end), u32 launches timed (both sides), f32 median and minimum GPU microseconds of the original,
+# then of the variant, u64 launches that ran it (counted with cache-stats only; else 0).
+VARIANT = struct.Struct("<iIIIffffQ")
+VARIANT_FIELDS = ("kid", "variant", "verdict", "timed", "original_median_us", "original_min_us",
+                  "variant_median_us", "variant_min_us", "launches")
 TRIAL_VERDICTS = ("undecided", "kept", "slower")
 
 
@@ -103,7 +107,7 @@ CALLS = (
     Call("load_failed", "ii"),                             # kid, driver error code
     Call("prepare_compiler", "i"),                         # SM version (0: unknown)
     Call("prepare_compiler_ahead", "ii"),                  # SM version, ahead (may decline)
-    Call("finish", "y#y#"),                                # the per-kernel counters (COUNTERS), the trials (TRIAL each)
+    Call("finish", "y#y#"),                                # the per-kernel counters (COUNTERS), the variants (VARIANT each)
     Call("write_report", "sy#K(" + "K" * len(WAIT_FIELDS) + ")"),  # path, counters, unknown launches, WAIT_FIELDS
     Call("validated", "iy#y#y#y#y#d"),                     # kid, args, ranges (VALIDATE_RANGE each), the variant's results,
                                                            # the original's, the original's shadow run's (b"": none), ms
@@ -153,13 +157,15 @@ def header() -> str:
         f"#define PROTO_MISS_IMAGE {MISS_IMAGE}",
         f"#define PROTO_MISS_ORIGINAL {MISS_ORIGINAL}",
         "",
-        "/* a variant's image: u32 name length, u32 trial (0: none; n: variant n - 1), the name, the image */",
+        "/* a variant's image: u32 name length, u32 variant (index + 1), u32 flags, the name, the image */",
         f"#define PROTO_IMAGE_HEAD {IMAGE_HEADER.size}",
-        "#define PROTO_IMAGE_TRIAL_AT 4",
+        "#define PROTO_IMAGE_VARIANT_AT 4",
+        "#define PROTO_IMAGE_FLAGS_AT 8",
+        f"#define PROTO_IMAGE_TRIAL {IMAGE_TRIAL}",
         "",
-        "/* a variant's speed trial at exit: i32 kid, u32 variant, verdict, timed; f32 original median, min,",
-        " * variant median, min (us) */",
-        f"#define PROTO_TRIAL {TRIAL.size}",
+        "/* a variant followed, at exit: i32 kid, u32 variant, verdict, timed; f32 original median, min,",
+        " * variant median, min (us); u64 launches */",
+        f"#define PROTO_VARIANT {VARIANT.size}",
         *[f"#define PROTO_TRIAL_{v.upper()} {i}" for i, v in enumerate(TRIAL_VERDICTS)],
         "",
         "/* per kernel for write_report: i32 " + ", ".join(COUNTER_FIELDS[:1]) + ", u64 " + ", ".join(COUNTER_FIELDS[1:])

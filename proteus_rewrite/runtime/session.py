@@ -224,7 +224,7 @@ def _kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
         fixed = frozenset(i - 1 for i in record.jit_args) if record.jit_args is not None else frozenset()
         stats.tracker = Tracker(config.tracker_threshold, config.tracker_ratio, {i for i, f in enumerate(fold) if f}, dims, fixed)
         stats.policy_key = _policy_key(table, record)
-        saved = _state.cache.get(stats.policy_key)
+        saved = _state.cache.get(stats.policy_key, counted=False)
         if saved is not None and saved[0].kind == POLICY_KIND:
             stats.tracker.start_from(decode_learned(saved[0].data))
             fold = bytes(1 if i in stats.tracker.folded else 0 for i in range(len(record.params)))

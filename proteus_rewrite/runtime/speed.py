@@ -3,7 +3,7 @@ kernel, and what it found, remembered per variant in the cache.
 
 The shim does the timing (shim/trial.c): a variant the cache has no verdict for runs a few
 launches, then takes turns with the original on live launches, each timed with a pair of
-events, and is dropped when measured slower. At exit it hands over each trial (protocol.TRIAL);
+events, and is dropped when measured slower. At exit it hands over each trial (protocol.VARIANT);
 the decided ones are kept in the cache as entries of their own, so that the next run launches a
 kept variant without timing it and never launches one found slower. The report shows every
 trial beside its variant, and each kernel's time against the original.
@@ -27,7 +27,7 @@ def _key(variant_key: str) -> str:
 def remembered(variant_key: str) -> dict | None:
     """An earlier run's verdict on the variant cached under `variant_key`, or None."""
     st = session.state()
-    hit = st.cache.get(_key(variant_key))
+    hit = st.cache.get(_key(variant_key), counted=False)
     if hit is None or hit[0].kind != SPEED_KIND:
         return None
     try:
@@ -42,20 +42,25 @@ def _ratio(doc: dict) -> float | None:
     return round(v / o, 3) if o > 0 and v > 0 else None
 
 
-def received(trials: bytes) -> None:
-    """At exit, the shim's trials: each into its variant's report entry, and the decided ones
-    into the cache."""
+def received(records: bytes) -> None:
+    """At exit, what the shim followed of each variant (protocol.VARIANT): a speed trial into the
+    variant's report entry and, decided, into the cache; its launches, where counted (the
+    cache-stats trace), into the entry's `launches`."""
     st = session.state()
-    for at in range(0, len(trials) - protocol.TRIAL.size + 1, protocol.TRIAL.size):
-        t = dict(zip(protocol.TRIAL_FIELDS, protocol.TRIAL.unpack_from(trials, at)))
+    for at in range(0, len(records) - protocol.VARIANT.size + 1, protocol.VARIANT.size):
+        t = dict(zip(protocol.VARIANT_FIELDS, protocol.VARIANT.unpack_from(records, at)))
         kid, vid = t["kid"], t["variant"]
         if not (0 <= kid < len(st.stats)) or not (0 <= vid < len(st.stats[kid].variants)):
             continue
         variant = st.stats[kid].variants[vid]
+        if t["launches"]:
+            variant["launches"] = t["launches"]
+        if not variant.pop("trial", False):
+            continue
         doc = {"verdict": protocol.TRIAL_VERDICTS[t["verdict"]] if t["verdict"] < len(protocol.TRIAL_VERDICTS) else "undecided",
                "timed_launches": t["timed"]}
         if doc["verdict"] != "undecided":
-            doc.update({f: round(t[f], 2) for f in protocol.TRIAL_FIELDS[4:]})
+            doc.update({f: round(t[f], 2) for f in protocol.VARIANT_FIELDS[4:8]})
             doc["variant_over_original"] = _ratio(doc)
             record = st.kernels[kid][1]
             st.cache.put(Entry(_key(variant["cache_key"]), SPEED_KIND, record.arch, json.dumps(doc).encode(),

@@ -47,17 +47,21 @@ def _specialize(k, n: str) -> bytes | None:
     return runtime.specialize(0, _args(k, {1: n}), (4, 1, 1), (256, 1, 1), b"", 90)
 
 
-def _trial(vid: int, verdict: str, original_us: float, variant_us: float) -> bytes:
-    return protocol.TRIAL.pack(0, vid, protocol.TRIAL_VERDICTS.index(verdict), 10, original_us, original_us * 0.99,
-                               variant_us, variant_us * 0.99)
+def _trial(vid: int, verdict: str, original_us: float, variant_us: float, launches: int = 0) -> bytes:
+    return protocol.VARIANT.pack(0, vid, protocol.TRIAL_VERDICTS.index(verdict), 10, original_us, original_us * 0.99,
+                                 variant_us, variant_us * 0.99, launches)
+
+
+def _asks_trial(answer: bytes) -> bool:
+    return bool(protocol.split_image_answer(answer)[3] & protocol.IMAGE_TRIAL)
 
 
 def test_a_new_variant_is_timed_and_a_slower_one_is_never_launched_again(state, tmp_path):
     st, k = state()
-    fast, slow, open_ = (protocol.split_image_answer(_specialize(k, n)) for n in ("3", "4", "5"))
-    assert [a[2] for a in (fast, slow, open_)] == [1, 2, 3]  # each asks for a trial, as its variant's index + 1
+    answers = [protocol.split_image_answer(_specialize(k, n)) for n in ("3", "4", "5")]
+    assert [(a[2], a[3]) for a in answers] == [(1, 1), (2, 1), (3, 1)]  # each asks for a trial, as its index + 1
     runtime.finish(b"", _trial(0, "kept", 100.0, 80.0) + _trial(1, "slower", 100.0, 130.0)
-                   + protocol.TRIAL.pack(0, 2, 0, 3, 0, 0, 0, 0))
+                   + protocol.VARIANT.pack(0, 2, 0, 3, 0, 0, 0, 0, 0))
     v = st.stats[0].variants
     assert v[0]["speed"]["verdict"] == "kept" and v[0]["speed"]["variant_over_original"] == 0.8
     assert v[1]["speed"]["verdict"] == "slower" and v[1]["speed"]["variant_over_original"] == 1.3
@@ -67,12 +71,12 @@ def test_a_new_variant_is_timed_and_a_slower_one_is_never_launched_again(state, 
     assert doc["kernels"] == []  # no counters passed: the kernels section comes from the shim's
     # the next run: the kept variant without a trial, the slower one not at all, the undecided one timed again
     st, k = state()
-    kept = protocol.split_image_answer(_specialize(k, "3"))
-    assert kept[2] == 0 and st.stats[0].variants[0]["speed"]["remembered"] is True
+    kept = _specialize(k, "3")
+    assert not _asks_trial(kept) and st.stats[0].variants[0]["speed"]["remembered"] is True
     assert _specialize(k, "4") is None
     assert st.stats[0].slower_declined[0]["speed"]["variant_median_us"] == 130.0
     assert st.stats[0].failures == {}  # a policy, not a failure: no warning
-    assert protocol.split_image_answer(_specialize(k, "5"))[2] == 2
+    assert _asks_trial(_specialize(k, "5"))
 
 
 def test_the_report_shows_each_kernels_time_against_the_original(state, tmp_path):
@@ -92,7 +96,7 @@ def test_the_report_shows_each_kernels_time_against_the_original(state, tmp_path
 def test_the_speed_check_can_be_turned_off(state, monkeypatch):
     monkeypatch.setenv("PROTEUS_SPEED_CHECK", "0")
     _st, k = state()
-    assert protocol.split_image_answer(_specialize(k, "3"))[2] == 0
+    assert not _asks_trial(_specialize(k, "3"))
 
 
 def test_a_damaged_verdict_is_ignored(state):
@@ -103,4 +107,20 @@ def test_a_damaged_verdict_is_ignored(state):
 
     st.cache.put(Entry(speed._key(key), speed.SPEED_KIND, 90, b"not json"))
     st, k = state()
-    assert protocol.split_image_answer(_specialize(k, "3"))[2] == 1  # timed again
+    assert _asks_trial(_specialize(k, "3"))  # timed again
+
+
+def test_cache_stats_prints_upstreams_line_per_variant_with_its_launches(state, monkeypatch, capfd):
+    monkeypatch.setenv("PROTEUS_TRACE_OUTPUT", "cache-stats")
+    st, k = state()
+    _specialize(k, "3")
+    _specialize(k, "4")
+    counters = protocol.COUNTERS.pack(0, 12, 10, 0, 0, 0, 0, 0, 0) + k.name.encode() + b"\0"
+    runtime.finish(counters, _trial(0, "undecided", 0, 0, launches=10) + _trial(1, "undecided", 0, 0, launches=2))
+    out = capfd.readouterr().out
+    h0, h1 = (int(st.stats[0].variants[i]["cache_key"][:16], 16) for i in (0, 1))
+    assert "[proteus][JitEngineDevice] MemoryCache rank 0 hits 10 accesses 12" in out
+    assert f"MemoryCache rank 0 HashValue {h0} NumExecs 10 NumHits 9" in out
+    assert f"MemoryCache rank 0 HashValue {h1} NumExecs 2 NumHits 1" in out
+    # the storage cache's accesses are the variants' lookups only: not the policy's, nor the verdicts'
+    assert "[proteus][JitEngineDevice] StorageCache rank 0 hits 0 accesses 2" in out

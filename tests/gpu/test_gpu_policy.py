@@ -48,7 +48,7 @@ def test_a_step_counter_compiles_a_bounded_number_of_variants(samples, recorded,
     assert jit.returncode == 0 and jit.stdout == native.stdout and "warning" not in jit.stderr, jit.stderr
     k = kernel(tmp_path, "accumulate_step")
     # the bound: T + 1 variants with the counter folded, then one that keeps it a parameter
-    assert k["specializations"] == 8 + 2
+    assert k["specializations"] == 8 + 2, k
     assert k["tracker"]["stopped_folding"] == ["2"]  # k (argument 2); n (1) and salt (3) stay folded
     assert k["tracker"]["folded_now"] == [1, 3]
     assert k["specialized_launches"] == 1000 and k["fallback_launches"] == 0
@@ -117,7 +117,7 @@ def test_the_next_run_starts_from_what_the_tracker_learned(samples, recorded, tm
     k = kernel(tmp_path, "accumulate_step")
     assert k["tracker"]["learned_from_earlier_runs"] == ["2"] and k["tracker"]["folded_now"] == [1, 3]
     # one variant, from the disk cache, from the first launch on
-    assert (k["specializations"], k["disk_cache_hits"], k["specialized_launches"]) == (0, 1, 1000)
+    assert (k["specializations"], k["disk_cache_hits"], k["specialized_launches"]) == (0, 1, 1000), k
     doc = json.loads((tmp_path / "report.json").read_text())
     # started before the first launch: Python and (exit being guarded) the compiler
     assert doc["prestart"] == {"python": True, "compiler": True, "compiler_skipped": False}

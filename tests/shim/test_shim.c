@@ -370,7 +370,7 @@ static void test_gpu_time_samples(void) {
     sample_poll(&ki);
     trial_ticket none = {0};
     int started = sample_begin(&ki, (CUstream)0x5, &none);
-    sample_end(&ki, (CUstream)0x5, started);
+    sample_end(&ki, (CUstream)0x5, started, &none);
     if (i + 1 == 1100) EXPECT(atomic_load(&ki.samples) == 16 && atomic_load(&records) == 32);   /* launches 2, 66, ... 962 */
   }
   /* then 4098, 8194, 12290, 16386 (the last collected on the next launch) */
@@ -378,80 +378,97 @@ static void test_gpu_time_samples(void) {
   EXPECT(gpu_ms(&ki) > 9999.0 && gpu_ms(&ki) < 10001.0);   /* 0.5 ms x 20,000 launches */
 }
 
-/* Speed trials (trial.c): a variant runs TRIAL_AFTER launches untimed, then takes timed turns
- * with the original, variant first; after TRIAL_RUNS a side (the first of each left out) it is
- * kept or, measured slower, dropped: its entry's function cleared, so launches run the original. */
-static float next_ms;
-static CUresult trial_elapsed(float *ms, void *a, void *b) { (void)a; (void)b; *ms = next_ms; return CUDA_SUCCESS; }
-static int run_trial(float original_ms, float variant_ms, float first_ms, CUfunction *left, int *originals) {
+/* Speed trials (trial.c): a variant runs TRIAL_AFTER launches untimed, then its next
+ * TRIAL_TURNS launches take timed turns with the original, variant first, each with events of
+ * its own; once all are in (the first of each side not counted) it is kept or, measured slower,
+ * dropped: its entry's function cleared, so launches run the original. */
+static trial *cur_trial;
+static float turn_ms[2], first_ms;
+static CUresult query_answer = CUDA_SUCCESS;
+static uintptr_t next_event = 0x1000;
+static CUresult fake_event_create(void **ev, unsigned flags) { (void)flags; *ev = (void *)next_event++; return CUDA_SUCCESS; }
+static CUresult turn_query(void *ev) { (void)ev; return query_answer; }
+static CUresult turn_elapsed(float *ms, void *a, void *b) {
+  (void)b;
+  int k = 0;
+  while (k < TRIAL_TURNS && cur_trial->ev[2 * k] != a) k++;
+  *ms = k < 2 ? first_ms : turn_ms[(k & 1) ^ 1];   /* turn 0 the variant's first, turn 1 the original's */
+  return CUDA_SUCCESS;
+}
+static int run_trial(float original_ms, float variant_ms, float first, CUfunction *left, int *originals) {
   static kinfo ki;
   memset(&ki, 0, sizeof ki);
   ki.ev_ctx = (CUcontext)0x77;
   ki.ev[0] = (void *)0x1; ki.ev[1] = (void *)0x2;
-  real_cuEventElapsedTime = trial_elapsed;
+  atomic_store(&ki.launches, 1000);   /* no plain GPU-time sample on these launches */
+  real_cuEventCreate = fake_event_create;
+  real_cuEventQuery = turn_query;
+  real_cuEventElapsedTime = turn_elapsed;
+  turn_ms[0] = original_ms; turn_ms[1] = variant_ms; first_ms = first;
   uint8_t key[8] = {1};
   sentry *e = new_entry(&ki, NULL, key, 8, (CUfunction)0xfa57, 0);
-  trial_attach(&ki, e, 3, (CUfunction)0xfa57);
-  if (!atomic_load(&e->trial) || atomic_load(&e->trial)->vid != 2) return -1;
-  int timed[2] = {0, 0};
+  trial_attach(&ki, e, 3, PROTO_IMAGE_TRIAL, (CUfunction)0xfa57);
+  if (!(cur_trial = atomic_load(&e->trial)) || cur_trial->vid != 2) return -1;
   for (int i = 0; i < 100 && atomic_load(&e->trial); i++) {
     trial_ticket tk = {0};
     CUfunction f = trial_pick(&ki, e, atomic_load(&e->fn), &tk);
     if (i < TRIAL_AFTER && tk.t) return -2;   /* timed too early */
-    if (tk.t && (f != NULL) != tk.arm) return -3;   /* the side run is the side timed */
-    if (tk.t && !tk.arm) ++*originals;
+    if (tk.t && (f != NULL) != !(tk.turn & 1)) return -3;   /* the variant on even turns */
+    if (tk.t && (tk.turn & 1)) ++*originals;
     int started = sample_begin(&ki, (CUstream)0x5, &tk);
-    sample_end(&ki, (CUstream)0x5, started);
-    next_ms = !tk.t ? 9.0f : timed[tk.arm]++ == 0 ? first_ms : tk.arm ? variant_ms : original_ms;
-    sample_poll(&ki);
+    sample_end(&ki, (CUstream)0x5, started, &tk);
   }
   *left = atomic_load(&e->fn);
-  if (timed[1] != TRIAL_RUNS || timed[0] != TRIAL_RUNS) return -4;
-  size_t len = 0;
-  uint8_t *rec = trial_records(&len);
-  int verdict = -5;
-  if (rec && len >= PROTO_TRIAL) memcpy(&verdict, rec + 8, 4);   /* the newest trial comes first */
-  free(rec);
-  return verdict;
+  if (cur_trial->n[0] != TRIAL_RUNS || cur_trial->n[1] != TRIAL_RUNS) return -4;
+  return atomic_load(&cur_trial->verdict);
 }
 static void test_speed_trial(void) {
   real_cuCtxGetCurrent = fake_ctx;
   real_cuStreamIsCapturing = fake_capturing;
   real_cuEventRecord = fake_record;
-  real_cuEventQuery = fake_event_query;
   CUfunction left = NULL;
   int originals = 0;
-  /* the variant's first launch (loading its code) is slow, and not counted */
+  /* the first launch of each side (loading code) is slow, and not counted */
   EXPECT(run_trial(1.00f, 0.80f, 50.0f, &left, &originals) == TRIAL_KEPT);
   EXPECT(left == (CUfunction)0xfa57 && originals == TRIAL_RUNS);
   originals = 0;
   EXPECT(run_trial(1.00f, 1.10f, 1.10f, &left, &originals) == TRIAL_SLOWER);
   EXPECT(left == NULL && originals == TRIAL_RUNS);
   EXPECT(run_trial(0.010f, 0.020f, 0.020f, &left, &originals) == TRIAL_SLOWER);   /* 10 us slower: beyond the floor */
-  /* mid-trial, a launch that cannot be timed (the last turn's events still pending) runs the
-   * variant, untimed */
+  EXPECT(run_trial(0.002f, 0.004f, 0.004f, &left, &originals) == TRIAL_KEPT);     /* 2 us: within it (a short kernel) */
+  EXPECT(run_trial(1.00f, 1.02f, 1.02f, &left, &originals) == TRIAL_KEPT && left == (CUfunction)0xfa57);   /* within 3% */
+  /* turns need not wait for the last one's time (a GPU-bound queue): all go out back to back;
+   * launches after them run the variant until the GPU has every turn's time */
   static kinfo busy;
   busy.ev[1] = (void *)0x2;
+  atomic_store(&busy.launches, 1000);
   uint8_t k3[8] = {3};
   sentry *b = new_entry(&busy, NULL, k3, 8, (CUfunction)0xb, 0);
-  trial_attach(&busy, b, 1, (CUfunction)0xb);
+  trial_attach(&busy, b, 1, PROTO_IMAGE_TRIAL, (CUfunction)0xb);
+  cur_trial = atomic_load(&b->trial);
+  turn_ms[0] = 1.0f; turn_ms[1] = 2.0f; first_ms = 2.0f;
+  query_answer = 600;   /* CUDA_ERROR_NOT_READY */
+  int turns = 0, originals_busy = 0;
+  for (int i = 0; i < TRIAL_AFTER + TRIAL_TURNS + 5; i++) {
+    trial_ticket tk = {0};
+    CUfunction f = trial_pick(&busy, b, (CUfunction)0xb, &tk);
+    turns += tk.t != NULL;
+    originals_busy += f == NULL;
+    sample_end(&busy, (CUstream)0x5, sample_begin(&busy, (CUstream)0x5, &tk), &tk);
+  }
+  EXPECT(turns == TRIAL_TURNS && originals_busy == TRIAL_RUNS && atomic_load(&busy.timing) == TRIAL_RUNS);
+  EXPECT(atomic_load(&cur_trial->verdict) == TRIAL_RUNNING);
+  query_answer = CUDA_SUCCESS;
   trial_ticket tk = {0};
-  for (int i = 0; i < TRIAL_AFTER; i++) EXPECT(trial_pick(&busy, b, (CUfunction)0xb, &tk) == (CUfunction)0xb && !tk.t);
-  atomic_store(&busy.sample_state, SAMPLE_RECORDING);
-  EXPECT(trial_pick(&busy, b, (CUfunction)0xb, &tk) == (CUfunction)0xb && !tk.t && atomic_load(&busy.timing) == 0);
-  atomic_store(&busy.sample_state, SAMPLE_IDLE);
-  EXPECT(trial_pick(&busy, b, (CUfunction)0xb, &tk) == (CUfunction)0xb && tk.t && tk.arm == 1);
-  /* slower by more than the margin, but within the floor (a short kernel): kept */
-  EXPECT(run_trial(0.002f, 0.004f, 0.004f, &left, &originals) == TRIAL_KEPT);
-  /* within the margin: kept */
-  EXPECT(run_trial(1.00f, 1.02f, 1.02f, &left, &originals) == TRIAL_KEPT && left == (CUfunction)0xfa57);
+  EXPECT(trial_pick(&busy, b, (CUfunction)0xb, &tk) == NULL && atomic_load(&cur_trial->verdict) == TRIAL_SLOWER);
   /* no events (HIP, or none could be made): no trial */
   static kinfo off;
   atomic_store(&off.sample_state, SAMPLE_OFF);
   uint8_t key[8] = {2};
   sentry *e = new_entry(&off, NULL, key, 8, (CUfunction)0x1, 0);
-  trial_attach(&off, e, 1, (CUfunction)0x1);
+  trial_attach(&off, e, 1, PROTO_IMAGE_TRIAL, (CUfunction)0x1);
   EXPECT(atomic_load(&e->trial) == NULL);
+  real_cuEventQuery = fake_event_query;
 }
 
 /* Stream capture: a launch into a capture runs the original even where a variant is loaded
