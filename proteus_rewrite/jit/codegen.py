@@ -268,10 +268,18 @@ def _nvjitlink():
     return nvjitlink
 
 
+def nvjitlink_options(arch: int, opt_level: int) -> list[str]:
+    """nvJitLink's own -O takes 0 or 3 only (ERROR_UNRECOGNIZED_OPTION otherwise: upstream's
+    tests/gpu/tuned_config.json asks CodeGenOptLevel 2); levels 1 and 2 go to its ptxas."""
+    opts = [f"-arch=sm_{arch}", "-O0" if opt_level == 0 else "-O3"]
+    return opts + ([f"-Xptxas=-O{opt_level}"] if opt_level in (1, 2) else [])
+
+
 def _nvjitlink_compile(ptx: PTX, opt_level: int) -> bytes:
     nvjitlink = _nvjitlink()
+    opts = nvjitlink_options(ptx.arch, opt_level)
     try:
-        handle = nvjitlink.create(2, [f"-arch=sm_{ptx.arch}", f"-O{opt_level}"])
+        handle = nvjitlink.create(len(opts), opts)
     except Exception as exc:  # library not found, or an incompatible one
         raise SpecializeError(f"nvJitLink is not usable: {str(exc).splitlines()[0]}") from None
     try:

@@ -152,6 +152,17 @@ def test_ptx_compilers_produce_a_cubin(table, compiler):
     assert r.image.data[:4] == b"\x7fELF" and r.image.arch == 90
 
 
+@pytest.mark.parametrize("compiler", ["nvjitlink", "ptxas"])
+@pytest.mark.parametrize("level", ["0", "1", "2"])
+def test_every_codegen_opt_level_compiles(table, compiler, level):
+    # nvJitLink's -O takes 0 or 3 only: upstream's tuned_config.json (CodeGenOptLevel 2) failed
+    t = table("loop_count")
+    k = kernel(t, "mix_rounds")
+    r = specialize(t, k, launch_for(k, {1: "5"}), Config.from_env({"PROTEUS_PTX_COMPILER": compiler,
+                                                                  "PROTEUS_CODEGEN_OPT_LEVEL": level}))
+    assert r.image.data[:4] == b"\x7fELF"
+
+
 @pytest.mark.gpu
 def test_driver_compiler_leaves_ptx_for_the_driver(table):
     t = table("loop_count")
