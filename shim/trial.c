@@ -109,6 +109,8 @@ static void collect(trial *t) {
 __attribute__((noinline)) CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk) {
   trial *t = atomic_load_explicit(&e->trial, memory_order_acquire);
   if (!t) goto variant;
+  /* a launch of its key, whichever side runs: upstream counts each as a use of the entry */
+  if (g_count_variants) atomic_fetch_add_explicit(&t->execs, 1, memory_order_relaxed);
   if (atomic_load_explicit(&t->verdict, memory_order_relaxed) == TRIAL_RUNNING) {
     collect(t);
     if (atomic_fetch_add_explicit(&t->launches, 1, memory_order_relaxed) >= TRIAL_AFTER &&
@@ -124,7 +126,6 @@ __attribute__((noinline)) CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction
       }
     }
   }
-  if (g_count_variants) atomic_fetch_add_explicit(&t->execs, 1, memory_order_relaxed);
   if (atomic_load_explicit(&e->fn, memory_order_acquire) == NULL) {   /* dropped meanwhile */
     atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
     return NULL;

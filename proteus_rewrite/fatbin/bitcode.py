@@ -11,6 +11,7 @@ microseconds where walking every operand through the C API costs milliseconds).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ _REF = re.compile(r'@("(?:[^"\\]|\\[0-9A-Fa-f]{2}|\\\\)*"|[-a-zA-Z$._][-a-zA-Z$.
 _STRATTR = re.compile(r'"([^"]+)"="([^"]*)"')
 _ANNOTATION = re.compile(r"\{ ptr (@[^,]+), ptr (@[^,]+), ptr (?:@[^,]+|null), i32 -?\d+, ptr (@[^ }]+|null) \}")
 _INT_ELEM = re.compile(r"i(?:8|16|32|64) (-?\d+)")
+# an annotation argument: an integer, or a string (upstream's JSON form, {"arg": N, ...})
+_ANNOTATION_ARG = re.compile(r"i(?:8|16|32|64) (-?\d+)|ptr (@(?:\"[^\"]+\"|[\w.$]+))")
 _IS_CONSTANT = re.compile(r"^[^\[{\"]*\bconstant\b")  # `@g = [linkage...] constant <type>` vs `global`
 _CSTRING = re.compile(r'c"((?:[^"\\]|\\[0-9A-Fa-f]{2})*)"')
 
@@ -233,7 +236,9 @@ def _flat_bound(value: str | None) -> tuple[int, int, int] | None:
 
 
 def _jit_annotations(gvs: dict) -> dict[str, tuple[int, ...]]:
-    """{kernel: 1-based argument indices} from annotate("jit", i, j, ...) on kernels."""
+    """{kernel: 1-based argument indices} from annotate("jit", i, j, ...) on kernels; an argument
+    may also be upstream's JSON string, R"({"arg": i})", whose `arg` is taken where it names a
+    scalar (no `type`, or a scalar one: upstream's arrays and objects are not folded here)."""
     table = gvs.get("llvm.global.annotations")
     if table is None:
         return {}
@@ -244,9 +249,30 @@ def _jit_annotations(gvs: dict) -> dict[str, tuple[int, ...]]:
         indices: tuple[int, ...] = ()
         args = gvs.get(_unquote(args_ref[1:])) if args_ref != "null" else None
         if args is not None:
-            indices = tuple(int(v) for v in _INT_ELEM.findall(str(args).split("constant", 1)[-1]))
+            found = []
+            for number, ref in _ANNOTATION_ARG.findall(str(args).split("constant", 1)[-1]):
+                if number:
+                    found.append(int(number))
+                elif (arg := _json_arg(_global_cstring(gvs, ref))) is not None:
+                    found.append(arg)
+            indices = tuple(found)
         out[_unquote(fn[1:])] = indices
     return out
+
+
+# upstream's RuntimeConstantType (include/proteus/CompilerInterfaceTypes.h): the scalar kinds
+# BOOL .. LONG_DOUBLE are 1 to 7; PTR, STATIC_ARRAY, VECTOR, ARRAY and OBJECT are not folded here
+_SCALAR_TYPES = range(1, 8)
+
+
+def _json_arg(text: str | None) -> int | None:
+    try:
+        doc = json.loads(text or "")
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("arg"), int):
+        return None
+    return doc["arg"] if doc.get("type") is None or doc.get("type") in _SCALAR_TYPES else None
 
 
 def _global_cstring(gvs: dict, ref: str) -> str | None:

@@ -216,7 +216,7 @@ def specialize(
     folded_values = {i: python_value(kernel.params[i], launch.args[i]) for i in plan.folded}
     timings["plan"] = ms_since(t0)
 
-    if cache is not None and not keep_ir:
+    if cache is not None:  # with keep_ir too, as upstream: only a variant compiled here has IR to show
         hit = cache.get(key)
         if hit is not None and (image := target.from_cache(hit[0])) is not None:
             return Result(key, kernel.name, image, hit[1], folded_values, plan, timings)

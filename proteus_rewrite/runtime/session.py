@@ -22,6 +22,7 @@ from ..fatbin.table import KernelRecord, KernelTable, best_for_arch
 from ..jit import process
 from ..jit.config import Config
 from ..jit.launch import foldable
+from .. import compat
 from ..policy import Tracker, decode_learned, POLICY_KIND, policy_key
 from . import protocol
 
@@ -139,6 +140,11 @@ def init(shim_dir: str, driver_version: int) -> bool:
                     by_entry[e.sha256] = (table, f.index)
     if not tables:
         print(f"proteus: warning: no kernel store (*.kstore) in {store_dir}; kernels run unspecialized", file=sys.stderr)
+    if "specialization" in config.trace and config.use_stored_cache:  # upstream builds its cache chain here
+        from . import trace as trace_mod
+
+        for line in compat.cache_chain_setup_lines():
+            trace_mod.upstream(line)
     _state = State(shim_dir, driver_version, config, make_chain(config.use_stored_cache, config.cache_dir, config.cache_max_mb),
                    tables, by_fatbin, by_entry)
     if config.compile_process:

@@ -54,7 +54,8 @@ def specialization(config, cg, record, result, block, grid, raw_args) -> None:
             lines = [compat.kernel_config_line(record.name, cg)]
             lines += compat.arg_spec_lines(record.name, {i: raw_args[i] for i in result.plan.folded},
                                            {i: record.params[i].llvm_type or "" for i in result.plan.folded})
-            calls = compat.sreg_calls(result.ir_text or "")
+            # the compiler's count of the calls it folded (the IR is kept only with ir-dump)
+            calls = result.sreg_calls or compat.sreg_calls(result.ir_text or "")
             if cg.specialize_dims:
                 lines += compat.dim_spec_lines(tuple(grid), tuple(block), calls)
             if cg.specialize_dims_range:

@@ -162,3 +162,21 @@ def test_nvcc_build_has_kernels_but_no_bitcode(table):
     t = table("loop_count_nvcc")
     assert {k.name for k in t.kernels} == set(LOOP_COUNT)
     assert not t.kernels_with_bitcode and not t.modules
+
+
+def test_upstreams_json_annotations_name_the_arguments_to_fold(tmp_path):
+    """annotate("jit", R"({"arg":1})", ...), as upstream's kernel_args_annot_* tests write it,
+    alone and mixed with plain indices; arrays and objects (a "type" other than a scalar's) are
+    not folded here."""
+    from proteus_rewrite.fatbin.kernels import extract
+
+    from ..support.clang import build_cuda
+
+    src = tmp_path / "annot.cu"
+    src.write_text('''#include <cstdio>
+__global__ __attribute__((annotate("jit", R"({"arg":1})", 2, R"({"arg":3,"type":3})", R"({"arg":4,"type":12})")))
+void k(int a, int b, int c, int *d) { if (a + b + c) d[0] = a; }
+int main() { int *d; cudaMalloc(&d, 4); k<<<1, 1>>>(1, 2, 3, d); cudaDeviceSynchronize(); return 0; }
+''')
+    (k,) = extract(build_cuda([src], tmp_path / "annot")).kernels
+    assert k.jit_args == (1, 2, 3)
