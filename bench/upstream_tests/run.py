@@ -287,6 +287,7 @@ def run_lines(program: dict, ctx: Context, scratch: Path, tool_dir: Path, exe: P
         if re.fullmatch(rf"{re.escape(program['name'])}\.\d+\.(txt|stderr)", old.name):
             old.unlink()
     cache_dir = scratch / "upstream.proteus"  # lit's %t.$$.proteus
+    shutil.rmtree(scratch / "default.proteus", ignore_errors=True)  # where lines without one cache (checks.line_env)
     s_dir = checks.source_dir(program, ctx.sources or ctx.work / "src")
     out = []
     for n, line in enumerate(program.get("runs", []), 1):

@@ -37,6 +37,8 @@ def test_run_line_env_substitutes_like_lit(tmp_path):
                    "PROTEUS_TRACE_OUTPUT": "specialization;cache-stats", "PROTEUS_ASYNC_COMPILATION": "0"}
     # upstream's default is synchronous compilation: added unless the line says otherwise
     assert checks.line_env(line({"PROTEUS_ASYNC_COMPILATION": "1"}), cache, s_dir)["PROTEUS_ASYNC_COMPILATION"] == "1"
+    # and its default cache is the test's own ./.proteus: a line without one gets the program's
+    assert checks.line_env(line({}), cache, s_dir)["PROTEUS_CACHE_DIR"] == str(tmp_path / "default.proteus")
     with pytest.raises(ValueError, match="%T"):
         checks.line_env(line({"PROTEUS_CACHE_DIR": "%T/x"}), cache, s_dir)
     assert checks.source_dir({"source": "tests/gpu/sub/a.cpp"}, tmp_path / "src") == tmp_path / "src/tests/gpu/sub"
