@@ -136,8 +136,8 @@ def filecheck(text: str, checks: list[dict]) -> list[str]:
 # --- CHECK lines that cannot hold under the tool, and why ----------------------------------------
 
 # A failing directive matched here is labelled "expected: <reason>" in the report (never hidden).
-# Each entry: "pattern" (a regex searched in the CHECK pattern) or "source" + "lines" (upstream
-# file, directive line numbers), and a reason derived from reading code, not from a run.
+# Each entry: "pattern" (a regex searched in the CHECK pattern) or "at" (upstream file -> its
+# directives' line numbers), and a reason derived from reading code, not from a run.
 KNOWN_DIFFERENCES: list[dict] = [
     {"pattern": r"^\[proteus\]\[JitEngineHost\]",
      "reason": "upstream's host-code JIT engine prints these; proteus-rewrite specializes device kernels "
@@ -148,25 +148,20 @@ KNOWN_DIFFERENCES: list[dict] = [
     {"pattern": r"^\[GVarInfo\]:",
      "reason": "upstream prints it from JitEngineDevice::insertGlobalVar, fed by the __proteus_register_var "
                "calls its compiler plugin inserts; proteus-rewrite prints no [GVarInfo] line (proteus_rewrite/, shim/)"},
-    {"source": "tests/gpu/kernel_host_jit.cpp", "lines": (37, 38),
+    {"at": {"tests/gpu/kernel_host_jit.cpp": (37, 38)},
      "reason": "its device kernel has no annotate(\"jit\") (its host launcher has): upstream JITs annotated "
                "kernels only, this tool every kernel that carries bitcode, so its device cache is used once"},
-    {"source": "tests/gpu/kernels_gvar.cpp", "lines": (47, 50),
+    {"at": {"tests/gpu/kernels_gvar.cpp": (47, 50)},
      "reason": "kernel3 has no annotate(\"jit\"): upstream JITs annotated kernels only, this tool every kernel "
                "that carries bitcode, so it counts 3 accesses where upstream counts 2"},
-    {"source": "tests/gpu/kernels_gvar.cpp", "lines": (51,),
+    {"at": {"tests/gpu/kernels_gvar.cpp": (51,), "tests/gpu/kernel_unused_gvar.cpp": (36,),
+            "tests/gpu/scale100-gvar/main.cpp": (272,)},
      "reason": "a kernel that uses a __device__ variable has the variable's address in its cache key here, and the "
                "driver places it anew in each process: the next run compiles it again (docs/user/limitations.md)"},
-    {"source": "tests/gpu/kernel_unused_gvar.cpp", "lines": (36,),
-     "reason": "a kernel that uses a __device__ variable has the variable's address in its cache key here, and the "
-               "driver places it anew in each process: the next run compiles it again (docs/user/limitations.md)"},
-    {"source": "tests/gpu/scale100-gvar/main.cpp", "lines": (272,),
-     "reason": "a kernel that uses a __device__ variable has the variable's address in its cache key here, and the "
-               "driver places it anew in each process: the next run compiles it again (docs/user/limitations.md)"},
-    {"source": "tests/gpu/dim_spec_cache_test.cpp", "lines": (121, 122),
+    {"at": {"tests/gpu/dim_spec_cache_test.cpp": (121, 122)},
      "reason": "upstream prints its in-memory entries in the order of its own hash values, which this tool does "
                "not compute (its HashValue stands in for them): the two entries come in the other order"},
-    {"source": "tests/gpu/enable_disable.cpp", "lines": (37, 38),
+    {"at": {"tests/gpu/enable_disable.cpp": (37, 38)},
      "reason": "proteus::enable/disable are do-nothing link stubs here (stubs/proteus_host_stubs.cpp): the tool "
                "cannot see that upstream runs the 2nd of 3 launches with the JIT off: its cache counts cover all 3"},
 ]
@@ -177,7 +172,7 @@ def known_reason(program: dict, check: dict) -> str | None:
     for known in KNOWN_DIFFERENCES:
         if "pattern" in known and re.search(known["pattern"], check["pattern"]):
             return known["reason"]
-        if known.get("source") == source and check["line"] in known.get("lines", ()):
+        if check["line"] in known.get("at", {}).get(source, ()):
             return known["reason"]
     return None
 

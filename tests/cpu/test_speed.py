@@ -12,10 +12,9 @@ import pytest
 from proteus_rewrite import runtime
 from proteus_rewrite.jit.launch import parse_value
 from proteus_rewrite.runtime import protocol, speed
-from proteus_rewrite.runtime.session import KernelStats
 
 from ..conftest import run_cli
-from ..support.launches import kernel
+from ..support.launches import runtime_over
 
 
 @pytest.fixture
@@ -26,13 +25,7 @@ def state(samples, tmp_path, monkeypatch):
     monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
 
     def again():
-        runtime.reset()
-        assert runtime.init(str(tmp_path / "out"), 13000)
-        st = runtime.state()
-        t = st.tables[0]
-        k = kernel(t, "axpy_loop")
-        st.kernels.append((t, k))
-        st.stats.append(KernelStats(k.name, k.demangled))
+        st, _t, k = runtime_over(tmp_path / "out", "axpy_loop")
         return st, k
 
     yield again

@@ -13,11 +13,10 @@ import pytest
 
 from proteus_rewrite import runtime, store
 from proteus_rewrite.jit.launch import parse_value
-from proteus_rewrite.runtime import protocol, session, validate
-from proteus_rewrite.runtime.session import KernelStats
+from proteus_rewrite.runtime import protocol, validate
 
 from ..conftest import run_cli
-from ..support.launches import kernel
+from ..support.launches import kernel, runtime_over
 
 
 def f32(*xs):
@@ -48,14 +47,7 @@ def state(samples, table, tmp_path, monkeypatch):
     assert run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "out")).returncode == 0
     monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
-    runtime.reset()
-    assert runtime.init(str(tmp_path / "out"), 13000)
-    st = runtime.state()
-    t = st.tables[0]
-    k = kernel(t, "axpy_loop")
-    st.kernels.append((t, k))
-    st.stats.append(KernelStats(k.name, k.demangled))
-    yield st, t, k
+    yield runtime_over(tmp_path / "out", "axpy_loop")
     runtime.reset()
 
 

@@ -24,3 +24,20 @@ def launch_for(k, values: dict[int, str], block=(256, 1, 1), grid=(4096, 1, 1), 
         else:
             raw.append(bytes(p.size))
     return Launch(tuple(raw), grid, block, 90, globals_ or {})
+
+
+def runtime_over(store_dir, kernel_name: str):
+    """The run time initialized over the store in `store_dir` (PROTEUS_CACHE_DIR and
+    PROTEUS_COMPILE_PROCESS set by the caller), with `kernel_name` resolved as kernel 0, as the
+    shim's first launch of it would: (state, table, kernel)."""
+    from proteus_rewrite import runtime
+    from proteus_rewrite.runtime.session import KernelStats
+
+    runtime.reset()
+    assert runtime.init(str(store_dir), 13000)
+    st = runtime.state()
+    t = st.tables[0]
+    k = kernel(t, kernel_name)
+    st.kernels.append((t, k))
+    st.stats.append(KernelStats(k.name, k.demangled))
+    return st, t, k
