@@ -340,6 +340,9 @@ def run_filecheck(filecheck: str, source: Path, prefixes: list[str], text_file: 
             "source_line": int(m.group(1)) if m else None, "stderr_tail": proc.stderr[-2000:]}
 
 
+_DEFINITION = re.compile(r"\[\[(\w+):(.*?)\]\]")
+
+
 def _explained(filecheck: str, program: dict, source: Path, run: dict, text_file: Path, line_no: int | None) -> str | None:
     """The known difference that explains FileCheck's failure, if any: the first error is on a known
     directive, and FileCheck passes once every known directive of these prefixes is blanked out."""
@@ -349,7 +352,16 @@ def _explained(filecheck: str, program: dict, source: Path, run: dict, text_file
         return None
     known = {c["line"] for c in checks if known_reason(program, c)}
     text = source.read_text().splitlines()
-    blanked = [("//" if n in known else l) for n, l in enumerate(text, 1)]  # keeps line numbers
+    # A blanked directive may define a variable a kept one uses ([[SZ:[0-9]+]], then [[SZ]]):
+    # the uses then match what the definition would have, as run.py's checker does.
+    defined = {name: rx for n in known if n <= len(text) for name, rx in _DEFINITION.findall(text[n - 1])}
+    blanked = []
+    for n, line in enumerate(text, 1):  # keeps line numbers
+        if n in known:
+            line = "//"
+        for name, rx in defined.items():
+            line = line.replace(f"[[{name}]]", "{{" + rx + "}}")
+        blanked.append(line)
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / source.name
         copy.write_text("\n".join(blanked) + "\n")

@@ -302,3 +302,25 @@ def test_recheck_on_kernel_cache_checks(tmp_path, doc):
     assert by_line[rows[2]["source_line"]]["directive"] == "NOT" and rows[2]["source_line"] == runs[2]["failing_line"]
     assert all(r["agrees_with_builtin"] for r in rows)
     assert "error:" in rows[1]["error"]
+
+
+@pytest.mark.skipif(not Path(FILECHECK).exists(), reason=f"no LLVM FileCheck at {FILECHECK}")
+def test_recheck_explains_a_known_line_whose_variable_a_kept_line_uses(tmp_path, doc):
+    """global_var_register: a [GVarInfo] directive (a known difference) defines [[SZ_CHAR]], which
+    the next, kept directive uses; blanked, its uses match what it would have defined."""
+    program = next(p for p in doc["programs"] if p["name"] == "global_var_register")
+    src = tmp_path / "src"
+    (src / "tests" / "gpu").mkdir(parents=True)
+    (src / program["expected_output_source"]).write_text(source_text(program["checks"]))
+    up = program["runs"][0]
+    text = "".join(f"{v} has size of {n}\n" for v, n in (("CharVar", 1), ("IntVar", 4), ("LongVar", 8), ("FloatVar", 4),
+                                                        ("DoubleVar", 8), ("LSVar", 112), ("SSVar", 12)))
+    (tmp_path / "upstream-runs").mkdir()
+    (tmp_path / "upstream-runs" / "global_var_register.1.txt").write_text(text)
+    result = checks.judge_line(program, up, text, 0, 1.0)
+    (tmp_path / "upstream-tests.json").write_text(json.dumps({"programs": [
+        {"name": program["name"], "source": program["source"], "expected_output_source": program["expected_output_source"],
+         "upstream_runs": [{**checks.line_record(1, up), **result, "output_file": "upstream-runs/global_var_register.1.txt"}]}]}))
+    assert run.main(["--recheck", str(tmp_path), "--filecheck", FILECHECK, "--sources", str(src)]) == 0
+    (row,) = json.loads((tmp_path / "upstream-filecheck.json").read_text())["runs"]
+    assert row["filecheck"] == "FAIL" and "GVarInfo" in (row["expected"] or ""), row
