@@ -154,10 +154,6 @@ KNOWN_DIFFERENCES: list[dict] = [
     {"at": {"tests/gpu/kernels_gvar.cpp": (47, 50)},
      "reason": "kernel3 has no annotate(\"jit\"): upstream JITs annotated kernels only, this tool every kernel "
                "that carries bitcode, so it counts 3 accesses where upstream counts 2"},
-    {"at": {"tests/gpu/kernels_gvar.cpp": (51,), "tests/gpu/kernel_unused_gvar.cpp": (36,),
-            "tests/gpu/scale100-gvar/main.cpp": (272,)},
-     "reason": "a kernel that uses a __device__ variable has the variable's address in its cache key here, and the "
-               "driver places it anew in each process: the next run compiles it again (docs/user/limitations.md)"},
     {"at": {"tests/gpu/dim_spec_cache_test.cpp": (121, 122)},
      "reason": "upstream prints its in-memory entries in the order of its own hash values, which this tool does "
                "not compute (its HashValue stands in for them): the two entries come in the other order"},

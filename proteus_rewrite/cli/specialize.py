@@ -35,7 +35,7 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     The PROTEUS_* variables apply as at run time.
     """
     from .. import jit
-    from ..jit import process
+    from ..jit import process, relink
     from ..jit.launch import parse_value
 
     table = load(store_or_app)
@@ -63,7 +63,7 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
             addresses[name] = int(addr, 0)
         except ValueError:
             raise click.BadParameter(f"{g!r}: expected NAME=ADDRESS", param_hint="--global") from None
-    relink = bool(addresses) or not record.globals
+    redirect = bool(addresses) or not record.globals
     if block is None:
         bound = record.max_threads[0] * record.max_threads[1] * record.max_threads[2] if record.max_threads else 256
         block = str(min(256, bound))
@@ -73,7 +73,7 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     # As at run time: LLVM and the PTX compiler run in a compiler process unless
     # PROTEUS_COMPILE_PROCESS=0, so that this command shows what an app would get.
     compiler = process.Compilers(sys.executable, quiet=False) if config.compile_process else None
-    result = jit.specialize(table, record, launch, config, keep_ir=True, relink_globals=relink, compiler=compiler)
+    result = jit.specialize(table, record, launch, config, keep_ir=True, relink_globals=redirect, compiler=compiler)
 
     info = [f"kernel   {record.demangled} ({arch_name(sm)})", f"key      {result.key}"]
     info.append("folded   " + (", ".join(f"arg {i} = {v!r}" for i, v in sorted(result.folded.items())) or "nothing"))
@@ -85,7 +85,7 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     if result.plan.max_registers:
         info.append(f"registers at most {result.plan.max_registers} (the AOT code: {record.aot_registers})")
     info.extend(f"note     {n}" for n in result.notes)
-    if record.globals and not relink:
+    if record.globals and not redirect:
         info.append(f"globals  {', '.join(record.globals)} keep their own copies here (pass --global NAME=ADDR to redirect)")
     info.append("time     " + ", ".join(f"{k} {v:.1f} ms" for k, v in result.timings_ms.items()))
     if compiler is not None and compiler.nvjitlink:
@@ -101,7 +101,8 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
             raise click.UsageError(f"a {'cubin' if emit == 'cubin' else 'code object'} is binary: give -o FILE")
         data = result.image.data
     else:
-        data = (result.ir_text if emit == "ir" else result.ptx.text).encode()
+        # the PTX as this launch would load it: device variables' pointers set (the cache keeps placeholders)
+        data = (result.ir_text if emit == "ir" else relink.patch_image(result.ptx, result.plan.globals).text).encode()
     if output:
         atomic_write(output, data)
         err_console.print(f"wrote    {output}", markup=False)

@@ -8,7 +8,7 @@ and parameter list calls it, passing constants for the folded arguments. After i
 O3 sees the constants everywhere. Block and grid sizes are folded the same way: the
 `llvm.nvvm.read.ptx.sreg.ntid/nctaid` intrinsics are renamed to functions the wrapper
 defines as constants. Device variables (`__device__`, `__constant__`) are not copied: every
-use is redirected to the address of the AOT module's variable, so JIT and AOT kernels
+use goes through a pointer to the AOT module's variable (relink.py), so JIT and AOT kernels
 share the same memory.
 
 llvmlite's structured API does the renames, linkage changes, attributes and dead-code
@@ -28,6 +28,7 @@ from .. import faults
 from ..errors import SpecializeError
 from ..fatbin import bitcode as bitcode_mod
 from ..fatbin.table import KernelRecord, KernelTable
+from . import relink
 from .plan import Findings, Plan
 
 IMPL = "__proteus_impl"
@@ -126,7 +127,8 @@ def _specialize(module: llvm.ModuleRef, table: KernelTable, kernel: KernelRecord
         found.notes.append(f"{undefined} undefined value{'s' if undefined > 1 else ''} (uninitialized locals, or undef in the "
                      "recorded code) defined as zero")
     if plan.relink_globals:
-        text = _redirect_globals(text, module, plan.globals, kernel, amdgpu)
+        text = relink.load_through_pointers(text, sorted(plan.globals), kernel.demangled,
+                                            lambda n: re.escape(llvm_name(n)) + r"(?![-\w$.])", amdgpu)
     text = _drop_declarations(text, [SREG_RENAMED + r.replace(".", "_") for r in renamed])
     text += _amdgpu_wrapper(kernel, params, plan, kept) if amdgpu else _wrapper(kernel, params, plan, renamed, kept)
     try:
@@ -267,34 +269,6 @@ def define_undefined(text: str) -> tuple[str, int]:
 def _drop_declarations(text: str, names: list[str]) -> str:
     for n in names:
         text = re.sub(r"^declare [^\n]*" + re.escape(llvm_name(n)) + r"\([^\n]*\n", "", text, count=1, flags=re.M)
-    return text
-
-
-def _redirect_globals(text: str, module: llvm.ModuleRef, addresses: dict[str, int], kernel: KernelRecord,
-                      amdgpu: bool = False) -> str:
-    """Point every use of a device variable at the AOT module's copy; drop the JIT module's own."""
-    for g in module.global_variables:
-        if g.name not in addresses:
-            continue
-        ref = re.escape(llvm_name(g.name)) + r"(?![-\w$.])"
-        addr = addresses[g.name]
-        glob = f"inttoptr (i64 {addr} to ptr addrspace(1))"
-        # The AOT variable lives in global memory whatever its address space (a __constant__ is
-        # global memory behind the constant cache), so every use goes through a global pointer.
-        text = re.sub(r"addrspacecast \(ptr addrspace\(\d+\) " + ref + r" to ptr\)", f"addrspacecast (ptr addrspace(1) {glob} to ptr)", text)
-        text = re.sub(r"ptr addrspace\(1\) " + ref, "ptr addrspace(1) " + glob, text)
-        if amdgpu:
-            # AMDGPU's constant address space (4) is the same 64-bit memory as the global one,
-            # so a __constant__ used directly in addrspace(4) is redirected in place.
-            const = f"inttoptr (i64 {addr} to ptr addrspace(4))"
-            text = re.sub(r"ptr addrspace\(4\) " + ref, "ptr addrspace(4) " + const, text)
-        text = re.sub(r"^" + ref + r" = [^\n]*\n", "", text, count=1, flags=re.M)
-        leftover = re.search(ref, text)
-        if leftover:
-            line = text[text.rfind("\n", 0, leftover.start()) + 1 : text.find("\n", leftover.start())]
-            raise SpecializeError(
-                f"{kernel.demangled}: device variable {g.name} is used in a form that cannot be redirected: {line.strip()[:120]}"
-            )
     return text
 
 

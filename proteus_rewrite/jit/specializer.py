@@ -30,7 +30,7 @@ from .. import __version__
 from ..cache import CacheChain, Entry
 from ..errors import SpecializeError
 from ..fatbin.table import KernelRecord, KernelTable
-from . import codegen, occupancy, pipeline, targets
+from . import codegen, occupancy, pipeline, relink, targets
 from .config import CodegenConfig, Config
 from .launch import Launch, foldable, ir_constant, python_value
 from .plan import Plan
@@ -150,8 +150,10 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
         "min_ctas": plan.min_ctas,
         "max_registers": plan.max_registers,
         "alignment": {str(k): v for k, v in sorted(plan.alignment.items())},
-        "globals": dict(sorted(plan.globals.items())),
-        "relink_globals": plan.relink_globals,
+        # names only: the addresses are set in the image as it is loaded (relink.py), so one
+        # entry serves every process and context
+        "globals": sorted(plan.globals),
+        "relink_globals": "pointers" if plan.relink_globals else False,
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
@@ -219,7 +221,7 @@ def specialize(
     if cache is not None:  # with keep_ir too, as upstream: only a variant compiled here has IR to show
         hit = cache.get(key)
         if hit is not None and (image := target.from_cache(hit[0])) is not None:
-            return Result(key, kernel.name, image, hit[1], folded_values, plan, timings)
+            return Result(key, kernel.name, _relinked(image, plan), hit[1], folded_values, plan, timings)
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
@@ -231,8 +233,14 @@ def specialize(
     if cache is not None:
         cache.put(Entry(key, target.cache_kind(image), launch.arch, image.data,
                         {"kernel": kernel.name, "compile_ms": round(timings["total"], 2), "tool": __version__}))
-    return Result(key, kernel.name, image, "compiled", folded_values, plan, timings, done.ptx, done.ir_text,
+    return Result(key, kernel.name, _relinked(image, plan), "compiled", folded_values, plan, timings, done.ptx, done.ir_text,
                   tuple(done.found.notes), done.found.sreg_calls)
+
+
+def _relinked(image: codegen.Image, plan: Plan) -> codegen.Image:
+    """The image as this process loads it: the device variables' pointers set (the cache keeps
+    the placeholder)."""
+    return relink.patch_image(image, plan.globals) if plan.relink_globals else image
 
 
 def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, arch: int | str, isa: int | None,

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from proteus_rewrite.fatbin import amdgpu_codeobj, extract
-from proteus_rewrite.jit import codegen, ir, pipeline
+from proteus_rewrite.fatbin import amdgpu_codeobj, elf64, extract
+from proteus_rewrite.jit import codegen, ir, pipeline, relink
 from proteus_rewrite.jit.plan import Plan
 
 from ..support.hip_samples import hip_samples
@@ -99,11 +99,22 @@ def test_declared_launch_bound_and_target_attributes_carry_over():
     assert '"amdgpu-flat-work-group-size"="1,64"' in attrs and '"target-cpu"="gfx940"' in attrs
 
 
-def test_device_variables_are_redirected_to_the_aot_addresses():
+def test_device_variables_are_reached_through_pointers_patched_in_the_code_object(tmp_path):
+    _tools()
     table = extract(hip_samples() / "device_globals")
     kernel = next(k for k in table.kernels if k.name == "_Z5applyPfPKfi" and k.arch == "gfx90a")
     addrs = {"coeffs": 0x7F0000001000, "hits": 0x7F0000002000, "table": 0x7F0000003000}
-    text = str(ir.specialize_module(table, kernel, _plan({2: "1024"}, globals_=addrs)))
-    for name, addr in addrs.items():
-        assert f"@{name} " not in text
-        assert str(addr) in text
+    module, co = _compile(table, kernel, _plan({2: "1024"}, globals_=addrs), "gfx90a")
+    text = str(module)
+    assert not any(re.search(rf"^@{name} ", text, re.M) for name in addrs)  # no copies of its own
+    assert not any(str(a) in text for a in addrs.values())  # no address in the code: one image for every process
+    patched = relink.patch_image(co, addrs)
+    offsets = elf64.symbol_offsets(patched.data, {relink.pointer_name(i) for i in range(3)})
+    assert len(offsets) == 3
+    for i, name in enumerate(sorted(addrs)):
+        off, size = offsets[relink.pointer_name(i)]
+        assert int.from_bytes(patched.data[off : off + size], "little") == addrs[name]
+        assert int.from_bytes(co.data[off : off + size], "little") == relink.PLACEHOLDER
+    path = tmp_path / "jit.co"
+    path.write_bytes(patched.data)
+    assert "_Z5applyPfPKfi.kd" in _tool(READELF, "-s", co=str(path))  # still a well-formed object

@@ -9,8 +9,10 @@ import struct
 
 import pytest
 
+from proteus_rewrite.cache import CacheChain, StorageCache
 from proteus_rewrite.errors import SpecializeError
-from proteus_rewrite.jit import Config, Launch, occupancy, specialize, specializer, targets
+from proteus_rewrite.fatbin import elf64
+from proteus_rewrite.jit import Config, Launch, codegen, occupancy, relink, specialize, specializer, targets
 from proteus_rewrite.jit.launch import ir_constant, parse_value
 from proteus_rewrite.fatbin.kernels import ParamRecord
 
@@ -89,7 +91,12 @@ def test_no_specialization_at_all_still_compiles_the_original_semantics(table):
     assert all(f"{r.entry}_param_{i}" in body.split("{", 1)[1] for i in range(5))
 
 
-def test_device_globals_resolve_to_the_aot_addresses_and_are_not_duplicated(table):
+def _pointers(image) -> dict[str, int]:
+    offsets = elf64.symbol_offsets(image.data, {relink.pointer_name(i) for i in range(8)})
+    return {n: int.from_bytes(image.data[o : o + s], "little") for n, (o, s) in offsets.items()}
+
+
+def test_device_globals_are_reached_through_pointers_set_to_the_aot_addresses(table):
     t = table("device_globals")
     addrs = {"hits": 0x7F00DEAD1000, "table": 0x7F00DEAD2000, "coeffs": 0x7F00DEAD3000}
     for prefix in ("accumulate", "apply"):
@@ -98,19 +105,29 @@ def test_device_globals_resolve_to_the_aot_addresses_and_are_not_duplicated(tabl
         body = ptx_body(r)
         for name, addr in addrs.items():
             assert not re.search(rf"\.global .*\b{name}\b", body), name  # no JIT-side copy
-        used = [a for a in addrs.values() if str(a) in body]
-        assert used, body[:400]
+            assert str(addr) not in body and f"{addr:x}" not in body  # nor its address in the code
         assert ".const" not in body  # __constant__ data is read from the AOT copy in global memory
+        assert re.search(r"ld\.global\.nc\.b64\s+%rd\d+, \[__proteus_gvar_\d\]", body)
+        # names sorted: coeffs, hits, table
+        assert _pointers(r.image) == {"__proteus_gvar_0": 0x7F00DEAD3000, "__proteus_gvar_1": 0x7F00DEAD1000,
+                                      "__proteus_gvar_2": 0x7F00DEAD2000}
 
 
-def test_device_global_addresses_are_required_and_part_of_the_key(table):
+def test_device_global_addresses_are_required_and_not_part_of_the_key(table, tmp_path):
     t = table("device_globals")
     k = kernel(t, "apply")
     with pytest.raises(SpecializeError, match="address of device variable"):
         specialize(t, k, launch_for(k, {2: "10"}), CFG)
     a = {"hits": 0x1000, "table": 0x2000, "coeffs": 0x3000}
     b = dict(a, table=0x9000)
-    assert specialize(t, k, launch_for(k, {2: "10"}, globals_=a), CFG).key != specialize(t, k, launch_for(k, {2: "10"}, globals_=b), CFG).key
+    cache = CacheChain([StorageCache(tmp_path)])
+    ra = specialize(t, k, launch_for(k, {2: "10"}, globals_=a), CFG, cache=cache)
+    rb = specialize(t, k, launch_for(k, {2: "10"}, globals_=b), CFG, cache=cache)  # another process's addresses
+    assert (ra.source, rb.source) == ("compiled", "disk") and ra.key == rb.key
+    assert _pointers(ra.image)["__proteus_gvar_2"] == 0x2000 and _pointers(rb.image)["__proteus_gvar_2"] == 0x9000
+    stored = cache.get(ra.key)[0].data  # the cache keeps the placeholder, set anew at each load
+    assert set(_pointers(codegen.Cubin(stored, 90)).values()) == {relink.PLACEHOLDER}
+    assert len(ra.image.data) == len(rb.image.data) == len(stored)
 
 
 def test_annotated_kernel_folds_exactly_its_annotated_arguments(table):

@@ -211,15 +211,12 @@ def test_prewarmed_cache_means_zero_compilations(samples, recorded, tmp_path):
         second = run(samples / app, args, **env)
         assert second.returncode == 0 and second.stdout == first.stdout
         doc = json.loads((tmp_path / "second" / "report.json").read_text())
-        # Kernels with device variables are keyed by their addresses, which another process may
-        # not share (README: limitations); every other kernel is served from the prewarmed cache.
-        plain = [k for k in doc["kernels"] if not k["globals"]]
-        assert all(k["specializations"] == 0 for k in plain), (app, doc)
+        # every kernel is served from the prewarmed cache, those with device variables too (their
+        # addresses are set in the image as this process loads it)
+        assert all(k["specializations"] == 0 for k in doc["kernels"]), (app, doc)
+        assert all(k["disk_cache_hits"] > 0 for k in doc["kernels"] if k["specialized_launches"]), (app, doc)
         # prewarm noted that the next run compiles nothing: the compiler is not warmed up ahead
-        # (device_globals' kernel with device variables then compiles on a compile thread)
         assert doc["prestart"]["compiler_skipped"], (app, doc["prestart"])
-        if plain:
-            assert sum(k["disk_cache_hits"] for k in plain) > 0, (app, doc)
 
 
 def test_a_spent_compile_budget_runs_the_original_kernel_quietly(samples, recorded, tmp_path):
