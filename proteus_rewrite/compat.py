@@ -96,6 +96,7 @@ OWN_ENV: Mapping[str, str] = {
     "PROTEUS_PTX_COMPILER": "PTX assembler: auto, nvjitlink, ptxas or driver",
     "PROTEUS_CAP_REGISTERS": "at most the registers that keep the AOT code's blocks per SM",
     "PROTEUS_OCCUPANCY_STEP": "try the variant at one more block per SM, kept where it spills little",
+    "PROTEUS_SKIP_PASSES": "passes of LLVM's pipeline not run (default: indvars)",
     "PROTEUS_SPEED_CHECK": "time each new variant against the original; drop it where slower",
     "PROTEUS_VALIDATE": "check each variant's first launch against the original kernel",
     "PROTEUS_VALIDATE_ULPS": "float differences validation accepts, in ULPs",

@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -66,6 +67,9 @@ def _soft_bool(env: Mapping[str, str], name: str, default: bool, notes: list[str
     return default if value is None else value
 
 
+DEFAULT_SKIPPED = ("indvars",)
+
+
 @dataclass(frozen=True)
 class CodegenConfig:
     """Everything that changes the generated code (and so goes into the cache key)."""
@@ -83,6 +87,9 @@ class CodegenConfig:
     min_blocks_per_sm: int | None = None  # MinBlocksPerSM, applied only when the block size is TunedMaxThreads
     cap_registers: bool = True  # PROTEUS_CAP_REGISTERS (ours): at most the registers that keep the AOT code's occupancy
     occupancy_step: bool = True  # PROTEUS_OCCUPANCY_STEP (ours): try one more block per SM (targets.step_occupancy)
+    # PROTEUS_SKIP_PASSES (ours): passes of LLVM's pipeline not run. LLVM 22's IndVarSimplify
+    # raised register pressure past LLVM 19's (docs/dev/findings-codegen.md).
+    skip_passes: tuple[str, ...] = DEFAULT_SKIPPED
 
     def key_fields(self) -> dict:
         return dict(_key_fields(self))
@@ -212,7 +219,19 @@ def _codegen_from_env(env: Mapping[str, str]) -> CodegenConfig:
         ptx_compiler=compiler,
         cap_registers=_bool(env, "PROTEUS_CAP_REGISTERS", True),
         occupancy_step=_bool(env, "PROTEUS_OCCUPANCY_STEP", True),
+        skip_passes=_pass_names(env),
     )
+
+
+def _pass_names(env: Mapping[str, str]) -> tuple[str, ...]:
+    if "PROTEUS_SKIP_PASSES" not in env:
+        return DEFAULT_SKIPPED
+    names = tuple(sorted({n.strip() for n in env["PROTEUS_SKIP_PASSES"].split(",") if n.strip()}))
+    bad = [n for n in names if not re.fullmatch(r"[a-z][a-z0-9-]*", n)]
+    if bad:
+        raise SpecializeError(f"PROTEUS_SKIP_PASSES={env['PROTEUS_SKIP_PASSES']!r}: {bad[0]!r} is not a pass name "
+                              "as LLVM's pipelines spell them (e.g. indvars, licm)")
+    return names
 
 
 def _number(env, name: str, default: float, integer: bool = False) -> float:

@@ -136,6 +136,27 @@ class Tuning:
         return cls("-vectorize-loops" in args, "-vectorize-slp" in args, unroll, contract)
 
 
+_skipped: frozenset[str] | None = None  # what this process told LLVM to skip
+
+
+def skip(names: tuple[str, ...]) -> None:
+    """Have LLVM's pipelines skip the passes `names` (LLVM's -opt-disable), from now on in this
+    process: the option only adds, so a pass once skipped cannot run again here, and asking
+    for it is an error (the variant is not made; the original kernel runs). Call it before the
+    module's LLVM context is made: a context reads the option when it is created."""
+    global _skipped
+    import llvmlite.binding as llvm
+
+    wanted = frozenset(names)
+    if _skipped is not None and not _skipped <= wanted:
+        raise SpecializeError(f"PROTEUS_SKIP_PASSES: this process already skips {', '.join(sorted(_skipped))}, "
+                              "and LLVM cannot run a skipped pass again in the same process")
+    added = wanted - (_skipped or frozenset())
+    if added:
+        llvm.set_option("proteus", "-opt-disable=" + ",".join(sorted(added)))
+    _skipped = wanted
+
+
 def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str, tuning: Tuning = Tuning()) -> None:
     """Run the pipeline over the module, in order."""
     import llvmlite.binding as llvm

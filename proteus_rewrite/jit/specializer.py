@@ -319,6 +319,7 @@ def warm_up(arch: int, config: Config | None = None, driver_version: int | None 
     if cg.ptx_compiler != "driver":
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
     with LLVM_LOCK:
+        pipeline.skip(cg.skip_passes)
         context = llvm.create_context()
         module = None
         try:

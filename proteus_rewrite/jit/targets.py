@@ -56,6 +56,7 @@ def optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, tim
     from . import ir  # llvmlite: only when compiling
 
     with LLVM_LOCK:
+        pipeline.skip(cg.skip_passes)
         context = llvm.create_context()
         module = None
         try:
