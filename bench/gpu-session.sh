@@ -17,6 +17,7 @@ export PROTEUS_COMMIT=${PROTEUS_COMMIT:-$(git rev-parse HEAD 2>/dev/null || cat 
 pack() { (cd "$OUT" && tar -cJf /tmp/results.tar.xz --exclude=results.tar.xz . && find . -mindepth 1 -delete && mv /tmp/results.tar.xz .); }
 trap pack EXIT
 kernel_trace_lib() {   # the CUPTI injection library the GPU tests use, built once here
+  mkdir -p /tmp/cupti
   python -c "from tests.support import cupti; print(cupti.injection_library('/tmp/cupti'))" 2>>"$OUT/cupti.log"
 }
 

@@ -246,6 +246,7 @@ def test_textual_pipeline_is_applied(table):
         ({"PROTEUS_ASYNC_COMPILATION": "2"}, "expected 0, 1 or auto"),
         ({"PROTEUS_ASYNC_THREADS": "0"}, "expected 1 to 64"),
         ({"PROTEUS_ASYNC_THREADS": "many"}, "PROTEUS_ASYNC_THREADS='many'"),
+        ({"PROTEUS_SKIP_PASSES": "indvars,Loop Unroll"}, "'Loop Unroll' is not a pass name"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(env, message):
@@ -257,6 +258,20 @@ def test_bad_configuration_is_a_clear_error(env, message):
                                          ("1", "1"), ("yes", "1")])
 def test_async_compilation_modes(value, mode):
     assert Config.from_env({} if value is None else {"PROTEUS_ASYNC_COMPILATION": value}).async_compilation == mode
+
+
+def test_skipped_passes_default_to_indvars_and_cannot_come_back_in_a_process(table):
+    assert CFG.codegen.skip_passes == ("indvars",)
+    assert Config.from_env({"PROTEUS_SKIP_PASSES": ""}).codegen.skip_passes == ()
+    assert Config.from_env({"PROTEUS_SKIP_PASSES": " licm, indvars "}).codegen.skip_passes == ("indvars", "licm")
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    specialize(t, k, launch_for(k, {1: "8"}), CFG)  # this process now skips indvars (LLVM's -opt-disable)
+    again = Config.from_env({"PROTEUS_SKIP_PASSES": ""})
+    with pytest.raises(SpecializeError, match="already skips indvars, and LLVM cannot run a skipped pass again"):
+        specialize(t, k, launch_for(k, {1: "8"}), again)
+    cached = specialize(t, k, launch_for(k, {1: "8"}), CFG)
+    assert cached.key != specializer.cache_key(t, k, cached.plan, again.codegen, ("compiler", 90), 90)
 
 
 def test_unknown_pipeline_pass_lists_the_supported_ones(table):
