@@ -168,8 +168,8 @@ void read_async_env(void) {   /* jit_lock held */
 
 /* Python, or the compiler's warm-up, still starting on the prestart thread, which holds
  * jit_lock while Python starts and the GIL while the compiler warms up: a miss now would wait
- * for it. HeCBench adam's first warm run after a compiling one (which warms the compiler up
- * ahead) spent 43 ms more in its timed loop than later runs. Read without jit_lock. */
+ * for it. HeCBench adam's warm run after a compiling one did, 43 ms in the first launch of its
+ * timed loop (a warm-up ahead follows a run that compiled). Read without jit_lock. */
 int prestart_busy(void) {
   int s = __atomic_load_n(&pre_state, __ATOMIC_ACQUIRE);
   if (s != PRE_PYTHON && s != PRE_COMPILER) return 0;
