@@ -145,36 +145,20 @@ void stop_workers(void) {
   pthread_mutex_unlock(&q_lock);
 }
 
-static int parse_async_env(void) {
-  const char *raw = getenv(ENV_ASYNC_COMPILATION);
+void read_async_env(void) {   /* jit_lock held */
+  if (g_async >= 0) return;
+  const char *raw = getenv(ENV_ASYNC_COMPILATION), *t = getenv(ENV_ASYNC_THREADS);
   char a[16] = "";   /* as config.py reads it (which refuses anything else): blanks around ignored */
   if (raw) {
     while (*raw == ' ' || *raw == '\t') raw++;
     size_t n = strcspn(raw, " \t");
     if (n < sizeof a) { memcpy(a, raw, n); a[n] = 0; }
   }
-  return !a[0] || !strcasecmp(a, "auto") ? ASYNC_AUTO
-         : !strcasecmp(a, "1") || !strcasecmp(a, "true") || !strcasecmp(a, "yes") || !strcasecmp(a, "on") ? ASYNC_ON
-         : ASYNC_OFF;
-}
-
-void read_async_env(void) {   /* jit_lock held */
-  if (g_async >= 0) return;
-  const char *t = getenv(ENV_ASYNC_THREADS);
-  g_async = parse_async_env();
+  g_async = !a[0] || !strcasecmp(a, "auto") ? ASYNC_AUTO
+            : !strcasecmp(a, "1") || !strcasecmp(a, "true") || !strcasecmp(a, "yes") || !strcasecmp(a, "on") ? ASYNC_ON
+            : ASYNC_OFF;
   g_async_threads = t && atoi(t) > 0 ? atoi(t) : 1;
   if (g_async_threads > 64) g_async_threads = 64;
-}
-
-/* Python, or the compiler's warm-up, still starting on the prestart thread, which holds
- * jit_lock while Python starts and the GIL while the compiler warms up: a miss now would wait
- * for it. HeCBench adam's warm run after a compiling one did, 43 ms in the first launch of its
- * timed loop (a warm-up ahead follows a run that compiled). Read without jit_lock. */
-int prestart_busy(void) {
-  int s = __atomic_load_n(&pre_state, __ATOMIC_ACQUIRE);
-  if (s != PRE_PYTHON && s != PRE_COMPILER) return 0;
-  int mode = __atomic_load_n(&g_async, __ATOMIC_RELAXED);
-  return (mode >= 0 ? mode : parse_async_env()) != ASYNC_OFF;   /* synchronous: every launch waits for its variant */
 }
 
 /* The first queued job starts the compile threads. The compiler's first use (about 0.2 s, or
@@ -350,10 +334,6 @@ __attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **
   if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
   if (stream_capturing(stream)) {   /* into a graph: the original, and nothing that could end the capture (cuda_capture.c) */
     atomic_fetch_add_explicit(&ki->captured, 1, memory_order_relaxed);
-    return NULL;
-  }
-  if (prestart_busy()) {   /* run the original; a later launch asks again */
-    atomic_fetch_add_explicit(&ki->pending_launches, 1, memory_order_relaxed);
     return NULL;
   }
   job *j = NULL;

@@ -300,7 +300,6 @@ HIDDEN void read_async_env(void);   /* jit_lock held */
 HIDDEN void stop_workers(void);
 HIDDEN void register_atfork(void);
 HIDDEN int defer(kinfo *ki, void **params, dim3 grid, dim3 block);
-HIDDEN int prestart_busy(void);
 HIDDEN CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream);
 HIDDEN CUfunction pick_compiling(kinfo *ki, sentry *e, CUstream stream, int asked_first);
 HIDDEN extern _Atomic int captures_open;   /* stream captures begun and not ended (cuda_capture.c) */

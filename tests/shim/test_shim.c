@@ -349,25 +349,6 @@ static void test_async_env(void) {
   unsetenv("PROTEUS_ASYNC_COMPILATION");
 }
 
-/* While the prestart thread starts Python or warms the compiler up, a miss runs the original
- * instead of waiting, but where every launch must run its variant (PROTEUS_ASYNC_COMPILATION=0);
- * the mode is read from the environment when no miss has read it yet. */
-static void test_prestart_busy(void) {
-  int states[] = {PRE_NONE, PRE_PYTHON, PRE_COMPILER, PRE_DONE};
-  for (int i = 0; i < 4; i++) {
-    pre_state = states[i];
-    int starting = states[i] == PRE_PYTHON || states[i] == PRE_COMPILER;
-    g_async = ASYNC_AUTO; EXPECT(prestart_busy() == starting);
-    g_async = ASYNC_ON; EXPECT(prestart_busy() == starting);
-    g_async = ASYNC_OFF; EXPECT(!prestart_busy());
-    g_async = -1;
-    setenv("PROTEUS_ASYNC_COMPILATION", "0", 1); EXPECT(!prestart_busy());
-    unsetenv("PROTEUS_ASYNC_COMPILATION"); EXPECT(prestart_busy() == starting);
-    EXPECT(g_async == -1);   /* read, not kept: that is read_async_env's, under jit_lock */
-  }
-  pre_state = PRE_NONE;
-}
-
 /* GPU time samples: the 2nd launch, every 64th until 16 samples, then every 4,096th; the
  * budget's estimate is their mean times the launches. */
 static _Atomic int records;
@@ -576,7 +557,6 @@ int main(void) {
   test_last_hit();
   test_policy_race();
   test_async_env();
-  test_prestart_busy();
   test_defer();
   test_exit_drains_the_queue();
   test_await_variant();
