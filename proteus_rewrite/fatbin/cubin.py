@@ -23,6 +23,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..errors import FormatError
+from . import elf64
 
 EMBEDDED_MODULE = "llvm_$_embedded_$_module"
 EMBEDDED_CMDLINE = "llvm_$_cmdline"
@@ -223,33 +224,17 @@ def resources(data: bytes) -> dict[str, Resources]:
     with struct alone: the compiler checks each variant it makes, and importing LIEF for that
     cost 0.4 s in a fresh compiler process."""
     try:
-        if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-            raise FormatError("not a 64-bit little-endian ELF image")
-        shoff, = struct.unpack_from("<Q", data, 0x28)
-        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
-        headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-
-        def body(h):
-            return data[h[4] : h[4] + h[5]]
-
-        names = body(headers[shstrndx])
-
-        def cstr(table: bytes, off: int) -> str:
-            return table[off : table.index(b"\0", off)].decode("utf-8", "replace")
-
-        symtab = next((h for h in headers if h[1] == 2), None)  # SHT_SYMTAB
-        info = next((h for h in headers if cstr(names, h[0]) == ".nv.info"), None)
-        if symtab is None or info is None:
+        headers = elf64.sections(data)
+        info = next((h for h in headers if elf64.section_name(data, headers, h) == ".nv.info"), None)
+        names = [name for name, *_ in elf64.symbols(data, headers)]
+        if not names or info is None:
             return {}
-        strtab = body(headers[symtab[6]])
-        raw_syms = body(symtab)
-        symbols = [cstr(strtab, struct.unpack_from("<I", raw_syms, i)[0]) for i in range(0, len(raw_syms), 24)]
         found: dict[str, dict[int, int]] = {}
-        for attr, payload, _value in _attributes(body(info), ".nv.info"):
+        for attr, payload, _value in _attributes(elf64.body(data, info), ".nv.info"):
             if attr in (EIATTR_REGCOUNT, EIATTR_FRAME_SIZE, EIATTR_MIN_STACK_SIZE) and len(payload) >= 8:
                 index, value = struct.unpack_from("<II", payload)
-                if 0 <= index < len(symbols):
-                    found.setdefault(symbols[index], {})[attr] = value
+                if 0 <= index < len(names):
+                    found.setdefault(names[index], {})[attr] = value
     except (struct.error, IndexError, ValueError) as exc:
         raise FormatError(f"cubin: malformed ELF ({exc})") from None
     return {name: Resources(a.get(EIATTR_REGCOUNT), a.get(EIATTR_MIN_STACK_SIZE, a.get(EIATTR_FRAME_SIZE)))
