@@ -81,7 +81,7 @@ APPS: dict[str, App] = {
     "templates": App(("templates.cu",), note="templates, struct by value, __launch_bounds__"),
     "annotated": App(("annotated.cu",), note='annotate("jit", 2, 3)'),
     "launch_paths": App(("launch_paths.cu",), note="NULL-argument launch, >48 KiB dynamic shared memory, function attributes"),
-    "graph_params": App(("graph_params.cu",), note="launches captured into a CUDA graph, a node's scalar updated in place"),
+    "graph_params": App(("graph_params.cu",), note="kernels as graph nodes: captured, added by hand, given new scalars by SetParams and by a graph update"),
 }
 
 

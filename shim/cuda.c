@@ -58,6 +58,10 @@ void init_driver_calls(void) {
   LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery); LOAD(cuThreadExchangeStreamCaptureMode);
   LOAD(cuLibraryLoadData); LOAD(cuLibraryGetKernel); LOAD(cuKernelGetFunction); LOAD(cuDeviceGetCount); LOAD(cuDeviceGet);
   LOAD(cuFuncSetAttribute); LOAD(cuFuncSetCacheConfig); LOAD(cuKernelSetAttribute); LOAD(cuKernelSetCacheConfig);
+  /* what cuda_graph.c calls itself, whether or not the app's graph calls come through it */
+  LOAD(cuGraphGetNodes); LOAD(cuGraphNodeGetType); LOAD(cuGraphKernelNodeGetParams_v2); LOAD(cuGraphKernelNodeSetParams_v2);
+  LOAD(cuGraphKernelNodeGetAttribute); LOAD(cuGraphClone); LOAD(cuGraphDestroy); LOAD(cuGraphExecKernelNodeSetParams_v2);
+  LOAD(cuGraphExecNodeSetParams);
 #undef LOAD
   if (real_cuLaunchKernel) atomic_store_explicit(&driver_calls_loaded, 1, memory_order_release);
 }
@@ -383,7 +387,7 @@ static CUresult w_cuKernelGetFunction(CUfunction *f, CUkernel k) {
 }
 
 /* Every entry point the driver hands out passes through here. */
-static void *wrap_proc(const char *sym, void *real, unsigned long long flags) {
+static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long flags) {
   int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
 #define WRAP(name, w) if (!strcmp(sym, name)) { *(void **)&real_##w = real; return (void *)w_##w; }
   if (ptsz) {
@@ -391,13 +395,25 @@ static void *wrap_proc(const char *sym, void *real, unsigned long long flags) {
     WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel_ptsz);
     WRAP("cuStreamBeginCapture", cuStreamBeginCapture_ptsz); WRAP("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph_ptsz);
     WRAP("cuStreamEndCapture", cuStreamEndCapture_ptsz);
+    WRAP("cuGraphLaunch", cuGraphLaunch_ptsz); WRAP("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams_ptsz);
   } else {
     WRAP("cuLaunchKernel", cuLaunchKernel); WRAP("cuLaunchKernelEx", cuLaunchKernelEx);
     WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel);
     /* the runtime asks for the mode-taking version (CUDA >= 10.1): ours forwards the mode */
     WRAP("cuStreamBeginCapture", cuStreamBeginCapture_v2); WRAP("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph);
     WRAP("cuStreamEndCapture", cuStreamEndCapture);
+    WRAP("cuGraphLaunch", cuGraphLaunch); WRAP("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams);
   }
+  /* graph calls whose signature changed with CUDA 12: the version asked for says which one */
+  if (ver >= 12000) {
+    WRAP("cuGraphInstantiate", cuGraphInstantiateWithFlags); WRAP("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams_v2);
+    WRAP("cuGraphExecUpdate", cuGraphExecUpdate_v2);
+  } else {
+    WRAP("cuGraphInstantiate", cuGraphInstantiate_v2); WRAP("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams);
+    WRAP("cuGraphExecUpdate", cuGraphExecUpdate);
+  }
+  WRAP("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags); WRAP("cuGraphExecNodeSetParams", cuGraphExecNodeSetParams);
+  WRAP("cuGraphExecDestroy", cuGraphExecDestroy); WRAP("cuGraphDestroy", cuGraphDestroy); WRAP("cuGraphDestroyNode", cuGraphDestroyNode);
   WRAP("cuModuleLoadData", cuModuleLoadData); WRAP("cuModuleLoadDataEx", cuModuleLoadDataEx);
   WRAP("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP("cuModuleGetFunction", cuModuleGetFunction);
   WRAP("cuLibraryLoadData", cuLibraryLoadData); WRAP("cuLibraryGetKernel", cuLibraryGetKernel);
@@ -426,7 +442,7 @@ static CUresult proc_with(CUresult (*real)(const char *, void **, int, unsigned 
     *pfn = (void *)w_cuGetProcAddress_v2;
     return r;
   }
-  if (!g_disable) *pfn = wrap_proc(sym, *pfn, flags);
+  if (!g_disable) *pfn = wrap_proc(sym, *pfn, ver, flags);
   return r;
 }
 static CUresult w_cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags, int *status) {
@@ -466,6 +482,23 @@ EXPORT CUresult cuStreamEndCapture(CUstream s, void **g) {
   if (!real_cuStreamEndCapture) real_cuStreamEndCapture = cuda_sym("cuStreamEndCapture");
   return real_cuStreamEndCapture ? w_cuStreamEndCapture(s, g) : 999;
 }
+/* graphs: the names a program linked against CUDA 12's or 13's libcuda calls */
+#define GRAPH_EXPORT(name, params, args) \
+  EXPORT CUresult name params { \
+    init_driver_calls(); \
+    if (!real_##name) *(void **)&real_##name = cuda_sym(#name); \
+    return real_##name ? w_##name args : 999; \
+  }
+GRAPH_EXPORT(cuGraphInstantiateWithFlags, (void **e, void *g, unsigned long long f), (e, g, f))
+GRAPH_EXPORT(cuGraphInstantiateWithParams, (void **e, void *g, void *p), (e, g, p))
+GRAPH_EXPORT(cuGraphExecKernelNodeSetParams_v2, (void *e, void *n, const knode *p), (e, n, p))
+GRAPH_EXPORT(cuGraphExecNodeSetParams, (void *e, void *n, void *p), (e, n, p))
+GRAPH_EXPORT(cuGraphExecUpdate_v2, (void *e, void *g, void *r), (e, g, r))
+GRAPH_EXPORT(cuGraphLaunch, (void *e, CUstream s), (e, s))
+GRAPH_EXPORT(cuGraphExecDestroy, (void *e), (e))
+GRAPH_EXPORT(cuGraphDestroy, (void *g), (g))
+GRAPH_EXPORT(cuGraphDestroyNode, (void *n), (n))
+#undef GRAPH_EXPORT
 EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value) { init_driver_calls(); return w_cuFuncSetAttribute(f, attrib, value); }
 EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, int config) { init_driver_calls(); return w_cuFuncSetCacheConfig(f, config); }
 EXPORT CUresult cuKernelSetAttribute(int attrib, int value, CUkernel k, CUdevice dev) {

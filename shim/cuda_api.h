@@ -6,6 +6,14 @@
 
 #include "shim.h"
 
+typedef struct {   /* CUDA_KERNEL_NODE_PARAMS_v2 (_v3: the same fields) */
+  CUfunction func;
+  unsigned gx, gy, gz, bx, by, bz, shmem;
+  void **params, **extra;
+  CUkernel kern;
+  CUcontext ctx;
+} knode;
+
 #define PROTEUS_CUDA_API(X) \
   X(CUresult, cuGetProcAddress, (const char *, void **, int, unsigned long long, int *)) \
   X(CUresult, cuGetProcAddress_v2, (const char *, void **, int, unsigned long long, int *)) \
@@ -50,6 +58,26 @@
   X(CUresult, cuFuncSetCacheConfig, (CUfunction, int)) \
   X(CUresult, cuKernelSetAttribute, (int, int, CUkernel, CUdevice)) \
   X(CUresult, cuKernelSetCacheConfig, (CUkernel, int, CUdevice)) \
+  X(CUresult, cuGraphInstantiateWithFlags, (void **, void *, unsigned long long)) \
+  X(CUresult, cuGraphInstantiate_v2, (void **, void *, void **, char *, size_t)) \
+  X(CUresult, cuGraphInstantiateWithParams, (void **, void *, void *)) \
+  X(CUresult, cuGraphInstantiateWithParams_ptsz, (void **, void *, void *)) \
+  X(CUresult, cuGraphExecKernelNodeSetParams_v2, (void *, void *, const knode *)) \
+  X(CUresult, cuGraphExecKernelNodeSetParams, (void *, void *, const void *)) \
+  X(CUresult, cuGraphExecNodeSetParams, (void *, void *, void *)) \
+  X(CUresult, cuGraphExecUpdate_v2, (void *, void *, void *)) \
+  X(CUresult, cuGraphExecUpdate, (void *, void *, void **, int *)) \
+  X(CUresult, cuGraphLaunch, (void *, CUstream)) \
+  X(CUresult, cuGraphLaunch_ptsz, (void *, CUstream)) \
+  X(CUresult, cuGraphExecDestroy, (void *)) \
+  X(CUresult, cuGraphDestroy, (void *)) \
+  X(CUresult, cuGraphDestroyNode, (void *)) \
+  X(CUresult, cuGraphGetNodes, (void *, void **, size_t *)) \
+  X(CUresult, cuGraphNodeGetType, (void *, int *)) \
+  X(CUresult, cuGraphKernelNodeGetParams_v2, (void *, knode *)) \
+  X(CUresult, cuGraphKernelNodeSetParams_v2, (void *, const knode *)) \
+  X(CUresult, cuGraphKernelNodeGetAttribute, (void *, int, void *)) \
+  X(CUresult, cuGraphClone, (void **, void *)) \
   X(void **, __cudaRegisterFatBinary, (void *)) \
   X(void, __cudaRegisterFatBinaryEnd, (void **)) \
   X(void, __cudaRegisterFunction, (void **, const char *, char *, const char *, int, void *, void *, void *, void *, int *)) \
@@ -93,6 +121,21 @@ HIDDEN CUresult w_cuStreamBeginCaptureToGraph(CUstream s, void *g, const void *d
 HIDDEN CUresult w_cuStreamBeginCaptureToGraph_ptsz(CUstream s, void *g, const void *deps, const void *edges, size_t n, int mode);
 HIDDEN CUresult w_cuStreamEndCapture(CUstream s, void **g);
 HIDDEN CUresult w_cuStreamEndCapture_ptsz(CUstream s, void **g);
+/* graphs (cuda_graph.c): instantiated graphs' kernel nodes pointed at variants */
+HIDDEN CUresult w_cuGraphInstantiateWithFlags(void **exec, void *graph, unsigned long long flags);
+HIDDEN CUresult w_cuGraphInstantiate_v2(void **exec, void *graph, void **err_node, char *log, size_t size);
+HIDDEN CUresult w_cuGraphInstantiateWithParams(void **exec, void *graph, void *p);
+HIDDEN CUresult w_cuGraphInstantiateWithParams_ptsz(void **exec, void *graph, void *p);
+HIDDEN CUresult w_cuGraphExecKernelNodeSetParams_v2(void *exec, void *node, const knode *p);
+HIDDEN CUresult w_cuGraphExecKernelNodeSetParams(void *exec, void *node, const void *p);
+HIDDEN CUresult w_cuGraphExecNodeSetParams(void *exec, void *node, void *p);
+HIDDEN CUresult w_cuGraphExecUpdate_v2(void *exec, void *graph, void *result);
+HIDDEN CUresult w_cuGraphExecUpdate(void *exec, void *graph, void **err_node, int *result);
+HIDDEN CUresult w_cuGraphLaunch(void *exec, CUstream s);
+HIDDEN CUresult w_cuGraphLaunch_ptsz(void *exec, CUstream s);
+HIDDEN CUresult w_cuGraphExecDestroy(void *exec);
+HIDDEN CUresult w_cuGraphDestroy(void *graph);
+HIDDEN CUresult w_cuGraphDestroyNode(void *node);
 
 /* ---- GPU time samples: a pair of events around a few launches: the 2nd, then every 64th
  * until SAMPLES_DENSE samples, then every 4,096th. A speed trial's turns (trial.c) are timed

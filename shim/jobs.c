@@ -323,19 +323,17 @@ int defer(kinfo *ki, void **params, dim3 grid, dim3 block) {
   return 1;
 }
 
-/* Miss: resolve the kernel (first launch), then compile here or queue it for a worker. */
-__attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block,
-                                                            CUstream stream, kinfo *ki, CUcontext ctx, int ctx_free) {
+/* The variant for one launch's (or one graph node's) arguments, on a miss: the kernel resolved
+ * (first launch), the key built, the caches asked, the variant compiled here or queued for a
+ * compile thread. Answers its function, or NULL: then *compiling is its entry where it is being
+ * compiled (*asked_first: queued by this call). Counts no launch: the callers do. */
+CUfunction miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, CUcontext ctx,
+                        sentry **served_out, sentry **compiling_out, int *asked_first_out) {
   uint8_t key[MAX_KEY];
   int len;
   CUfunction fn = NULL;
   answer_meta meta = {0, 0};
   sentry *compiling = NULL, *served = NULL;
-  if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
-  if (stream_capturing(stream)) {   /* into a graph: the original, and nothing that could end the capture (cuda_capture.c) */
-    atomic_fetch_add_explicit(&ki->captured, 1, memory_order_relaxed);
-    return NULL;
-  }
   job *j = NULL;
   int asked_first = 0;
   uint64_t t0 = now_ns(), t = t0;
@@ -344,7 +342,7 @@ __attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **
   read_async_env();
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
   stage(MISS_RESOLVE, &t);
-  if (!params && ki->nparams) { pthread_mutex_unlock(&jit_lock); goto original; }   /* launched through `extra` */
+  if (!params && ki->nparams) goto done;   /* launched through `extra` */
   CUcontext kctx = ki->ctx_free ? NULL : ctx;   /* the context in the key: none for a context-free kernel */
   /* The tracker sees the launch in the same call that asks the caches (miss_job); where it
    * changes the kernel's policy, the key is built again under the new one and asked for alone. */
@@ -418,9 +416,27 @@ again:;
       }
     }
   }
+done:
   pthread_mutex_unlock(&jit_lock);
   atomic_fetch_add(&t_miss_ns, now_ns() - t0);
   atomic_fetch_add(&n_misses, 1);
+  *served_out = served;
+  *compiling_out = compiling;
+  *asked_first_out = asked_first;
+  return fn;
+}
+
+/* Miss: the variant found, compiled or queued (miss_variant), and the launch counted. */
+__attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block,
+                                                            CUstream stream, kinfo *ki, CUcontext ctx, int ctx_free) {
+  if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
+  if (stream_capturing(stream)) {   /* into a graph: the original, and nothing that could end the capture (cuda_capture.c) */
+    atomic_fetch_add_explicit(&ki->captured, 1, memory_order_relaxed);
+    return NULL;
+  }
+  sentry *served, *compiling;
+  int asked_first;
+  CUfunction fn = miss_variant(handle, params, grid, block, ki, ctx, &served, &compiling, &asked_first);
   if (fn) {
     if (served) variant_ran(served);
     return fn;
@@ -430,4 +446,3 @@ original:
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
   return NULL;
 }
-

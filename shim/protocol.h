@@ -42,9 +42,9 @@
 #define PROTO_TRIAL_KEPT 1
 #define PROTO_TRIAL_SLOWER 2
 
-/* per kernel for write_report: i32 kid, u64 launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us; name\0 */
-#define PROTO_COUNTERS 68
-#define PROTO_COUNTERS_U64 8
+/* per kernel for write_report: i32 kid, u64 launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us, graph_nodes; name\0 */
+#define PROTO_COUNTERS 76
+#define PROTO_COUNTERS_U64 9
 
 /* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size */
 #define PROTO_VALIDATE_RANGE 16

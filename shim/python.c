@@ -325,9 +325,9 @@ void pass_deferred(kinfo *ki) {
 }
 
 
-/* Per kernel launched: i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch
+/* Per kernel launched (or run by a graph node): i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch
  * errors, launches while compiling, launches captured, launches timing a variant, sampled GPU
- * ms x 1000, name\0 (protocol.COUNTERS). */
+ * ms x 1000, graph nodes given a variant, name\0 (protocol.COUNTERS). */
 static uint8_t *counters(size_t *len) {
   size_t n = 0;
   for (kinfo *k = all_kernels; k; k = k->next_all) n++;
@@ -335,11 +335,11 @@ static uint8_t *counters(size_t *len) {
   *len = 0;
   if (!buf) return NULL;
   for (kinfo *k = all_kernels; k; k = k->next_all) {
-    if (!atomic_load(&k->launches)) continue;
+    if (!atomic_load(&k->launches) && !atomic_load(&k->graph_nodes)) continue;
     int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
     uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
                      atomic_load(&k->pending_launches), atomic_load(&k->captured), atomic_load(&k->timing),
-                     (uint64_t)(gpu_ms(k) * 1000.0)};
+                     (uint64_t)(gpu_ms(k) * 1000.0), atomic_load(&k->graph_nodes)};
     memcpy(buf + *len, &kid, 4); memcpy(buf + *len + 4, c, sizeof c); *len += PROTO_COUNTERS;
     size_t nl = strnlen(k->name, 255);
     memcpy(buf + *len, k->name, nl); buf[*len + nl] = 0; *len += nl + 1;
@@ -408,9 +408,11 @@ void report_at_exit(void) {
         uint64_t c[PROTO_COUNTERS_U64]; memcpy(c, buf + off + 4, sizeof c);
         const char *name = (const char *)buf + off + PROTO_COUNTERS;
         fprintf(f, "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": %llu, \"table_hits\": %llu, "
-                   "\"fallback_launches\": %llu, \"launch_errors\": %llu, \"launches_while_compiling\": %llu}", sep, name,
+                   "\"fallback_launches\": %llu, \"launch_errors\": %llu, \"launches_while_compiling\": %llu, "
+                   "\"launches_captured\": %llu, \"graph_nodes_specialized\": %llu}", sep, name,
                 (unsigned long long)c[0], (unsigned long long)(c[0] - c[2] - c[3] - c[4] - c[5] - c[6]), (unsigned long long)c[1],
-                (unsigned long long)(c[2] + c[3] + c[4] + c[5] + c[6]), (unsigned long long)c[3], (unsigned long long)c[4]);
+                (unsigned long long)(c[2] + c[3] + c[4] + c[6]), (unsigned long long)c[3], (unsigned long long)c[4],
+                (unsigned long long)c[5], (unsigned long long)c[8]);
         sep = ", ";
         off += PROTO_COUNTERS + strlen(name) + 1;
       }

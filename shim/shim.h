@@ -120,6 +120,7 @@ typedef struct __attribute__((aligned(64))) kinfo {
   struct { int attrib, value, dev; } attrs[MAX_ATTRS];
   int nattrs;
   _Atomic uint64_t timing;   /* launches that ran the original to time a variant against it */
+  _Atomic uint64_t graph_nodes;   /* kernel nodes of instantiated graphs pointed at a variant (cuda_graph.c) */
 } kinfo;
 _Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cache line");
 
@@ -305,6 +306,8 @@ HIDDEN CUfunction pick_compiling(kinfo *ki, sentry *e, CUstream stream, int aske
 HIDDEN extern _Atomic int captures_open;   /* stream captures begun and not ended (cuda_capture.c) */
 HIDDEN int stream_capturing(CUstream s);
 HIDDEN void relax_capture_mode(void);
+HIDDEN CUfunction miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, CUcontext ctx,
+                               sentry **served, sentry **compiling, int *asked_first);
 HIDDEN CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo *ki,
                             CUcontext ctx, int ctx_free);
 

@@ -69,11 +69,13 @@ TRIAL_VERDICTS = ("undecided", "kept", "slower")
 
 # Per kernel, what the shim hands write_report: i32 kid (-1: never specialized), u64 launches,
 # table hits, fallbacks, launch errors, launches while its variant compiled, launches into a
-# stream capture (a graph's kernel node: always the original), launches that ran the original
-# to time a variant against it (TRIAL), sampled GPU microseconds; then the kernel's name,
-# NUL-terminated.
-COUNTERS = struct.Struct("<iQQQQQQQQ")
-COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "compiling", "captured", "timing", "gpu_us")
+# stream capture (recorded into a graph: what its node runs is decided at instantiation),
+# launches that ran the original to time a variant against it (TRIAL), sampled GPU
+# microseconds, kernel nodes of instantiated graphs pointed at a variant; then the kernel's
+# name, NUL-terminated.
+COUNTERS = struct.Struct("<iQQQQQQQQQ")
+COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "compiling", "captured", "timing", "gpu_us",
+                  "graph_nodes")
 
 # The shim's report figures, in the order it passes them (ns, counts, CLOCK_MONOTONIC times).
 WAIT_FIELDS = ("python_start", "misses", "miss_count", "prepare_compiler", "exit", "prestart", "compiling",

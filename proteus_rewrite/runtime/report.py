@@ -81,10 +81,14 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
             print(f"proteus: warning: {os.environ['PROTEUS_PROFILE']}: cannot write the profile: {exc.strerror or exc}",
                   file=sys.stderr, flush=True)
     kernels = []
-    for kid, launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us, name in parse_counters(counters):
+    for kid, launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us, graph_nodes, name in \
+            parse_counters(counters):
+        # a launch into a stream capture ran nothing: its graph's node runs what the
+        # instantiation chose for it (graph_nodes_specialized counts the nodes given a variant)
         entry = {"name": name, "launches": launches,
-                 "fallback_launches": fallbacks + launch_errors + compiling + captured + timing,
+                 "fallback_launches": fallbacks + launch_errors + compiling + timing,
                  "launch_errors": launch_errors, "launches_while_compiling": compiling, "launches_captured": captured,
+                 "graph_nodes_specialized": graph_nodes,
                  # the original's turns in the speed trials of new variants (runtime/speed.py)
                  "launches_timing_original": timing,
                  "gpu_ms_estimate": round(gpu_us / 1000.0, 3)}

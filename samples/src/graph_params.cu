@@ -1,9 +1,14 @@
-// Launches captured into a CUDA graph, as apps that replay work use them: the first launch of
-// a kernel inside a global-mode capture, a kernel already launched (and specialized) outside
-// the capture launched again inside it, and then the instantiated graph's node given a new
-// scalar the way a node is updated in place: its parameters read back (driver API,
-// cuGraphKernelNodeGetParams), one argument changed, set on the executable graph. A variant
-// with the capture-time value folded in would ignore the new one: each result is a checksum.
+// Kernels run as CUDA graph nodes, as apps that replay work make them:
+//  - launches captured into a graph: the first launch of a kernel inside a global-mode capture,
+//    and a kernel already launched (and specialized) outside the capture launched again inside
+//    it; then the instantiated graph's node given a new scalar the way a node is updated in
+//    place: its parameters read back (driver API, cuGraphKernelNodeGetParams), one argument
+//    changed, set on the executable graph;
+//  - a graph built by hand (cudaGraphAddKernelNode), its node given a new scalar through the
+//    runtime (cudaGraphExecKernelNodeSetParams), then the whole executable graph updated from
+//    another graph of the same shape (cudaGraphExecUpdate).
+// A node that ran code with another value folded in than its arguments would show in a
+// checksum: each result is one.
 #include <cuda.h>
 #include <cstring>
 #include "common.h"
@@ -96,5 +101,45 @@ int main() {
   print_checksum("after", hy, sizeof hy);
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
+
+  // by hand: one bump node (the driver copies its arguments when the node is added)
+  int count_n = n;
+  float by = 1.5f;
+  void *bump_args[3] = {&y, &by, &count_n};
+  cudaKernelNodeParams kp = {};
+  kp.func = (void *)bump;
+  kp.gridDim = dim3(blocks);
+  kp.blockDim = dim3(threads);
+  kp.kernelParams = bump_args;
+  cudaGraph_t hand, hand2;
+  cudaGraphNode_t node, node2;
+  CHECK(cudaGraphCreate(&hand, 0));
+  CHECK(cudaGraphAddKernelNode(&node, hand, nullptr, 0, &kp));
+  cudaGraphExec_t hexec;
+  CHECK(cudaGraphInstantiate(&hexec, hand, 0));
+  for (int r = 0; r < 2; ++r) CHECK(cudaGraphLaunch(hexec, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost));
+  print_checksum("hand", hy, sizeof hy);
+
+  by = 0.75f;   // the node's scalar, set on the executable graph
+  CHECK(cudaGraphExecKernelNodeSetParams(hexec, node, &kp));
+  for (int r = 0; r < 2; ++r) CHECK(cudaGraphLaunch(hexec, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost));
+  print_checksum("hand_set", hy, sizeof hy);
+
+  by = -2.f;   // another graph of the same shape, applied as a whole
+  CHECK(cudaGraphCreate(&hand2, 0));
+  CHECK(cudaGraphAddKernelNode(&node2, hand2, nullptr, 0, &kp));
+  cudaGraphExecUpdateResultInfo info;
+  CHECK(cudaGraphExecUpdate(hexec, hand2, &info));
+  for (int r = 0; r < 2; ++r) CHECK(cudaGraphLaunch(hexec, s));
+  CHECK(cudaStreamSynchronize(s));
+  CHECK(cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost));
+  print_checksum("hand_update", hy, sizeof hy);
+  CHECK(cudaGraphExecDestroy(hexec));
+  CHECK(cudaGraphDestroy(hand2));
+  CHECK(cudaGraphDestroy(hand));
   return 0;
 }

@@ -77,7 +77,7 @@ def test_the_report_shows_each_kernels_time_against_the_original(state, tmp_path
     _specialize(k, "3")
     _specialize(k, "4")
     runtime.finish(b"", _trial(0, "kept", 100.0, 50.0) + _trial(1, "kept", 100.0, 200.0))
-    counters = protocol.COUNTERS.pack(0, 40, 30, 2, 0, 0, 0, 6, 1000) + k.name.encode() + b"\0"
+    counters = protocol.COUNTERS.pack(0, 40, 30, 2, 0, 0, 0, 6, 1000, 0) + k.name.encode() + b"\0"
     runtime.write_report(str(tmp_path / "r.json"), counters)
     entry = json.loads((tmp_path / "r.json").read_text())["kernels"][0]
     assert entry["kernel_time_vs_original"] == 1.0  # the geometric mean of 0.5 and 2.0
@@ -108,7 +108,7 @@ def test_cache_stats_prints_upstreams_line_per_variant_with_its_launches(state, 
     st, k = state()
     _specialize(k, "3")
     _specialize(k, "4")
-    counters = protocol.COUNTERS.pack(0, 12, 10, 0, 0, 0, 0, 0, 0) + k.name.encode() + b"\0"
+    counters = protocol.COUNTERS.pack(0, 12, 10, 0, 0, 0, 0, 0, 0, 0) + k.name.encode() + b"\0"
     runtime.finish(counters, _trial(0, "undecided", 0, 0, launches=10) + _trial(1, "undecided", 0, 0, launches=2))
     out = capfd.readouterr().out
     h0, h1 = (int(st.stats[0].variants[i]["cache_key"][:16], 16) for i in (0, 1))

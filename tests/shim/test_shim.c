@@ -533,6 +533,96 @@ static void test_stream_capture(void) {
   EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&capturing_asked) == asked);
 }
 
+/* Graphs (cuda_graph.c) over a fake driver: a template of three nodes (a kernel node whose
+ * variant is loaded, one whose variant is compiling, a memset), its exec, a copy for updates. */
+typedef struct { void *exec, *node; knode p; } set_call;
+static set_call sets[16];
+static int nsets, destroyed_template, updated_with_copy;
+static knode tmpl[3];
+static void *const TEMPLATE = (void *)0x6a0, *const COPY = (void *)0xc09, *const EXEC = (void *)0xe8e;
+static void *const NODES[3] = {(void *)0xa1, (void *)0xa2, (void *)0xa3}, *const COPY_NODES[3] = {(void *)0xb1, (void *)0xb2, (void *)0xb3};
+static knode copy_params[3];
+static int node_index(void *n) { for (int i = 0; i < 3; i++) if (n == NODES[i] || n == COPY_NODES[i]) return i; return -1; }
+static CUresult g_get_nodes(void *g, void **nodes, size_t *n) {
+  if (nodes) memcpy(nodes, g == COPY ? COPY_NODES : NODES, 3 * sizeof(void *));
+  *n = 3;
+  return CUDA_SUCCESS;
+}
+static CUresult g_type(void *n, int *t) { *t = node_index(n) == 2 ? 8 /* memset */ : 0; return CUDA_SUCCESS; }
+static CUresult g_get(void *n, knode *p) { *p = node_index(n) >= 0 && (n == COPY_NODES[0] || n == COPY_NODES[1]) ? copy_params[node_index(n)] : tmpl[node_index(n)]; return CUDA_SUCCESS; }
+static CUresult g_exec_set(void *e, void *n, const knode *p) { sets[nsets++] = (set_call){e, n, *p}; return CUDA_SUCCESS; }
+static CUresult g_set(void *n, const knode *p) { copy_params[node_index(n)] = *p; return CUDA_SUCCESS; }
+static CUresult g_attr(void *n, int a, void *v) { (void)n; (void)a; memset(v, 0, 64); return CUDA_SUCCESS; }
+static CUresult g_clone(void **c, void *g) { (void)g; *c = COPY; memcpy(copy_params, tmpl, sizeof copy_params); return CUDA_SUCCESS; }
+static CUresult g_destroy(void *g) { if (g == TEMPLATE) destroyed_template++; return CUDA_SUCCESS; }
+static CUresult g_update(void *e, void *g, void *r) { (void)e; (void)r; updated_with_copy = g == COPY; return CUDA_SUCCESS; }
+static CUresult g_instantiate(void **e, void *g, unsigned long long f) { (void)g; (void)f; *e = EXEC; return CUDA_SUCCESS; }
+static CUresult g_launch(void *e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
+static CUresult g_exec_destroy(void *e) { (void)e; return CUDA_SUCCESS; }
+static void test_graphs(void) {
+  static kinfo ki;
+  real_cuCtxGetCurrent = fake_ctx;
+  real_cuGraphGetNodes = g_get_nodes; real_cuGraphNodeGetType = g_type; real_cuGraphKernelNodeGetParams_v2 = g_get;
+  real_cuGraphExecKernelNodeSetParams_v2 = g_exec_set; real_cuGraphKernelNodeSetParams_v2 = g_set;
+  real_cuGraphKernelNodeGetAttribute = g_attr; real_cuGraphClone = g_clone; real_cuGraphDestroy = g_destroy;
+  real_cuGraphExecUpdate_v2 = g_update; real_cuGraphInstantiateWithFlags = g_instantiate; real_cuGraphLaunch = g_launch;
+  real_cuGraphExecDestroy = g_exec_destroy;
+  ki.nparams = 2; ki.sizes[0] = 4; ki.sizes[1] = 8; atomic_store(&ki.fold[0], 1);   /* the pointer is not folded */
+  ki.name = "g";
+  atomic_store(&ki.state, K_ACTIVE);
+  pthread_mutex_lock(&reg_lock);
+  handle_insert((void *)0xf10, &ki, NULL);
+  pthread_mutex_unlock(&reg_lock);
+  static int n5 = 5, n6 = 6, n7 = 7;
+  static void *buf = (void *)0x1234;
+  void *args5[2] = {&n5, &buf}, *args6[2] = {&n6, &buf}, *args7[2] = {&n7, &buf};
+  dim3 g = {4, 1, 1}, b = {128, 1, 1};
+  uint8_t key[MAX_KEY];
+  int len = stable_key(&ki, args5, g, b, key);
+  variant_insert(new_entry(&ki, (CUcontext)0x77, key, len, (CUfunction)0xbee, 0));
+  len = stable_key(&ki, args6, g, b, key);
+  sentry *compiling = new_entry(&ki, (CUcontext)0x77, key, len, NULL, 1);
+  variant_insert(compiling);
+  len = stable_key(&ki, args7, g, b, key);
+  variant_insert(new_entry(&ki, (CUcontext)0x77, key, len, (CUfunction)0xbe7, 0));
+  for (int i = 0; i < 2; i++) tmpl[i] = (knode){(CUfunction)0xf10, 4, 1, 1, 128, 1, 1, 0, i ? args6 : args5, NULL, NULL, NULL};
+
+  void *exec = NULL;
+  EXPECT(w_cuGraphInstantiateWithFlags(&exec, TEMPLATE, 0) == CUDA_SUCCESS && exec == EXEC);
+  /* the loaded variant is set on the exec, never on the template; the compiling one waits */
+  EXPECT(nsets == 1 && sets[0].node == NODES[0] && sets[0].p.func == (CUfunction)0xbee && sets[0].p.params == args5);
+  EXPECT(tmpl[0].func == (CUfunction)0xf10 && atomic_load(&ki.graph_nodes) == 1);
+  EXPECT(w_cuGraphLaunch(EXEC, NULL) == CUDA_SUCCESS && nsets == 1);   /* still compiling: nothing to do */
+  /* the template destroyed while a node waits: put off until the wait ends */
+  EXPECT(w_cuGraphDestroy(TEMPLATE) == CUDA_SUCCESS && destroyed_template == 0);
+  atomic_store(&compiling->fn, (CUfunction)0xbe6);
+  atomic_store(&compiling->pending, 0);
+  args6[0] = &n5;   /* the app's arguments may change after instantiation: the node keeps its own copy */
+  EXPECT(w_cuGraphLaunch(EXEC, NULL) == CUDA_SUCCESS && nsets == 2 && sets[1].node == NODES[1]);
+  EXPECT(sets[1].p.func == (CUfunction)0xbe6 && *(int *)sets[1].p.params[0] == 6 && *(void **)sets[1].p.params[1] == buf);
+  EXPECT(destroyed_template == 1 && atomic_load(&ki.graph_nodes) == 2);
+  args6[0] = &n6;
+  EXPECT(w_cuGraphLaunch(EXEC, NULL) == CUDA_SUCCESS && nsets == 2);
+
+  /* the app sets node 0's parameters: the variant for the new arguments, or its own function */
+  knode p7 = {(CUfunction)0xf10, 4, 1, 1, 128, 1, 1, 0, args7, NULL, NULL, NULL};
+  EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &p7) == CUDA_SUCCESS);
+  EXPECT(nsets == 3 && sets[2].p.func == (CUfunction)0xbe7 && sets[2].p.params == args7);
+  /* with PROTEUS_VALIDATE nothing of a graph is touched */
+  g_validate = 1;
+  EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &p7) == CUDA_SUCCESS && sets[3].p.func == (CUfunction)0xf10);
+  g_validate = 0;
+  nsets = 0;
+
+  /* an update: the exec takes a copy of the app's graph with its kernel nodes on their variants */
+  memcpy(copy_params, tmpl, sizeof copy_params);
+  tmpl[1].params = args7;
+  EXPECT(w_cuGraphExecUpdate_v2(EXEC, TEMPLATE, NULL) == CUDA_SUCCESS && updated_with_copy);
+  EXPECT(copy_params[0].func == (CUfunction)0xbee && copy_params[1].func == (CUfunction)0xbe7 && tmpl[1].func == (CUfunction)0xf10);
+  EXPECT(nsets == 0);
+  EXPECT(w_cuGraphExecDestroy(EXEC) == CUDA_SUCCESS);
+}
+
 /* An app that ends with exit() from main: main's end is taken there (its CPU is not: exit
  * may come from another thread). In a child, since exit ends the process. */
 static void check_main_times(void) {
@@ -563,6 +653,7 @@ int main(void) {
   test_gpu_time_samples();
   test_speed_trial();
   test_stream_capture();
+  test_graphs();
   test_exit_from_main_times_main();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
   printf("shim unit tests: all passed\n");

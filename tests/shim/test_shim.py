@@ -36,7 +36,10 @@ def test_exports_only_the_interposed_symbols(libproteus):
     assert exported == {
         "dlsym", "__libc_start_main", "exit",  # main's return and exit() wait for the compiler's start-up
         "cuLaunchKernel", "cuLaunchKernelEx", "cuModuleLoadData", "cuModuleLoadDataEx", "cuModuleGetFunction",
-        "cuModuleUnload", "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuKernelSetAttribute", "cuKernelSetCacheConfig",
+        "cuModuleUnload", "cuStreamBeginCapture_v2", "cuStreamEndCapture",
+        "cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams", "cuGraphExecKernelNodeSetParams_v2",
+        "cuGraphExecNodeSetParams", "cuGraphExecUpdate_v2", "cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy",
+        "cuGraphDestroyNode", "cuFuncSetAttribute", "cuFuncSetCacheConfig", "cuKernelSetAttribute", "cuKernelSetCacheConfig",
         "__cudaRegisterFatBinary", "__cudaRegisterFatBinaryEnd", "__cudaRegisterFunction", "__cudaRegisterVar",
         "cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC",
         # HIP (shim/hip.c)
