@@ -12,7 +12,7 @@ the project's own build code (bench/hecbench/build.py).
     python3 bench/graph_programs.py --out bench/work/graphs            # build
     python3 bench/graph_programs.py --out bench/work/graphs --pack .gpu/graphs.tar.xz
 
-On the GPU host: PROTEUS_GRAPH_PROGRAMS=<unpacked folder> python -m pytest -m gpu tests/gpu/test_gpu_graphs.py
+On the GPU host: GRAPH_PROGRAMS=<unpacked folder> python -m pytest -m gpu tests/gpu/test_gpu_graphs.py
 """
 
 from __future__ import annotations

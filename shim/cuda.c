@@ -368,7 +368,10 @@ static CUresult w_cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, vo
 }
 static CUresult w_cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) {
   CUresult r = real_cuLibraryGetKernel(k, l, name);
-  if (r == CUDA_SUCCESS) remember(*k, image_of(l), name, OWNER_LIBRARY, l);
+  if (r == CUDA_SUCCESS) {
+    remember(*k, image_of(l), name, OWNER_LIBRARY, l);
+    graph_library_kernel(*k);
+  }
   return r;
 }
 static CUresult w_cuModuleUnload(CUmodule m) {
@@ -442,6 +445,7 @@ static CUresult proc_with(CUresult (*real)(const char *, void **, int, unsigned 
     *pfn = (void *)w_cuGetProcAddress_v2;
     return r;
   }
+  if (g_trace_launch && !strncmp(sym, "cuGraph", 7)) fprintf(stderr, "proteus: driver entry point %s (CUDA %d)\n", sym, ver);
   if (!g_disable) *pfn = wrap_proc(sym, *pfn, ver, flags);
   return r;
 }

@@ -22,6 +22,7 @@
  * Left as built: graphs instantiated for device launch, device-updatable nodes (the device may
  * change their arguments), nodes of child graphs, arguments passed through `extra`, and every
  * node while PROTEUS_VALIDATE is on (no shadow launch checks a replay). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +80,49 @@ static CUfunction node_function(kinfo *ki, CUfunction fn) {
   return real_cuKernelGetFunction && real_cuKernelGetFunction(&f, (CUkernel)fn) == CUDA_SUCCESS ? f : NULL;
 }
 
+/* CUkernels of recorded kernels (cuLibraryGetKernel): a node may hold the function one of them
+ * has in a context, which no launch passed. */
+static pthread_mutex_t lib_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUkernel *lib_kernels;
+static size_t nlib, caplib;
+
+void graph_library_kernel(CUkernel k) {
+  pthread_mutex_lock(&lib_lock);
+  if (nlib == caplib) {
+    size_t cap = caplib ? 2 * caplib : 64;
+    CUkernel *grown = realloc(lib_kernels, cap * sizeof *grown);
+    if (grown) { lib_kernels = grown; caplib = cap; }
+  }
+  if (nlib < caplib) lib_kernels[nlib++] = k;
+  pthread_mutex_unlock(&lib_lock);
+}
+
+/* The kernel a node runs: it holds a CUfunction or a CUkernel, whichever the runtime gave the
+ * driver, and a captured launch's node may hold the function of the CUkernel the launch passed.
+ * Such a function, found once, is remembered as a handle of its kernel. */
+static kinfo *node_kernel(const knode *p) {
+  kinfo *ki = p->kern ? handle_lookup(p->kern) : NULL;
+  if (ki || !p->func) return ki;
+  if ((ki = handle_lookup(p->func)) || !real_cuKernelGetFunction) return ki;
+  pthread_mutex_lock(&lib_lock);
+  for (size_t i = 0; i < nlib && !ki; i++) {
+    CUfunction f = NULL;
+    if (real_cuKernelGetFunction(&f, lib_kernels[i]) == CUDA_SUCCESS && f == p->func && (ki = handle_lookup(lib_kernels[i]))) {
+      pthread_mutex_lock(&reg_lock);
+      handle_insert(p->func, ki, handle_owner(lib_kernels[i]));
+      pthread_mutex_unlock(&reg_lock);
+    }
+  }
+  pthread_mutex_unlock(&lib_lock);
+  return ki;
+}
+
+static void trace_node(const knode *p, const kinfo *ki, const char *what) {
+  if (g_trace_launch)
+    fprintf(stderr, "proteus: graph node %s grid %u,%u,%u block %u,%u,%u: %s\n", ki ? ki->name : "(kernel not recorded)", p->gx, p->gy,
+            p->gz, p->bx, p->by, p->bz, what);
+}
+
 /* The variant for a node's parameters: 1 with *out pointed at it; 0 to leave the node as it
  * is, with *wait set where that variant is compiling. */
 static int choose(const knode *in, knode *out, kinfo **kio, sentry **wait) {
@@ -86,10 +130,13 @@ static int choose(const knode *in, knode *out, kinfo **kio, sentry **wait) {
   *kio = NULL;
   read_env();
   if (g_disable || g_validate || in->extra) return 0;
-  const void *h = in->func ? (const void *)in->func : (const void *)in->kern;
-  kinfo *ki = h ? handle_lookup(h) : NULL;
+  kinfo *ki = node_kernel(in);
+  const void *h = in->kern && handle_lookup(in->kern) ? (const void *)in->kern : (const void *)in->func;
   *kio = ki;
-  if (!ki || atomic_load(&ki->state) == K_DISABLED) return 0;
+  if (!ki || atomic_load(&ki->state) == K_DISABLED) {
+    trace_node(in, ki, "the original");
+    return 0;
+  }
   CUcontext ctx = in->func ? NULL : in->ctx;
   if (!ctx && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) return 0;
   dim3 grid = {in->gx, in->gy, in->gz}, block = {in->bx, in->by, in->bz};
@@ -102,6 +149,7 @@ static int choose(const knode *in, knode *out, kinfo **kio, sentry **wait) {
     if (len >= 0 && (e = find_variant(ki, ki->ctx_free ? NULL : ctx, key, len))) {
       if (!(fn = atomic_load_explicit(&e->fn, memory_order_acquire))) {
         if (atomic_load_explicit(&e->pending, memory_order_acquire)) *wait = e;
+        trace_node(in, ki, *wait ? "the original while its variant compiles" : "the original");
         return 0;
       }
     }
@@ -111,10 +159,12 @@ static int choose(const knode *in, knode *out, kinfo **kio, sentry **wait) {
     int asked;
     if (!(fn = miss_variant(h, in->params, grid, block, ki, ctx, &served, &compiling, &asked))) {
       *wait = compiling;
+      trace_node(in, ki, compiling ? "the original while its variant compiles" : "the original");
       return 0;
     }
   }
   CUfunction f = node_function(ki, fn);
+  trace_node(in, ki, f ? "a variant" : "the original");
   if (!f) return 0;
   *out = *in;
   out->func = f;
@@ -248,6 +298,7 @@ static void point_nodes(void *graph, void *exec, int for_update) {
 }
 
 static void instantiated(CUresult r, void **exec, void *graph, unsigned long long flags) {
+  if (g_trace_launch) fprintf(stderr, "proteus: graph %p instantiated (%d) as %p\n", graph, r, exec && r == CUDA_SUCCESS ? *exec : NULL);
   if (r != CUDA_SUCCESS || !exec || !*exec || (flags & INSTANTIATE_DEVICE_LAUNCH)) return;
   exec_rec *x = malloc(sizeof *x);
   if (x) {

