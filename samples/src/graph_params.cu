@@ -8,14 +8,25 @@
 //    runtime (cudaGraphExecKernelNodeSetParams), then the whole executable graph updated from
 //    another graph of the same shape (cudaGraphExecUpdate).
 // A node that ran code with another value folded in than its arguments would show in a
-// checksum: each result is one.
+// checksum: each result is one. With an argument MS, a graph whose one node is `fill` is then
+// replayed for MS milliseconds (a replay a millisecond): its variant, queued at instantiation
+// in a cold run, lands meanwhile and the later replays run it. fill writes the same values
+// however often it runs, so the checksum does not depend on the count.
 #include <cuda.h>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include "common.h"
 
 __global__ void bump(float *y, float by, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] += by;
+}
+
+__global__ void fill(float *z, float v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) z[i] = v * (float)(i % 97);
 }
 
 __global__ void scale_add(float *y, const float *x, float a, int n) {
@@ -35,7 +46,7 @@ static void *driver_fn(const char *name, unsigned version) {   // the version th
   return fn;
 }
 
-int main() {
+int main(int argc, char **argv) {
   const int n = 1 << 16, threads = 256, blocks = n / threads;
   float *x, *y;
   CHECK(cudaMalloc(&x, n * sizeof(float)));
@@ -141,5 +152,32 @@ int main() {
   CHECK(cudaGraphExecDestroy(hexec));
   CHECK(cudaGraphDestroy(hand2));
   CHECK(cudaGraphDestroy(hand));
+
+  if (argc > 1) {
+    const double ms = atof(argv[1]);
+    float v = 0.5f;
+    void *fill_args[3] = {&y, &v, &count_n};
+    cudaKernelNodeParams fp = {};
+    fp.func = (void *)fill;
+    fp.gridDim = dim3(blocks);
+    fp.blockDim = dim3(threads);
+    fp.kernelParams = fill_args;
+    cudaGraph_t fg;
+    cudaGraphNode_t fnode;
+    cudaGraphExec_t fexec;
+    CHECK(cudaGraphCreate(&fg, 0));
+    CHECK(cudaGraphAddKernelNode(&fnode, fg, nullptr, 0, &fp));
+    CHECK(cudaGraphInstantiate(&fexec, fg, 0));
+    CHECK(cudaGraphDestroy(fg));   // while its node may still wait for a variant
+    auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() < ms) {
+      CHECK(cudaGraphLaunch(fexec, s));
+      CHECK(cudaStreamSynchronize(s));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK(cudaMemcpy(hy, y, sizeof hy, cudaMemcpyDeviceToHost));
+    print_checksum("fill", hy, sizeof hy);
+    CHECK(cudaGraphExecDestroy(fexec));
+  }
   return 0;
 }

@@ -53,6 +53,28 @@ def test_graph_nodes_run_variants_for_their_own_arguments(samples, tmp_path, ker
                 {"_Z4bumpPffi": 4, "_Z9scale_addPfPKffi": 2}, kernels
 
 
+def test_a_waiting_node_runs_its_variant_once_it_lands(samples, tmp_path, kernel_trace):
+    """graph_params MS, cold with the defaults: `fill`, a node never launched otherwise, has its
+    variant queued at instantiation; the app destroys the template at once (the shim puts that
+    off while the node waits) and replays the exec once a millisecond. The replays run the
+    original until the variant has compiled, then, re-pointed at a launch, the variant: CUPTI
+    shows the original first and the variant last."""
+    exe = samples / "graph_params"
+    out = tmp_path / "rec"
+    assert run_cli(str(exe), "-o", str(out)).returncode == 0
+    native = run(exe, args=("3000",))
+    assert native.returncode == 0 and "fill" in checksums(native.stdout), native.stderr
+    ran, report = tmp_path / "cold.kernels", tmp_path / "cold.json"
+    proc = run(exe, {**shim_env(out, tmp_path / "cache", report, PROTEUS_ASYNC_COMPILATION="auto"), **kernel_trace(ran)},
+               ("3000",))
+    assert proc.returncode == 0, proc.stderr
+    assert checksums(proc.stdout) == checksums(native.stdout)
+    fills = [n for n in cupti.kernels_run(ran) if n.startswith("_Z4fillPffi")]
+    assert len(fills) > 100 and "$proteus$" not in fills[0] and "$proteus$" in fills[-1], (len(fills), fills[:3], fills[-3:])
+    kernels = {k["name"]: k for k in json.loads(report.read_text())["kernels"]}
+    assert kernels["_Z4fillPffi"]["graph_nodes_specialized"] == 1, kernels["_Z4fillPffi"]
+
+
 GRAPH_PROGRAMS = os.environ.get("GRAPH_PROGRAMS")
 # (program, arguments, kernels that run as graph nodes)
 REAL = [("jacobiCudaGraphs", ("-gpumethod=0",), {"JacobiMethod"}),   # cudaGraphExecKernelNodeSetParams each iteration
