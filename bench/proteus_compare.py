@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """proteus-rewrite beside upstream Proteus on the Proteus paper's six HeCBench programs, in one
 run on one GPU: each program's plain build (no bitcode flag), the same program built with the
-recommended recipe and run under proteus-rewrite (cold cache once, then warm), and Proteus's
-annotated build (../shared/tools/proteus-upstream bundle; cold once, then warm).
+recommended recipe and run under proteus-rewrite (cold: each of --reps runs from an emptied cache; then warm), and Proteus's
+annotated build (../shared/tools/proteus-upstream bundle; cold the same way, then warm).
 
 Kernel figures are the programs' own printed ones; end to end is the process's wall time.
 Ours must print what the same binary prints natively (run once, the reference for ours); Proteus
@@ -92,11 +92,18 @@ class Bench:
         (self.out / "proteus-compare.json").write_text(json.dumps(self.doc, indent=1))
         (self.out / "proteus-compare.md").write_text(markdown(self.doc))
 
-    def series(self, prog: str, label: str, cmd: list[str], cwd: Path, env: dict, reps: int) -> dict:
+    def series(self, prog: str, label: str, cmd: list[str], cwd: Path, env: dict, reps: int,
+               fresh: Path | None = None, make_fresh: bool = False) -> dict:
+        """`reps` runs; with `fresh`, each starts from that cache folder emptied (a cold run;
+        made again where the JIT makes only its last level: Proteus)."""
         runs = []
         for _ in range(reps):
             if time.monotonic() > self.deadline + self.a.grace_s:  # past the budget: fewer runs, said so (n)
                 break
+            if fresh is not None:
+                shutil.rmtree(fresh, ignore_errors=True)
+                if make_fresh:
+                    fresh.mkdir(parents=True)
             r = run(cmd, cwd, env, self.a.timeout)
             r["metrics"] = metrics(prog, r["stdout"])
             r["output"] = masked(r["stdout"])
@@ -127,12 +134,13 @@ class Bench:
             shutil.rmtree(cache, ignore_errors=True)
             env = {"PROTEUS_CACHE_DIR": str(cache)}
             exe = [str(rec / "main_all"), *args]
-            res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")}, 1)
+            res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")},
+                                           self.a.reps, fresh=cache)
             res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
             res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps)
             if self.a.alt:   # another setting of ours (--alt): its own cache, filled first
                 alt = {"PROTEUS_CACHE_DIR": str(cache) + "-alt", **alt_env(self.a.alt)}
-                self.series(prog, "ours-alt-cold", exe, rec, alt, 1)
+                self.series(prog, "ours-alt-cold", exe, rec, alt, 1, fresh=Path(alt["PROTEUS_CACHE_DIR"]))
                 res["ours_alt_warm"] = self.series(prog, "ours-alt-warm", exe, rec, alt, self.a.reps)
                 res["alt"] = self.a.alt
             if self.a.kernel_trace_lib:
@@ -150,7 +158,7 @@ class Bench:
         pcache.mkdir(parents=True)  # Proteus makes the last directory only
         penv = {"LD_LIBRARY_PATH": f"{up / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}", "PROTEUS_CACHE_DIR": str(pcache)}
         pexe = [str(up / "bin" / f"{prog}.exe"), *args]
-        res["proteus_cold"] = self.series(prog, "proteus-cold", pexe, up / "src" / prog, penv, 1)
+        res["proteus_cold"] = self.series(prog, "proteus-cold", pexe, up / "src" / prog, penv, self.a.reps, fresh=pcache, make_fresh=True)
         res["proteus_warm"] = self.series(prog, "proteus-warm", pexe, up / "src" / prog, penv, self.a.reps)
         judge(res)
         self.save()
