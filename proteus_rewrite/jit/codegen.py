@@ -2,15 +2,17 @@
 LLVM IR -> AMDGPU object (llvmlite's AMDGPU backend) -> code object (ld.lld).
 
 Code kinds are small classes rather than strings and flags. PTX becomes loadable code
-through one of three compilers (PROTEUS_PTX_COMPILER; "auto", the default, is nvJitLink,
-or the driver inside an app where nvJitLink cannot be loaded):
+through one of three compilers (PROTEUS_PTX_COMPILER; "auto", the default, is ptxas where a
+toolkit's ptxas is found that the driver is not older than, else nvJitLink, else the driver
+inside an app where nvJitLink cannot be loaded; specializer._resolve_compiler says why):
   nvjitlink  in-process, through cuda-bindings (libnvJitLink from the CUDA toolkit or the
              nvidia-nvjitlink wheel). On the H100, specialization plus load took 17.0 ms
              median per kernel (driver JIT 19.4 ms, ptxas 22.6 ms; two earlier runs ranked
              nvJitLink and the driver either way: bench/results/shim-2026-11-22-h100.json),
              and its cubin loads without any JIT on later runs. On the 2-core build machine,
              14.6 ms vs 21.3 ms for ptxas (bench/results/specialize-2026-11-22.json)
-  ptxas      the toolkit's ptxas in a subprocess
+  ptxas      the toolkit's ptxas in a subprocess, compiling the PTX as a whole program (nvJitLink
+             compiles it as relocatable code: longer SASS for calls and loops, 6% on wsm5)
   driver     no offline step: the PTX goes to cuModuleLoadData, which JIT-compiles it
 """
 
@@ -197,7 +199,21 @@ def compiler_identity(compiler: str) -> str:
     if compiler == "nvjitlink":
         lib = locate_nvjitlink()
         return f"nvjitlink {lib.version}" if lib and lib.version else "nvjitlink (toolkit)"
+    if compiler == "ptxas":
+        return "ptxas {}.{}".format(*compiler_cuda_version("ptxas"))
     return compiler
+
+
+@functools.lru_cache(maxsize=None)
+def ptxas_usable(driver_version: int | None) -> bool:
+    """Whether a toolkit's ptxas is found (PATH, else $CUDA_PATH/bin) and the driver (CUDA
+    version as cuDriverGetVersion gives it; None offline) is not older than it: a newer
+    compiler's cubin may not load. Asked once per process: a `ptxas --version` (a few ms)."""
+    try:
+        version = compiler_cuda_version("ptxas")
+    except (SpecializeError, OSError):
+        return False
+    return driver_version is None or version <= (driver_version // 1000, (driver_version % 1000) // 10)
 
 
 def driver_ptx_isa(driver_version: int) -> int:

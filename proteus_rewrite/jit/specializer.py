@@ -257,9 +257,14 @@ def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, 
 def _resolve_compiler(cg: CodegenConfig, driver_version: int | None) -> CodegenConfig:
     if cg.ptx_compiler != "auto":
         return cg
-    # nvJitLink and the driver's own JIT took the same time from PTX to a loaded kernel on the
-    # H100 (bench/results/shim-2026-11-22-h100.json); a cubin makes the next run's load cheapest,
-    # so nvJitLink, with the driver as the fallback where nvJitLink cannot be loaded.
+    # ptxas compiles the PTX as a whole program; nvJitLink compiles it as relocatable code (as
+    # `ptxas -c`), which made longer code of the same PTX: on the H100 the whole-program cubins
+    # ran wsm5 at 1.76x of its plain build against 1.69x, rsbench 1.77x against 1.75x, lulesh
+    # 1.09x against 0.98x (bench/results/proteus-compare.md, docs/dev/findings-codegen.md). So a
+    # toolkit's ptxas comes first, where one is found that the driver can load the output of.
+    # Then nvJitLink (a cubin makes the next run's load cheapest), then the driver's own JIT.
+    if codegen.ptxas_usable(driver_version):
+        return dataclasses.replace(cg, ptx_compiler="ptxas")
     return dataclasses.replace(cg, ptx_compiler="nvjitlink" if codegen.nvjitlink_available() or not driver_version else "driver")
 
 

@@ -541,13 +541,17 @@ def test_the_compiler_is_warmed_up_ahead_unless_the_last_run_compiled_nothing(hi
 
 
 def test_prepare_keys_computes_what_a_cache_key_needs_without_a_compiler():
-    """In a fresh process: the lookups are made, and neither LLVM nor nvJitLink is loaded."""
+    """In a fresh process: the lookups are made (ptxas first; nvJitLink where no ptxas will
+    do), and neither LLVM nor nvJitLink is loaded."""
     code = ("from proteus_rewrite.jit import Config, codegen, specializer\n"
             "specializer.prepare_keys(Config.from_env(), 13000)\n"
             "maps = open('/proc/self/maps').read()\n"
-            "print(codegen.locate_nvjitlink.cache_info().currsize, 'libllvmlite' in maps, 'nvJitLink' in maps)")
+            "print(codegen.ptxas_usable(13000), codegen.ptxas_usable.cache_info().currsize,\n"
+            "      codegen.locate_nvjitlink.cache_info().currsize, 'libllvmlite' in maps, 'nvJitLink' in maps)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 0 and proc.stdout.split() == ["1", "False", "False"], proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    ptxas, asked, located, llvm, nvjitlink = proc.stdout.split()
+    assert asked == "1" and located == ("0" if ptxas == "True" else "1") and (llvm, nvjitlink) == ("False", "False"), proc.stdout
 
 
 def test_upstream_trace_lines_go_to_stdout_and_ours_to_stderr(hip_runtime, tmp_path, monkeypatch, capfd):

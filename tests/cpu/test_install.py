@@ -47,7 +47,9 @@ def test_the_installed_package_records_a_sample_and_compiles_a_cubin_in_its_comp
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PROTEUS_", "PYTHON", "LD_", "CUDA_"))}
     env.update(PROTEUS_COMPILE_PROCESS="1", CUDA_PATH=str(empty), CUDA_HOME=str(empty),
-               PROTEUS_CACHE_DIR=str(tmp_path / "cache"))
+               PROTEUS_CACHE_DIR=str(tmp_path / "cache"),
+               # no toolkit at all: no ptxas either, which the default would take before nvJitLink
+               PATH=os.pathsep.join(d for d in env.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "ptxas").exists()))
     tool = installed / "bin" / "proteus-rewrite"
     out = tmp_path / "out"
     _run([tool, samples / "loop_count", "-o", out], cwd=tmp_path, env=env)

@@ -169,6 +169,30 @@ def test_ptx_compilers_produce_a_cubin(table, compiler):
     assert r.image.data[:4] == b"\x7fELF" and r.image.arch == 90
 
 
+@pytest.mark.parametrize("release,driver,usable", [("13.0", 13000, True), ("12.8", 13000, True), ("13.1", 13000, False),
+                                                   ("13.1", None, True), (None, 13000, False)])
+def test_auto_takes_a_ptxas_the_driver_can_load_the_output_of(tmp_path, monkeypatch, release, driver, usable):
+    """auto: ptxas (whole-program code) where one is found whose release the driver is not
+    older than; else nvJitLink. `None` release: no ptxas at all."""
+    if release:
+        fake = tmp_path / "ptxas"
+        fake.write_text(f"#!/bin/sh\necho 'Cuda compilation tools, release {release}, V{release}.1'\n")
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path / "none"))
+    for f in (codegen.compiler_cuda_version, codegen.compiler_identity, codegen.ptxas_usable, specializer._resolve_compiler):
+        f.cache_clear()
+    try:
+        assert codegen.ptxas_usable(driver) is usable
+        chosen = specializer._resolve_compiler(Config.from_env({}).for_kernel("k"), driver).ptx_compiler
+        assert (chosen == "ptxas") is usable
+        if usable:
+            assert codegen.compiler_identity("ptxas") == f"ptxas {release}"
+    finally:
+        for f in (codegen.compiler_cuda_version, codegen.compiler_identity, codegen.ptxas_usable, specializer._resolve_compiler):
+            f.cache_clear()
+
+
 @pytest.mark.parametrize("compiler", ["nvjitlink", "ptxas"])
 @pytest.mark.parametrize("level", ["0", "1", "2"])
 def test_every_codegen_opt_level_compiles(table, compiler, level):
