@@ -398,25 +398,13 @@ static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long 
     WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel_ptsz);
     WRAP("cuStreamBeginCapture", cuStreamBeginCapture_ptsz); WRAP("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph_ptsz);
     WRAP("cuStreamEndCapture", cuStreamEndCapture_ptsz);
-    WRAP("cuGraphLaunch", cuGraphLaunch_ptsz); WRAP("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams_ptsz);
   } else {
     WRAP("cuLaunchKernel", cuLaunchKernel); WRAP("cuLaunchKernelEx", cuLaunchKernelEx);
     WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel);
     /* the runtime asks for the mode-taking version (CUDA >= 10.1): ours forwards the mode */
     WRAP("cuStreamBeginCapture", cuStreamBeginCapture_v2); WRAP("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph);
     WRAP("cuStreamEndCapture", cuStreamEndCapture);
-    WRAP("cuGraphLaunch", cuGraphLaunch); WRAP("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams);
   }
-  /* graph calls whose signature changed with CUDA 12: the version asked for says which one */
-  if (ver >= 12000) {
-    WRAP("cuGraphInstantiate", cuGraphInstantiateWithFlags); WRAP("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams_v2);
-    WRAP("cuGraphExecUpdate", cuGraphExecUpdate_v2);
-  } else {
-    WRAP("cuGraphInstantiate", cuGraphInstantiate_v2); WRAP("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams);
-    WRAP("cuGraphExecUpdate", cuGraphExecUpdate);
-  }
-  WRAP("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags); WRAP("cuGraphExecNodeSetParams", cuGraphExecNodeSetParams);
-  WRAP("cuGraphExecDestroy", cuGraphExecDestroy); WRAP("cuGraphDestroy", cuGraphDestroy); WRAP("cuGraphDestroyNode", cuGraphDestroyNode);
   WRAP("cuModuleLoadData", cuModuleLoadData); WRAP("cuModuleLoadDataEx", cuModuleLoadDataEx);
   WRAP("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP("cuModuleGetFunction", cuModuleGetFunction);
   WRAP("cuLibraryLoadData", cuLibraryLoadData); WRAP("cuLibraryGetKernel", cuLibraryGetKernel);
@@ -425,6 +413,7 @@ static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long 
   WRAP("cuFuncSetAttribute", cuFuncSetAttribute); WRAP("cuFuncSetCacheConfig", cuFuncSetCacheConfig);
   WRAP("cuKernelSetAttribute", cuKernelSetAttribute); WRAP("cuKernelSetCacheConfig", cuKernelSetCacheConfig);
 #undef WRAP
+  if (!strncmp(sym, "cuGraph", 7)) return graph_proc(sym, real, ver, ptsz);
   if (!strcmp(sym, "cuModuleGetGlobal")) real_cuModuleGetGlobal = real;
   if (!strcmp(sym, "cuLibraryGetGlobal")) real_cuLibraryGetGlobal = real;
   return real;
@@ -445,7 +434,6 @@ static CUresult proc_with(CUresult (*real)(const char *, void **, int, unsigned 
     *pfn = (void *)w_cuGetProcAddress_v2;
     return r;
   }
-  if (g_trace_launch && !strncmp(sym, "cuGraph", 7)) fprintf(stderr, "proteus: driver entry point %s (CUDA %d)\n", sym, ver);
   if (!g_disable) *pfn = wrap_proc(sym, *pfn, ver, flags);
   return r;
 }
@@ -486,23 +474,6 @@ EXPORT CUresult cuStreamEndCapture(CUstream s, void **g) {
   if (!real_cuStreamEndCapture) real_cuStreamEndCapture = cuda_sym("cuStreamEndCapture");
   return real_cuStreamEndCapture ? w_cuStreamEndCapture(s, g) : 999;
 }
-/* graphs: the names a program linked against CUDA 12's or 13's libcuda calls */
-#define GRAPH_EXPORT(name, params, args) \
-  EXPORT CUresult name params { \
-    init_driver_calls(); \
-    if (!real_##name) *(void **)&real_##name = cuda_sym(#name); \
-    return real_##name ? w_##name args : 999; \
-  }
-GRAPH_EXPORT(cuGraphInstantiateWithFlags, (void **e, void *g, unsigned long long f), (e, g, f))
-GRAPH_EXPORT(cuGraphInstantiateWithParams, (void **e, void *g, void *p), (e, g, p))
-GRAPH_EXPORT(cuGraphExecKernelNodeSetParams_v2, (void *e, void *n, const knode *p), (e, n, p))
-GRAPH_EXPORT(cuGraphExecNodeSetParams, (void *e, void *n, void *p), (e, n, p))
-GRAPH_EXPORT(cuGraphExecUpdate_v2, (void *e, void *g, void *r), (e, g, r))
-GRAPH_EXPORT(cuGraphLaunch, (void *e, CUstream s), (e, s))
-GRAPH_EXPORT(cuGraphExecDestroy, (void *e), (e))
-GRAPH_EXPORT(cuGraphDestroy, (void *g), (g))
-GRAPH_EXPORT(cuGraphDestroyNode, (void *n), (n))
-#undef GRAPH_EXPORT
 EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value) { init_driver_calls(); return w_cuFuncSetAttribute(f, attrib, value); }
 EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, int config) { init_driver_calls(); return w_cuFuncSetCacheConfig(f, config); }
 EXPORT CUresult cuKernelSetAttribute(int attrib, int value, CUkernel k, CUdevice dev) {

@@ -136,7 +136,8 @@ HIDDEN CUresult w_cuGraphLaunch_ptsz(void *exec, CUstream s);
 HIDDEN CUresult w_cuGraphExecDestroy(void *exec);
 HIDDEN CUresult w_cuGraphDestroy(void *graph);
 HIDDEN CUresult w_cuGraphDestroyNode(void *node);
-HIDDEN void graph_library_kernel(CUkernel k);   /* a CUkernel of a recorded kernel, whose functions nodes may hold */
+HIDDEN void graph_library_kernel(CUkernel k);
+HIDDEN void *graph_proc(const char *sym, void *real, int ver, int ptsz);   /* a cuGraph* entry point, wrapped or not */   /* a CUkernel of a recorded kernel, whose functions nodes may hold */
 
 /* ---- GPU time samples: a pair of events around a few launches: the 2nd, then every 64th
  * until SAMPLES_DENSE samples, then every 4,096th. A speed trial's turns (trial.c) are timed

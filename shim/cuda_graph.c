@@ -456,3 +456,48 @@ CUresult w_cuGraphDestroyNode(void *node) {
   pthread_mutex_unlock(&graph_lock);
   return real_cuGraphDestroyNode(node);
 }
+
+/* ------------------------------------------------------------------ where the wrappers come in */
+
+/* An entry point the driver hands out (cuGetProcAddress, cuda.c's wrap_proc): ours where we
+ * wrap it, else the real one. */
+void *graph_proc(const char *sym, void *real, int ver, int ptsz) {
+#define WRAP(name, w) if (!strcmp(sym, name)) { *(void **)&real_##w = real; return (void *)w_##w; }
+  if (ptsz) {
+    WRAP("cuGraphLaunch", cuGraphLaunch_ptsz); WRAP("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams_ptsz);
+  } else {
+    WRAP("cuGraphLaunch", cuGraphLaunch); WRAP("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams);
+  }
+  if (ver >= 12000) {   /* the signatures CUDA 12 changed: the version asked for says which one */
+    WRAP("cuGraphInstantiate", cuGraphInstantiateWithFlags); WRAP("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams_v2);
+    WRAP("cuGraphExecUpdate", cuGraphExecUpdate_v2);
+  } else {
+    WRAP("cuGraphInstantiate", cuGraphInstantiate_v2); WRAP("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams);
+    WRAP("cuGraphExecUpdate", cuGraphExecUpdate);
+  }
+  WRAP("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags); WRAP("cuGraphExecNodeSetParams", cuGraphExecNodeSetParams);
+  WRAP("cuGraphExecDestroy", cuGraphExecDestroy); WRAP("cuGraphDestroy", cuGraphDestroy); WRAP("cuGraphDestroyNode", cuGraphDestroyNode);
+#undef WRAP
+  return real;
+}
+
+/* ------------------------------------------------------------------ apps linked against libcuda */
+
+/* The names a program linked against CUDA 12's or 13's libcuda calls through its PLT (the
+ * runtime asks cuGetProcAddress, and gets cuda.c's wrap_proc). */
+#define GRAPH_EXPORT(name, params, args) \
+  EXPORT CUresult name params { \
+    init_driver_calls(); \
+    if (!real_##name) *(void **)&real_##name = cuda_sym(#name); \
+    return real_##name ? w_##name args : 999; \
+  }
+GRAPH_EXPORT(cuGraphInstantiateWithFlags, (void **e, void *g, unsigned long long f), (e, g, f))
+GRAPH_EXPORT(cuGraphInstantiateWithParams, (void **e, void *g, void *p), (e, g, p))
+GRAPH_EXPORT(cuGraphExecKernelNodeSetParams_v2, (void *e, void *n, const knode *p), (e, n, p))
+GRAPH_EXPORT(cuGraphExecNodeSetParams, (void *e, void *n, void *p), (e, n, p))
+GRAPH_EXPORT(cuGraphExecUpdate_v2, (void *e, void *g, void *r), (e, g, r))
+GRAPH_EXPORT(cuGraphLaunch, (void *e, CUstream s), (e, s))
+GRAPH_EXPORT(cuGraphExecDestroy, (void *e), (e))
+GRAPH_EXPORT(cuGraphDestroy, (void *g), (g))
+GRAPH_EXPORT(cuGraphDestroyNode, (void *n), (n))
+#undef GRAPH_EXPORT

@@ -621,6 +621,16 @@ static void test_graphs(void) {
   EXPECT(copy_params[0].func == (CUfunction)0xbee && copy_params[1].func == (CUfunction)0xbe7 && tmpl[1].func == (CUfunction)0xf10);
   EXPECT(nsets == 0);
   EXPECT(w_cuGraphExecDestroy(EXEC) == CUDA_SUCCESS);
+
+  /* the entry points the driver hands out: the version asked for picks the signature */
+  void *real = (void *)g_launch;
+  EXPECT(graph_proc("cuGraphExecKernelNodeSetParams", real, 12000, 0) == (void *)w_cuGraphExecKernelNodeSetParams_v2);
+  EXPECT(graph_proc("cuGraphExecKernelNodeSetParams", real, 11040, 0) == (void *)w_cuGraphExecKernelNodeSetParams);
+  EXPECT(graph_proc("cuGraphInstantiate", real, 13000, 0) == (void *)w_cuGraphInstantiateWithFlags);
+  EXPECT(graph_proc("cuGraphInstantiate", real, 11000, 0) == (void *)w_cuGraphInstantiate_v2);
+  EXPECT(graph_proc("cuGraphLaunch", real, 10000, 1) == (void *)w_cuGraphLaunch_ptsz && real_cuGraphLaunch_ptsz == g_launch);
+  EXPECT(graph_proc("cuGraphicsMapResources", real, 3000, 0) == real);
+  real_cuGraphLaunch = g_launch;
 }
 
 /* An app that ends with exit() from main: main's end is taken there (its CPU is not: exit
