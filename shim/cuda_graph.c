@@ -85,6 +85,10 @@ static CUfunction node_function(kinfo *ki, CUfunction fn) {
 static pthread_mutex_t lib_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUkernel *lib_kernels;
 static size_t nlib, caplib;
+/* Functions found to be none of them since the last CUkernel was added: a graph of other
+ * kernels (a library's, nvcc's) is not searched again at each instantiation or update. */
+#define NOT_OURS 256
+static struct { const void *func; size_t nlib; } not_ours[NOT_OURS];
 
 void graph_library_kernel(CUkernel k) {
   pthread_mutex_lock(&lib_lock);
@@ -104,7 +108,12 @@ static kinfo *node_kernel(const knode *p) {
   kinfo *ki = p->kern ? handle_lookup(p->kern) : NULL;
   if (ki || !p->func) return ki;
   if ((ki = handle_lookup(p->func)) || !real_cuKernelGetFunction) return ki;
+  uint32_t slot = (uint32_t)mix64((uint64_t)(uintptr_t)p->func) & (NOT_OURS - 1);
   pthread_mutex_lock(&lib_lock);
+  if (not_ours[slot].func == p->func && not_ours[slot].nlib == nlib) {
+    pthread_mutex_unlock(&lib_lock);
+    return NULL;
+  }
   for (size_t i = 0; i < nlib && !ki; i++) {
     CUfunction f = NULL;
     if (real_cuKernelGetFunction(&f, lib_kernels[i]) == CUDA_SUCCESS && f == p->func && (ki = handle_lookup(lib_kernels[i]))) {
@@ -112,6 +121,10 @@ static kinfo *node_kernel(const knode *p) {
       handle_insert(p->func, ki, handle_owner(lib_kernels[i]));
       pthread_mutex_unlock(&reg_lock);
     }
+  }
+  if (!ki) {
+    not_ours[slot].func = p->func;
+    not_ours[slot].nlib = nlib;
   }
   pthread_mutex_unlock(&lib_lock);
   return ki;

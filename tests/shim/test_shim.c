@@ -559,6 +559,8 @@ static CUresult g_update(void *e, void *g, void *r) { (void)e; (void)r; updated_
 static CUresult g_instantiate(void **e, void *g, unsigned long long f) { (void)g; (void)f; *e = EXEC; return CUDA_SUCCESS; }
 static CUresult g_launch(void *e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
 static CUresult g_exec_destroy(void *e) { (void)e; return CUDA_SUCCESS; }
+static int kernel_functions;
+static CUresult g_kernel_function(CUfunction *f, CUkernel k) { kernel_functions++; *f = (CUfunction)(0xf100 + (uintptr_t)k); return CUDA_SUCCESS; }
 static void test_graphs(void) {
   static kinfo ki;
   real_cuCtxGetCurrent = fake_ctx;
@@ -621,6 +623,24 @@ static void test_graphs(void) {
   EXPECT(copy_params[0].func == (CUfunction)0xbee && copy_params[1].func == (CUfunction)0xbe7 && tmpl[1].func == (CUfunction)0xf10);
   EXPECT(nsets == 0);
   EXPECT(w_cuGraphExecDestroy(EXEC) == CUDA_SUCCESS);
+
+  /* a node of a kernel not recorded (a library's): the CUkernels are asked once, not at
+   * every instantiation; one of a recorded kernel's CUkernel, found and remembered */
+  static kinfo lk;
+  lk.nparams = 0; lk.name = "lib"; atomic_store(&lk.state, K_DISABLED);
+  pthread_mutex_lock(&reg_lock);
+  handle_insert((void *)0xc1, &lk, NULL);
+  pthread_mutex_unlock(&reg_lock);
+  graph_library_kernel((CUkernel)0xc1);
+  real_cuKernelGetFunction = g_kernel_function;
+  knode foreign = {(CUfunction)0xf0f0, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL, NULL};
+  int asked = kernel_functions;
+  EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &foreign) == CUDA_SUCCESS && kernel_functions == asked + 1);
+  EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &foreign) == CUDA_SUCCESS && kernel_functions == asked + 1);
+  EXPECT(sets[nsets - 1].p.func == (CUfunction)0xf0f0);   /* left as the app set it */
+  knode mine = foreign;
+  mine.func = (CUfunction)0xf1c1;   /* the function of CUkernel 0xc1 (g_kernel_function) */
+  EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &mine) == CUDA_SUCCESS && handle_lookup((void *)0xf1c1) == &lk);
 
   /* the entry points the driver hands out: the version asked for picks the signature */
   void *real = (void *)g_launch;
