@@ -392,27 +392,25 @@ static CUresult w_cuKernelGetFunction(CUfunction *f, CUkernel k) {
 /* Every entry point the driver hands out passes through here. */
 static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long flags) {
   int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-#define WRAP(name, w) if (!strcmp(sym, name)) { *(void **)&real_##w = real; return (void *)w_##w; }
   if (ptsz) {
-    WRAP("cuLaunchKernel", cuLaunchKernel_ptsz); WRAP("cuLaunchKernelEx", cuLaunchKernelEx_ptsz);
-    WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel_ptsz);
-    WRAP("cuStreamBeginCapture", cuStreamBeginCapture_ptsz); WRAP("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph_ptsz);
-    WRAP("cuStreamEndCapture", cuStreamEndCapture_ptsz);
+    WRAP_PROC("cuLaunchKernel", cuLaunchKernel_ptsz); WRAP_PROC("cuLaunchKernelEx", cuLaunchKernelEx_ptsz);
+    WRAP_PROC("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel_ptsz);
+    WRAP_PROC("cuStreamBeginCapture", cuStreamBeginCapture_ptsz); WRAP_PROC("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph_ptsz);
+    WRAP_PROC("cuStreamEndCapture", cuStreamEndCapture_ptsz);
   } else {
-    WRAP("cuLaunchKernel", cuLaunchKernel); WRAP("cuLaunchKernelEx", cuLaunchKernelEx);
-    WRAP("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel);
+    WRAP_PROC("cuLaunchKernel", cuLaunchKernel); WRAP_PROC("cuLaunchKernelEx", cuLaunchKernelEx);
+    WRAP_PROC("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel);
     /* the runtime asks for the mode-taking version (CUDA >= 10.1): ours forwards the mode */
-    WRAP("cuStreamBeginCapture", cuStreamBeginCapture_v2); WRAP("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph);
-    WRAP("cuStreamEndCapture", cuStreamEndCapture);
+    WRAP_PROC("cuStreamBeginCapture", cuStreamBeginCapture_v2); WRAP_PROC("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph);
+    WRAP_PROC("cuStreamEndCapture", cuStreamEndCapture);
   }
-  WRAP("cuModuleLoadData", cuModuleLoadData); WRAP("cuModuleLoadDataEx", cuModuleLoadDataEx);
-  WRAP("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP("cuModuleGetFunction", cuModuleGetFunction);
-  WRAP("cuLibraryLoadData", cuLibraryLoadData); WRAP("cuLibraryGetKernel", cuLibraryGetKernel);
-  WRAP("cuKernelGetFunction", cuKernelGetFunction);
-  WRAP("cuModuleUnload", cuModuleUnload); WRAP("cuLibraryUnload", cuLibraryUnload);
-  WRAP("cuFuncSetAttribute", cuFuncSetAttribute); WRAP("cuFuncSetCacheConfig", cuFuncSetCacheConfig);
-  WRAP("cuKernelSetAttribute", cuKernelSetAttribute); WRAP("cuKernelSetCacheConfig", cuKernelSetCacheConfig);
-#undef WRAP
+  WRAP_PROC("cuModuleLoadData", cuModuleLoadData); WRAP_PROC("cuModuleLoadDataEx", cuModuleLoadDataEx);
+  WRAP_PROC("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP_PROC("cuModuleGetFunction", cuModuleGetFunction);
+  WRAP_PROC("cuLibraryLoadData", cuLibraryLoadData); WRAP_PROC("cuLibraryGetKernel", cuLibraryGetKernel);
+  WRAP_PROC("cuKernelGetFunction", cuKernelGetFunction);
+  WRAP_PROC("cuModuleUnload", cuModuleUnload); WRAP_PROC("cuLibraryUnload", cuLibraryUnload);
+  WRAP_PROC("cuFuncSetAttribute", cuFuncSetAttribute); WRAP_PROC("cuFuncSetCacheConfig", cuFuncSetCacheConfig);
+  WRAP_PROC("cuKernelSetAttribute", cuKernelSetAttribute); WRAP_PROC("cuKernelSetCacheConfig", cuKernelSetCacheConfig);
   if (!strncmp(sym, "cuGraph", 7)) return graph_proc(sym, real, ver, ptsz);
   if (!strcmp(sym, "cuModuleGetGlobal")) real_cuModuleGetGlobal = real;
   if (!strcmp(sym, "cuLibraryGetGlobal")) real_cuLibraryGetGlobal = real;

@@ -88,6 +88,10 @@ typedef struct {   /* CUDA_KERNEL_NODE_PARAMS_v2 (_v3: the same fields) */
   X(cudaError_t, cudaGetSymbolAddress, (void **, const void *)) \
   X(cudaError_t, cudaGetFuncBySymbol, (void **, const void *))
 
+/* In a function given an entry point `real` for the name `sym` (cuGetProcAddress): where the
+ * name is `name`, keep the real one in real_<w> and hand out the wrapper w_<w> instead. */
+#define WRAP_PROC(name, w) if (!strcmp(sym, name)) { *(void **)&real_##w = real; return (void *)w_##w; }
+
 #define PROTEUS_CUDA_DECLARE(ret, name, params) HIDDEN extern ret(*real_##name) params;
 PROTEUS_CUDA_API(PROTEUS_CUDA_DECLARE)
 #undef PROTEUS_CUDA_DECLARE

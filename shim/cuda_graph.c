@@ -475,22 +475,20 @@ CUresult w_cuGraphDestroyNode(void *node) {
 /* An entry point the driver hands out (cuGetProcAddress, cuda.c's wrap_proc): ours where we
  * wrap it, else the real one. */
 void *graph_proc(const char *sym, void *real, int ver, int ptsz) {
-#define WRAP(name, w) if (!strcmp(sym, name)) { *(void **)&real_##w = real; return (void *)w_##w; }
   if (ptsz) {
-    WRAP("cuGraphLaunch", cuGraphLaunch_ptsz); WRAP("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams_ptsz);
+    WRAP_PROC("cuGraphLaunch", cuGraphLaunch_ptsz); WRAP_PROC("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams_ptsz);
   } else {
-    WRAP("cuGraphLaunch", cuGraphLaunch); WRAP("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams);
+    WRAP_PROC("cuGraphLaunch", cuGraphLaunch); WRAP_PROC("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams);
   }
   if (ver >= 12000) {   /* the signatures CUDA 12 changed: the version asked for says which one */
-    WRAP("cuGraphInstantiate", cuGraphInstantiateWithFlags); WRAP("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams_v2);
-    WRAP("cuGraphExecUpdate", cuGraphExecUpdate_v2);
+    WRAP_PROC("cuGraphInstantiate", cuGraphInstantiateWithFlags); WRAP_PROC("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams_v2);
+    WRAP_PROC("cuGraphExecUpdate", cuGraphExecUpdate_v2);
   } else {
-    WRAP("cuGraphInstantiate", cuGraphInstantiate_v2); WRAP("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams);
-    WRAP("cuGraphExecUpdate", cuGraphExecUpdate);
+    WRAP_PROC("cuGraphInstantiate", cuGraphInstantiate_v2); WRAP_PROC("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams);
+    WRAP_PROC("cuGraphExecUpdate", cuGraphExecUpdate);
   }
-  WRAP("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags); WRAP("cuGraphExecNodeSetParams", cuGraphExecNodeSetParams);
-  WRAP("cuGraphExecDestroy", cuGraphExecDestroy); WRAP("cuGraphDestroy", cuGraphDestroy); WRAP("cuGraphDestroyNode", cuGraphDestroyNode);
-#undef WRAP
+  WRAP_PROC("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags); WRAP_PROC("cuGraphExecNodeSetParams", cuGraphExecNodeSetParams);
+  WRAP_PROC("cuGraphExecDestroy", cuGraphExecDestroy); WRAP_PROC("cuGraphDestroy", cuGraphDestroy); WRAP_PROC("cuGraphDestroyNode", cuGraphDestroyNode);
   return real;
 }
 
