@@ -199,9 +199,11 @@ def specialize(
     driver_version: int | None = None,
     may_compile: bool = True,
     compiler=None,
+    missing: str | None = None,
 ) -> Result:
     """`compiler`: where compile_variant runs (None: here; the run time passes its compiler
-    process, jit/process.py)."""
+    process, jit/process.py). `missing`: a key the caller has just found in no cache, not asked
+    for again (the caches count each lookup)."""
     config = config or Config.from_env()
     cg = _resolve_compiler(config.for_kernel(kernel.name, kernel.demangled), driver_version)
     timings: dict[str, float] = {}
@@ -218,7 +220,7 @@ def specialize(
     folded_values = {i: python_value(kernel.params[i], launch.args[i]) for i in plan.folded}
     timings["plan"] = ms_since(t0)
 
-    if cache is not None:  # with keep_ir too, as upstream: only a variant compiled here has IR to show
+    if cache is not None and key != missing:  # with keep_ir too, as upstream: only a variant compiled here has IR to show
         hit = cache.get(key)
         if hit is not None and (image := target.from_cache(hit[0])) is not None:
             return Result(key, kernel.name, _relinked(image, plan), hit[1], folded_values, plan, timings)

@@ -117,3 +117,33 @@ def test_cache_stats_prints_upstreams_line_per_variant_with_its_launches(state, 
     assert f"MemoryCache rank 0 HashValue {h1} NumExecs 2 NumHits 1" in out
     # the storage cache's accesses are the variants' lookups only: not the policy's, nor the verdicts'
     assert "[proteus][JitEngineDevice] StorageCache rank 0 hits 0 accesses 2" in out
+
+
+class _WarmingCompiler:
+    """A compiler process still warming up: compiles here, counts the waits for its warm-up."""
+
+    def __init__(self):
+        self.waits = 0
+
+    def ready(self):
+        self.waits += 1
+
+    def compile(self, *args):
+        from proteus_rewrite.jit.specializer import compile_variant
+        return compile_variant(*args)
+
+
+def test_a_cached_variant_does_not_wait_for_the_compilers_warm_up(state, monkeypatch):
+    """PROTEUS_ASYNC_COMPILATION=0: the launching thread asks the caches before it waits for the
+    compiler process's warm-up (on the H100 a warm run of adam waited 200-250 ms for it inside its
+    timed loop); a variant that needs compiling waits for it, and is looked up once."""
+    monkeypatch.setenv("PROTEUS_ASYNC_COMPILATION", "0")
+    st, k = state()
+    st.compiler = warming = _WarmingCompiler()
+    assert _specialize(k, "7") and warming.waits == 1      # compiled: after the warm-up
+    disk = st.cache.stats()["disk"]
+    assert (disk.hits, disk.misses) == (0, 1)              # one lookup, not one per attempt
+    st, k = state()                                        # the next run: the disk cache has it
+    st.compiler = warming = _WarmingCompiler()
+    assert _specialize(k, "7") and warming.waits == 0
+    assert st.stats[0].disk_hits == 1
