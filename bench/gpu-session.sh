@@ -48,8 +48,11 @@ compare)
   lib=$(kernel_trace_lib)
   python bench/proteus_compare.py --hec /tmp/h/hec --proteus /tmp/pu/proteus-upstream --tool "$PWD/.venv/bin/proteus-rewrite" \
     --out "$OUT/compare" --budget-s "${BUDGET_S:-330}" --grace-s "${GRACE_S:-90}" --timeout "${RUN_TIMEOUT:-90}" --hecbench-commit "${HECBENCH_COMMIT:-unknown}" \
-    ${lib:+--kernel-trace-lib "$lib"} ${PROGRAMS:+--programs $PROGRAMS} ${ALT:+--alt $ALT} ${EXTRA:+--extra $EXTRA}
-  rm -rf "$OUT/compare/cache" "$OUT/compare/rewritten"
+    ${lib:+--kernel-trace-lib "$lib"} ${PROGRAMS:+--programs $PROGRAMS} ${ALT:+--alt $ALT} ${EXTRA:+--extra $EXTRA} \
+    ${REPS:+--reps $REPS}
+  # KEEP_CACHE=1: both JITs' caches come back (their cubins, to compare the code offline)
+  [ "${KEEP_CACHE:-0}" = 1 ] || rm -rf "$OUT/compare/cache"
+  rm -rf "$OUT/compare/rewritten"
   cat "$OUT/compare/proteus-compare.md"
   ;;
 *) echo "gpu-session.sh: unknown stage '$stage' (tests, compare)" >&2; exit 2 ;;

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """proteus-rewrite beside upstream Proteus on the Proteus paper's six HeCBench programs, in one
 run on one GPU: each program's plain build (no bitcode flag), the same program built with the
-recommended recipe and run under proteus-rewrite (cold: each of --reps runs from an emptied cache; then warm), and Proteus's
-annotated build (../shared/tools/proteus-upstream bundle; cold the same way, then warm).
+recommended recipe and run under proteus-rewrite, and Proteus's annotated build
+(../shared/tools/proteus-upstream bundle). Cold: ours, then Proteus, each run from an emptied
+cache. Warm: plain, native, ours and Proteus interleaved, one run of each per round.
 
 Kernel figures are the programs' own printed ones; end to end is the process's wall time.
 Ours must print what the same binary prints natively (run once, the reference for ours); Proteus
@@ -92,74 +93,97 @@ class Bench:
         (self.out / "proteus-compare.json").write_text(json.dumps(self.doc, indent=1))
         (self.out / "proteus-compare.md").write_text(markdown(self.doc))
 
+    def run_once(self, prog: str, label: str, cmd: list[str], cwd: Path, env: dict, index: int,
+                 fresh: Path | None = None, make_fresh: bool = False) -> dict:
+        """One run, its output kept in logs/; with `fresh`, from that cache folder emptied (a
+        cold run; made again where the JIT makes only its last level: Proteus)."""
+        if fresh is not None:
+            shutil.rmtree(fresh, ignore_errors=True)
+            if make_fresh:
+                fresh.mkdir(parents=True)
+        r = run(cmd, cwd, env, self.a.timeout)
+        r["metrics"] = metrics(prog, r["stdout"])
+        r["output"] = masked(r["stdout"])
+        (self.out / "logs").mkdir(exist_ok=True)
+        (self.out / "logs" / f"{prog}.{label}.{index}.txt").write_text(r.pop("stdout") + "\n--- stderr\n" + r["stderr_tail"])
+        return r
+
+    def over_budget(self) -> bool:   # past the budget: fewer runs, said so (n)
+        return time.monotonic() > self.deadline + self.a.grace_s
+
     def series(self, prog: str, label: str, cmd: list[str], cwd: Path, env: dict, reps: int,
                fresh: Path | None = None, make_fresh: bool = False) -> dict:
-        """`reps` runs; with `fresh`, each starts from that cache folder emptied (a cold run;
-        made again where the JIT makes only its last level: Proteus)."""
+        """`reps` runs of one command in a row (cold runs: each from `fresh` emptied)."""
         runs = []
-        for _ in range(reps):
-            if time.monotonic() > self.deadline + self.a.grace_s:  # past the budget: fewer runs, said so (n)
+        for i in range(reps):
+            if self.over_budget():
                 break
-            if fresh is not None:
-                shutil.rmtree(fresh, ignore_errors=True)
-                if make_fresh:
-                    fresh.mkdir(parents=True)
-            r = run(cmd, cwd, env, self.a.timeout)
-            r["metrics"] = metrics(prog, r["stdout"])
-            r["output"] = masked(r["stdout"])
-            (self.out / "logs").mkdir(exist_ok=True)
-            (self.out / "logs" / f"{prog}.{label}.{len(runs)}.txt").write_text(r.pop("stdout") + "\n--- stderr\n" + r["stderr_tail"])
-            runs.append(r)
-        keys = {k for r in runs for k in r["metrics"]}
-        return {"runs": runs, "wall_s": summary([r["wall_s"] for r in runs if r["rc"] == 0]),
-                "metrics": {k: summary([r["metrics"][k] for r in runs if k in r["metrics"]]) for k in sorted(keys)}}
+            runs.append(self.run_once(prog, label, cmd, cwd, env, i, fresh, make_fresh))
+        return summarized(runs)
+
+    def rounds(self, prog: str, res: dict, commands: list[tuple], reps: int) -> None:
+        """`reps` rounds, each running every command once, in an order rotated from round to
+        round: the warm comparison. lulesh's FOM moved by 15% between series run minutes apart
+        on the H100 host (plain 39-55 k z/s over five calls); interleaved, a drift of the host
+        falls on every build alike."""
+        runs: dict[str, list] = {key: [] for key, *_ in commands}
+        for i in range(reps):
+            if self.over_budget():
+                break
+            for key, label, cmd, cwd, env in commands[i % len(commands):] + commands[:i % len(commands)]:
+                runs[key].append(self.run_once(prog, label, cmd, cwd, env, i))
+        for key, got in runs.items():
+            res[key] = summarized(got)
 
     def program(self, prog: str) -> None:
         args, _, inputs = PROGRAMS[prog]
+        reps = self.a.reps_for.get(prog, self.a.reps)
         hec, up = Path(self.a.hec) / prog, Path(self.a.proteus)
         res = self.doc["programs"].setdefault(prog, {})
-        res["plain"] = self.series(prog, "plain", [str(hec / "main_plain"), *args], hec, {}, self.a.reps)
+        plain = ("plain", "plain", [str(hec / "main_plain"), *args], hec, {})
         # the bitcode-carrying build natively: the output ours must print (judge()), and the
         # speed of the binary the tool is given (the ratio "ours / native")
-        res["native"] = self.series(prog, "native", [str(hec / "main_all"), *args], hec, {}, self.a.reps)
-        self.save()
+        native = ("native", "native", [str(hec / "main_all"), *args], hec, {})
+        warm = [plain, native]
         # ours: the recommended build, rewritten (the rewritten executable loads the shim itself)
         rec = self.out / "rewritten" / prog
         p = subprocess.run([self.a.tool, str(hec / "main_all"), "-o", str(rec)], capture_output=True, text=True)
         res["rewrite_rc"] = p.returncode
+        ours = None
         if p.returncode == 0:
             for f in inputs:
                 shutil.copy(hec / f, rec / f)
             cache = self.out / "cache" / "ours" / prog
-            shutil.rmtree(cache, ignore_errors=True)
             env = {"PROTEUS_CACHE_DIR": str(cache)}
-            exe = [str(rec / "main_all"), *args]
-            res["ours_cold"] = self.series(prog, "ours-cold", exe, rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")},
-                                           self.a.reps, fresh=cache)
+            ours = ([str(rec / "main_all"), *args], rec, env)
+            res["ours_cold"] = self.series(prog, "ours-cold", ours[0], rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")},
+                                           reps, fresh=cache)
             res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
-            res["ours_warm"] = self.series(prog, "ours-warm", exe, rec, env, self.a.reps)
-            if self.a.alt:   # another setting of ours (--alt): its own cache, filled first
-                alt = {"PROTEUS_CACHE_DIR": str(cache) + "-alt", **alt_env(self.a.alt)}
-                self.series(prog, "ours-alt-cold", exe, rec, alt, 1, fresh=Path(alt["PROTEUS_CACHE_DIR"]))
-                res["ours_alt_warm"] = self.series(prog, "ours-alt-warm", exe, rec, alt, self.a.reps)
-                res["alt"] = self.a.alt
-            if self.a.kernel_trace_lib:
-                trace = self.out / f"{prog}.kernels.txt"
-                res["ours_traced"] = self.series(prog, "ours-traced", exe, rec, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
-                                                            "CUPTI_KERNEL_TRACE_FILE": str(trace),
-                                                            "PROTEUS_REPORT": str(self.out / f"{prog}.warm.json")}, 1)
-                names = trace.read_text().splitlines() if trace.exists() else []
-                res["cupti"] = {"launches": len(names), "variant_launches": sum("$proteus$" in n for n in names),
-                                "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
+            warm.append(("ours_warm", "ours-warm", *ours))
         self.save()
         # Proteus: its annotated build, its cache in a fresh directory
         pcache = self.out / "cache" / "proteus" / prog
-        shutil.rmtree(pcache, ignore_errors=True)
-        pcache.mkdir(parents=True)  # Proteus makes the last directory only
         penv = {"LD_LIBRARY_PATH": f"{up / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}", "PROTEUS_CACHE_DIR": str(pcache)}
         pexe = [str(up / "bin" / f"{prog}.exe"), *args]
-        res["proteus_cold"] = self.series(prog, "proteus-cold", pexe, up / "src" / prog, penv, self.a.reps, fresh=pcache, make_fresh=True)
-        res["proteus_warm"] = self.series(prog, "proteus-warm", pexe, up / "src" / prog, penv, self.a.reps)
+        res["proteus_cold"] = self.series(prog, "proteus-cold", pexe, up / "src" / prog, penv, reps, fresh=pcache, make_fresh=True)
+        warm.append(("proteus_warm", "proteus-warm", pexe, up / "src" / prog, penv))
+        self.rounds(prog, res, warm, reps)
+        self.save()
+        if ours is not None and self.a.alt:   # another setting of ours (--alt): its own cache, filled first
+            exe, cwd, env = ours
+            alt = {"PROTEUS_CACHE_DIR": env["PROTEUS_CACHE_DIR"] + "-alt", **alt_env(self.a.alt)}
+            self.series(prog, "ours-alt-cold", exe, cwd, alt, 1, fresh=Path(alt["PROTEUS_CACHE_DIR"]))
+            res["ours_alt_warm"] = self.series(prog, "ours-alt-warm", exe, cwd, alt, reps)
+            res["alt"] = self.a.alt
+        if ours is not None and self.a.kernel_trace_lib:
+            exe, cwd, env = ours
+            trace = self.out / f"{prog}.kernels.txt"
+            res["ours_traced"] = self.series(prog, "ours-traced", exe, cwd, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
+                                                                            "CUPTI_KERNEL_TRACE_FILE": str(trace),
+                                                                            "PROTEUS_REPORT": str(self.out / f"{prog}.warm.json")}, 1)
+            names = trace.read_text().splitlines() if trace.exists() else []
+            res["cupti"] = {"launches": len(names), "variant_launches": sum("$proteus$" in n for n in names),
+                            "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
         judge(res)
         self.save()
 
@@ -204,6 +228,12 @@ class Bench:
                 self.doc.setdefault("extra", {}).setdefault(spec, {})["error"] = f"{type(exc).__name__}: {exc}"
             self.save()
         return 0
+
+
+def summarized(runs: list[dict]) -> dict:
+    keys = {k for r in runs for k in r["metrics"]}
+    return {"runs": runs, "wall_s": summary([r["wall_s"] for r in runs if r["rc"] == 0]),
+            "metrics": {k: summary([r["metrics"][k] for r in runs if k in r["metrics"]]) for k in sorted(keys)}}
 
 
 def speed_trials(report: Path) -> list[dict]:
@@ -282,7 +312,7 @@ def stamp(a: argparse.Namespace) -> dict:
             return "unknown"
     return {"commit": a.commit or first(["git", "rev-parse", "HEAD"]),
             "gpu": first(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]),
-            "reps": a.reps, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "reps": a.reps, "reps_for": getattr(a, "reps_for", {}), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "hecbench": a.hecbench_commit, "proteus_bundle": (Path(a.proteus) / "VERSIONS").read_text().strip()
             if (Path(a.proteus) / "VERSIONS").exists() else "unknown"}
 
@@ -291,9 +321,11 @@ def markdown(doc: dict) -> str:
     s = doc["stamp"]
     calls = doc.get("calls") or [{**s, "programs": sorted(doc["programs"]) + sorted(doc.get("extra", {}))}]
     lines = [f"# proteus-rewrite vs Proteus, paper programs ({s['date']})", "",
-             f"HeCBench {s['hecbench']}; medians of {s['reps']} runs (min-max); ratios are speed-ups over "
-             "the plain build (>1 is faster). Each program's plain, native, ours and Proteus runs come from "
-             "one device call:", ""]
+             f"HeCBench {s['hecbench']}; medians of {s['reps']} runs (min-max)"
+             + "".join(f", {p} {n}" for p, n in (s.get("reps_for") or {}).items())
+             + "; ratios are speed-ups over the plain build (>1 is faster). Each program's plain, native, ours "
+             "and Proteus runs come from one device call"
+             + (", the warm ones interleaved round by round" if s.get("reps_for") is not None else "") + ":", ""]
     lines += [f"- {c['date']}: commit {c['commit']}, {c['gpu']}: {', '.join(c['programs'])}" for c in calls]
     lines += ["",
              "| program | metric | plain | native (bitcode build) | ours warm | Proteus warm | ours / plain | Proteus / plain | ours / native | ours cold e2e s | Proteus cold e2e s | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
@@ -368,7 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--proteus", required=True, help="the unpacked upstream bundle (bin/, lib/, src/)")
     ap.add_argument("--tool", required=True, help="the proteus-rewrite command")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", default="3", metavar="N[,PROG=N...]",
+                    help="runs per series (at least 3), with other counts for some programs: 3,lulesh=7")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--budget-s", type=float, default=420, help="start no program after this many seconds")
     ap.add_argument("--grace-s", type=float, default=100, help="and start no run this long after that")
@@ -384,8 +417,14 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.extra:
         if "=" not in spec or spec.split("=", 1)[0] not in PROGRAMS:
             ap.error(f"--extra {spec!r}: PROG=BUILD, PROG one of {', '.join(PROGRAMS)}")
-    if args.reps < 3:
-        ap.error("--reps: at least 3 (medians of fewer say little)")
+    try:
+        first, *more = args.reps.split(",")
+        args.reps = int(first)
+        args.reps_for = {name: int(n) for name, n in (m.split("=", 1) for m in more)}
+    except ValueError:
+        ap.error(f"--reps {args.reps!r}: N or N,PROG=N,...")
+    if min([args.reps, *args.reps_for.values()]) < 3 or not set(args.reps_for) <= set(PROGRAMS):
+        ap.error("--reps: at least 3 runs (medians of fewer say little), for programs of --programs")
     for need in (Path(args.hec), Path(args.proteus) / "bin"):
         if not need.is_dir():
             print(f"proteus_compare: {need}: no such directory", file=sys.stderr)

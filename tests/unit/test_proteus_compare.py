@@ -88,6 +88,39 @@ def test_ours_is_held_to_the_native_run_and_extra_builds(tmp_path):
            "cold with PROTEUS_ASYNC_COMPILATION=0 NO, warm yes" in md
 
 
+def test_warm_runs_are_interleaved_and_a_program_may_take_more(tmp_path):
+    """Cold series first (ours, then Proteus); then the warm rounds: one run of each build per
+    round, in an order rotated from round to round, so that a drift of the host falls on all."""
+    hec, up, log = tmp_path / "hec", tmp_path / "up", tmp_path / "order.log"
+    for path, name in ((hec / "rsbench" / "main_plain", "plain"), (hec / "rsbench" / "main_all", "all"),
+                       (up / "bin" / "rsbench.exe", "proteus")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # the rewritten copy of main_all says "ours" (its cache is set), a cold run "cold"
+        path.write_text(f'#!/bin/sh\nn={name}\n[ -n "$PROTEUS_REPORT" ] && n="$n-cold"\n'
+                        f'[ "$n" = all ] && [ -n "$PROTEUS_CACHE_DIR" ] && n=ours\necho "$n" >> {log}\n'
+                        + "cat <<'X'\n" + RSBENCH.format(t="1", rate="10", check=1) + "X\n")
+        path.chmod(0o755)
+    (up / "src" / "rsbench").mkdir(parents=True)
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/"\n')
+    tool.chmod(0o755)
+    args = ["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--programs", "rsbench"]
+    assert pc.main([*args, "--out", str(tmp_path / "out"), "--reps", "3,rsbench=4"]) == 0
+    order = log.read_text().split()
+    cold, warm = order[:8], order[8:]
+    assert cold == ["all-cold"] * 4 + ["proteus"] * 4   # Proteus's cold runs: its cache emptied each time
+    assert warm == ["plain", "all", "ours", "proteus", "all", "ours", "proteus", "plain",
+                    "ours", "proteus", "plain", "all", "proteus", "plain", "all", "ours"]
+    doc = json.loads((tmp_path / "out" / "proteus-compare.json").read_text())
+    assert doc["stamp"]["reps_for"] == {"rsbench": 4} and len(doc["programs"]["rsbench"]["ours_warm"]["runs"]) == 4
+    try:
+        pc.main([*args, "--out", str(tmp_path / "out2"), "--reps", "3,rsbench=2"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:
+        raise AssertionError("two runs of a series were accepted")
+
+
 def test_padding_of_timing_figures_is_not_a_difference():
     # lulesh aligns its figures: a native run and a tool run differ only in a number's width
     assert pc.masked("FOM                  =  38713.256 (z/s)") == pc.masked("FOM                  =   4575.23 (z/s)")
