@@ -2,8 +2,9 @@
 """proteus-rewrite beside upstream Proteus on the Proteus paper's six HeCBench programs, in one
 run on one GPU: each program's plain build (no bitcode flag), the same program built with the
 recommended recipe and run under proteus-rewrite, and Proteus's annotated build
-(../shared/tools/proteus-upstream bundle). Cold: ours, then Proteus, each run from an emptied
-cache. Warm: plain, native, ours and Proteus interleaved, one run of each per round.
+(../shared/tools/proteus-upstream bundle). Rounds of runs, one of each build per round in a rotated
+order: cold (plain, ours and Proteus, each JIT from an emptied cache), then warm (plain,
+native, ours, Proteus).
 
 Kernel figures are the programs' own printed ones; end to end is the process's wall time.
 Ours must print what the same binary prints natively (run once, the reference for ours); Proteus
@@ -123,15 +124,16 @@ class Bench:
 
     def rounds(self, prog: str, res: dict, commands: list[tuple], reps: int) -> None:
         """`reps` rounds, each running every command once, in an order rotated from round to
-        round: the warm comparison. lulesh's FOM moved by 15% between series run minutes apart
-        on the H100 host (plain 39-55 k z/s over five calls); interleaved, a drift of the host
-        falls on every build alike."""
-        runs: dict[str, list] = {key: [] for key, *_ in commands}
+        round. lulesh's FOM moved by 15% between series run minutes apart on the H100 host
+        (plain 39-55 k z/s over five calls); interleaved, a drift of the host falls on every
+        build alike. A command is (key, label, cmd, cwd, env[, fresh, make_fresh]): with fresh,
+        each of its runs starts from that cache emptied (a cold run)."""
+        runs: dict[str, list] = {c[0]: [] for c in commands}
         for i in range(reps):
             if self.over_budget():
                 break
-            for key, label, cmd, cwd, env in commands[i % len(commands):] + commands[:i % len(commands)]:
-                runs[key].append(self.run_once(prog, label, cmd, cwd, env, i))
+            for key, label, cmd, cwd, env, *cold in commands[i % len(commands):] + commands[:i % len(commands)]:
+                runs[key].append(self.run_once(prog, label, cmd, cwd, env, i, *cold))
         for key, got in runs.items():
             res[key] = summarized(got)
 
@@ -144,7 +146,7 @@ class Bench:
         # the bitcode-carrying build natively: the output ours must print (judge()), and the
         # speed of the binary the tool is given (the ratio "ours / native")
         native = ("native", "native", [str(hec / "main_all"), *args], hec, {})
-        warm = [plain, native]
+        warm, cold = [plain, native], [("plain_cold", "plain-cold", *plain[2:])]
         # ours: the recommended build, rewritten (the rewritten executable loads the shim itself)
         rec = self.out / "rewritten" / prog
         p = subprocess.run([self.a.tool, str(hec / "main_all"), "-o", str(rec)], capture_output=True, text=True)
@@ -156,17 +158,21 @@ class Bench:
             cache = self.out / "cache" / "ours" / prog
             env = {"PROTEUS_CACHE_DIR": str(cache)}
             ours = ([str(rec / "main_all"), *args], rec, env)
-            res["ours_cold"] = self.series(prog, "ours-cold", ours[0], rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")},
-                                           reps, fresh=cache)
-            res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
+            cold.append(("ours_cold", "ours-cold", ours[0], rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")},
+                         cache))
             warm.append(("ours_warm", "ours-warm", *ours))
-        self.save()
-        # Proteus: its annotated build, its cache in a fresh directory
+        # Proteus: its annotated build, its cache in a fresh directory (it makes the last level only)
         pcache = self.out / "cache" / "proteus" / prog
         penv = {"LD_LIBRARY_PATH": f"{up / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}", "PROTEUS_CACHE_DIR": str(pcache)}
         pexe = [str(up / "bin" / f"{prog}.exe"), *args]
-        res["proteus_cold"] = self.series(prog, "proteus-cold", pexe, up / "src" / prog, penv, reps, fresh=pcache, make_fresh=True)
+        cold.append(("proteus_cold", "proteus-cold", pexe, up / "src" / prog, penv, pcache, True))
         warm.append(("proteus_warm", "proteus-warm", pexe, up / "src" / prog, penv))
+        # cold first, each beside a plain run; the last cold run of each JIT leaves its cache
+        # to the warm rounds
+        self.rounds(prog, res, cold, reps)
+        if ours is not None:
+            res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
+        self.save()
         self.rounds(prog, res, warm, reps)
         self.save()
         if ours is not None and self.a.alt:   # another setting of ours (--alt): its own cache, filled first
@@ -328,7 +334,7 @@ def markdown(doc: dict) -> str:
              + (", the warm ones interleaved round by round" if s.get("reps_for") is not None else "") + ":", ""]
     lines += [f"- {c['date']}: commit {c['commit']}, {c['gpu']}: {', '.join(c['programs'])}" for c in calls]
     lines += ["",
-             "| program | metric | plain | native (bitcode build) | ours warm | Proteus warm | ours / plain | Proteus / plain | ours / native | ours cold e2e s | Proteus cold e2e s | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
+             "| program | metric | plain | native (bitcode build) | ours warm | Proteus warm | ours / plain | Proteus / plain | ours / native | ours cold e2e s (plain / ours) | Proteus cold e2e s (plain / Proteus) | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for prog, r in doc["programs"].items():
         if "plain" not in r:
@@ -348,7 +354,10 @@ def markdown(doc: dict) -> str:
                     ratios.append(f"{(m['median'] / ref if better == 'higher' else ref / m['median']):.2f}x")
                 else:
                     ratios.append("-")
-            cold = [f"{r[k]['wall_s']['median']:.2f}" if r.get(k, {}).get("wall_s") else "-" for k in ("ours_cold", "proteus_cold")]
+            # end to end against the plain runs beside the cold ones (older files: the warm ones)
+            pw = (r.get("plain_cold") or r["plain"]).get("wall_s") or {}
+            cold = [f"{r[k]['wall_s']['median']:.2f}" + (f" ({pw['median'] / r[k]['wall_s']['median']:.2f}x)" if pw else "")
+                    if r.get(k, {}).get("wall_s") else "-" for k in ("ours_cold", "proteus_cold")]
             def same(*keys: str) -> str:
                 return "yes" if all(r.get(k, {}).get("all_ok", False) for k in keys) else "NO"
             ok = [same("plain", "native"), same(*(k for k in ("ours_cold", "ours_warm", "ours_traced") if k in r)), same("proteus_cold", "proteus_warm")]

@@ -89,8 +89,9 @@ def test_ours_is_held_to_the_native_run_and_extra_builds(tmp_path):
 
 
 def test_warm_runs_are_interleaved_and_a_program_may_take_more(tmp_path):
-    """Cold series first (ours, then Proteus); then the warm rounds: one run of each build per
-    round, in an order rotated from round to round, so that a drift of the host falls on all."""
+    """Cold rounds first (plain, ours and Proteus from emptied caches), then warm ones (plain,
+    native, ours, Proteus): one run of each build per round, in an order rotated from round to
+    round, so that a drift of the host falls on all."""
     hec, up, log = tmp_path / "hec", tmp_path / "up", tmp_path / "order.log"
     for path, name in ((hec / "rsbench" / "main_plain", "plain"), (hec / "rsbench" / "main_all", "all"),
                        (up / "bin" / "rsbench.exe", "proteus")):
@@ -107,12 +108,14 @@ def test_warm_runs_are_interleaved_and_a_program_may_take_more(tmp_path):
     args = ["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--programs", "rsbench"]
     assert pc.main([*args, "--out", str(tmp_path / "out"), "--reps", "3,rsbench=4"]) == 0
     order = log.read_text().split()
-    cold, warm = order[:8], order[8:]
-    assert cold == ["all-cold"] * 4 + ["proteus"] * 4   # Proteus's cold runs: its cache emptied each time
+    cold, warm = order[:12], order[12:]
+    assert cold == ["plain", "all-cold", "proteus", "all-cold", "proteus", "plain",
+                    "proteus", "plain", "all-cold", "plain", "all-cold", "proteus"]
     assert warm == ["plain", "all", "ours", "proteus", "all", "ours", "proteus", "plain",
                     "ours", "proteus", "plain", "all", "proteus", "plain", "all", "ours"]
     doc = json.loads((tmp_path / "out" / "proteus-compare.json").read_text())
-    assert doc["stamp"]["reps_for"] == {"rsbench": 4} and len(doc["programs"]["rsbench"]["ours_warm"]["runs"]) == 4
+    r = doc["programs"]["rsbench"]
+    assert doc["stamp"]["reps_for"] == {"rsbench": 4} and len(r["ours_warm"]["runs"]) == len(r["plain_cold"]["runs"]) == 4
     try:
         pc.main([*args, "--out", str(tmp_path / "out2"), "--reps", "3,rsbench=2"])
     except SystemExit as exc:
