@@ -187,6 +187,15 @@ def target_for(arch: int | str) -> Target:
 # block of 256 per SM, as the AOT code's 130) fits two blocks at 128 with 48 more bytes.
 STEP_MAX_STACK_GROWTH = 64
 STEP_MAX_REGISTER_CUT = 0.2
+# Spilling is worth it only for a large gain in residency: at least this factor more blocks per
+# SM (1 -> 2, 2 -> 3); a smaller gain is taken only where nothing more spills. H100, kernel
+# GPU time against the AOT code's (speed trials; medians of 6 turns, two runs each) and the
+# programs' own figures: lulesh's calcMonotonicQGradientsForElems went 1 -> 2 blocks for 32
+# bytes, 1.00x -> 0.71x; feynman-kac's fk went 4 -> 5 for 8 bytes and ran 6% slower (1.30x
+# -> 1.22x of the plain build); lulesh's applyMaterialPropertiesForElems 4 -> 5 for 24 bytes,
+# 0.81x -> 0.84x; calcMonotonicQForElems 6 -> 8 for 24 bytes, 1.00x -> 1.01x. Timing both
+# variants on live launches would decide per kernel; the speed trials time one against the AOT code.
+STEP_SPILL_MIN_GAIN = 1.5
 
 
 def step_occupancy(ptx: codegen.PTX, image, plan: Plan, aot_registers: int, cg: CodegenConfig, arch: int,
@@ -219,7 +228,8 @@ def step_occupancy(ptx: codegen.PTX, image, plan: Plan, aot_registers: int, cg: 
         second = cubin_format.resources(stepped.data).get(entry)
     except Exception:  # noqa: BLE001
         return ptx, image
-    if second is None or second.stack is None or second.stack - first.stack > STEP_MAX_STACK_GROWTH:
+    max_growth = STEP_MAX_STACK_GROWTH if aot_level + 1 >= STEP_SPILL_MIN_GAIN * level else 0
+    if second is None or second.stack is None or second.stack - first.stack > max_growth:
         found.notes.append(f"kept {first.registers} registers: at {budget} for {aot_level + 1} blocks per SM "
                            f"it needs {second.stack if second else '?'} bytes of stack per thread, not {first.stack}")
         return ptx, image
