@@ -138,7 +138,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                 unknown_dims = frozenset(d for d, bit in ((BLOCK, 1), (GRID, 2)) if not tracker.dims & bit)
             return Launch(tuple(raw), tuple(grid), tuple(block), arch, dict(zip(record.globals, addrs)), unknown, unknown_dims)
 
-        launch = launch_now()
+        launch: Launch | None = None   # set by attempt(): the launch the records below describe
         keep_ir = "ir-dump" in session._state.config.trace or session._state.config.dump_ir
         config = session._state.config
         may_compile = not config.compile_budget or Budget(config.compile_budget, config.compile_grace_ms).allows(stats.compile_ms, gpu_ms)
