@@ -110,6 +110,7 @@ OWN_ENV: Mapping[str, str] = {
     "PROTEUS_COMPILE_PROCESS": "compile in a process of its own",
     "PROTEUS_STORE_DIR": "where the kernel stores are",
     "PROTEUS_PRESTART": "start the compiler before the first launch",
+    "PROTEUS_PRELOAD": "load the last run's variants before their first launch",
     "PROTEUS_REPORT": "write a run report at exit",
     "PROTEUS_PROFILE": "cProfile of the run time",
     "PROTEUS_FAULT_INJECT": "tests: make a step fail",

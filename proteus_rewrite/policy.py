@@ -148,6 +148,49 @@ def decode_run(data: bytes) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
 
 
+WARM_KIND = "warm"  # the cache entry kind of the launches whose variants an app's last run used
+WARM_MAX = 256  # launches noted per app: a warm run loads at most these ahead
+
+
+def warm_key(fatbin_sha256s: list[str]) -> str:
+    """The cache key of the note on which variants an app's last run used."""
+    text = "warm-set\0" + "\0".join(sorted(fatbin_sha256s))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def encode_warm(items: list[dict]) -> bytes:
+    """Each item: the fat binary's SHA-256, the kernel's name and architecture, and its launch's
+    folded arguments (parameter index -> bytes, hex), grid and block."""
+    return json.dumps(items[:WARM_MAX], sort_keys=True, separators=(",", ":")).encode()
+
+
+def decode_warm(data: bytes) -> list[dict]:
+    """The items of a warm-set note; a malformed one (another writer, another version) is
+    skipped, as is a note that is not a list."""
+    try:
+        items = json.loads(data)
+    except ValueError:
+        return []
+    if not isinstance(items, list):
+        return []
+
+    def dims(v: object) -> bool:
+        return isinstance(v, list) and len(v) == 3 and all(isinstance(x, int) and 0 < x < 1 << 32 for x in v)
+
+    good = []
+    for it in items[:WARM_MAX]:
+        try:
+            args = it["args"]
+            ok = (isinstance(it["fatbin"], str) and isinstance(it["kernel"], str) and isinstance(it["arch"], int)
+                  and isinstance(args, dict) and all(k.isdigit() and isinstance(v, str) and bytes.fromhex(v) for k, v in args.items())
+                  and dims(it["grid"]) and dims(it["block"]))
+        except (TypeError, KeyError, AttributeError, ValueError):
+            ok = False
+        if ok:
+            good.append(it)
+    return good
+
+
 def compiles_likely(last_compiled: int | None) -> bool:
     """Whether to warm the compiler up ahead (the prestart thread, beside the context's creation).
     Unknown counts as likely: a first run compiles. A run after one that compiled nothing

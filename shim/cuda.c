@@ -108,25 +108,32 @@ static int one_architecture(void) {
 /* First launch of a kernel: ask Python which recorded kernel it is. jit_lock held. */
 void resolve(kinfo *ki) {
   if (atomic_load(&ki->state) != K_UNRESOLVED) return;
-  int state = K_DISABLED;
+  uint8_t *blob = NULL;
+  ssize_t n = 0;
   if (python_ready()) {
     int g = py.GILStateEnsure();
-    ssize_t n = 0;
-    uint8_t *blob = py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO,
-                                             (unsigned long long)(uintptr_t)ki->image, ki->name, current_arch()), &n);
+    blob = py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO, (unsigned long long)(uintptr_t)ki->image, ki->name,
+                                    current_arch()), &n);
     py.GILStateRelease(g);
-    if (read_kernel_info(ki, blob, n)) {
-      state = K_ACTIVE;
-      ki->ctx_free = ki->nglobals == 0 && one_architecture();
-      /* Events for sampling GPU time, made here (a miss) so the hit path never allocates them */
-      CUcontext ctx = NULL;
-      if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
-          real_cuEventCreate(&ki->ev[0], 0) == CUDA_SUCCESS && real_cuEventCreate(&ki->ev[1], 0) == CUDA_SUCCESS)
-        ki->ev_ctx = ctx;
-      else
-        atomic_store(&ki->sample_state, SAMPLE_OFF);
-    }
-    free(blob);
+  }
+  resolve_from(ki, blob, n);
+  free(blob);
+}
+
+/* The kernel as runtime.kernel_info answered (NULL: run its original code), in the current
+ * context. jit_lock held. */
+void resolve_from(kinfo *ki, const uint8_t *blob, ssize_t n) {
+  int state = K_DISABLED;
+  if (read_kernel_info(ki, blob, n)) {
+    state = K_ACTIVE;
+    ki->ctx_free = ki->nglobals == 0 && one_architecture();
+    /* Events for sampling GPU time, made here (a miss) so the hit path never allocates them */
+    CUcontext ctx = NULL;
+    if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
+        real_cuEventCreate(&ki->ev[0], 0) == CUDA_SUCCESS && real_cuEventCreate(&ki->ev[1], 0) == CUDA_SUCCESS)
+      ki->ev_ctx = ctx;
+    else
+      atomic_store(&ki->sample_state, SAMPLE_OFF);
   }
   atomic_store(&ki->state, state);
 }
@@ -155,7 +162,9 @@ CUdeviceptr global_address(kinfo *ki, void *owner, const char *name) {
 
 /* Load a variant's image (malloc'd; freed here) and find its entry point `name`: its function, or
  * NULL (reported to Python). */
+__thread uint64_t tl_load_ns;   /* this thread's time in load_image: a miss reports it as its own stage */
 CUfunction load_image(kinfo *ki, uint8_t *image, const char *name) {
+  uint64_t t0 = now_ns();
   CUfunction fn = NULL;
   const char *fault = getenv(ENV_FAULT_INJECT);   /* tests only: see proteus_rewrite/faults.py */
   CUresult r = 200;   /* CUDA_ERROR_INVALID_IMAGE, also what the injected fault answers */
@@ -190,6 +199,7 @@ CUfunction load_image(kinfo *ki, uint8_t *image, const char *name) {
     if (res) py.DecRef(res); else py.ErrPrint();
   }
   free(image);
+  tl_load_ns += now_ns() - t0;
   return fn;
 }
 
@@ -363,7 +373,10 @@ static CUresult w_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *nam
 static CUresult w_cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, void **jv, unsigned nj, void *lo, void **lv, unsigned nl) {
   prestart(1);
   CUresult r = real_cuLibraryLoadData(l, code, jo, jv, nj, lo, lv, nl);
-  if (r == CUDA_SUCCESS) remember_image(*l, code);
+  if (r == CUDA_SUCCESS) {
+    remember_image(*l, code);
+    warm_image(code, *l);
+  }
   return r;
 }
 static CUresult w_cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name) {
@@ -372,6 +385,11 @@ static CUresult w_cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name)
     remember(*k, image_of(l), name, OWNER_LIBRARY, l);
     graph_library_kernel(*k);
   }
+  return r;
+}
+static CUresult w_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+  CUresult r = real_cuDevicePrimaryCtxRetain(ctx, dev);
+  if (r == CUDA_SUCCESS && ctx) warm_context(*ctx);
   return r;
 }
 static CUresult w_cuModuleUnload(CUmodule m) {
@@ -407,7 +425,7 @@ static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long 
   WRAP_PROC("cuModuleLoadData", cuModuleLoadData); WRAP_PROC("cuModuleLoadDataEx", cuModuleLoadDataEx);
   WRAP_PROC("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP_PROC("cuModuleGetFunction", cuModuleGetFunction);
   WRAP_PROC("cuLibraryLoadData", cuLibraryLoadData); WRAP_PROC("cuLibraryGetKernel", cuLibraryGetKernel);
-  WRAP_PROC("cuKernelGetFunction", cuKernelGetFunction);
+  WRAP_PROC("cuKernelGetFunction", cuKernelGetFunction); WRAP_PROC("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain);
   WRAP_PROC("cuModuleUnload", cuModuleUnload); WRAP_PROC("cuLibraryUnload", cuLibraryUnload);
   WRAP_PROC("cuFuncSetAttribute", cuFuncSetAttribute); WRAP_PROC("cuFuncSetCacheConfig", cuFuncSetCacheConfig);
   WRAP_PROC("cuKernelSetAttribute", cuKernelSetAttribute); WRAP_PROC("cuKernelSetCacheConfig", cuKernelSetCacheConfig);
@@ -500,7 +518,10 @@ typedef struct { int magic, version; const void *data; void *filename_or_fatbins
 
 EXPORT void **__cudaRegisterFatBinary(void *wrapper) {
   void **h = RUNTIME_REAL(__cudaRegisterFatBinary)(wrapper);
-  if (h && wrapper) remember_image(h, ((fatbin_wrapper *)wrapper)->data);
+  if (h && wrapper) {
+    remember_image(h, ((fatbin_wrapper *)wrapper)->data);
+    warm_image(((fatbin_wrapper *)wrapper)->data, NULL);
+  }
   prestart(1);
   return h;
 }

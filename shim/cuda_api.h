@@ -41,6 +41,7 @@ typedef struct {   /* CUDA_KERNEL_NODE_PARAMS_v2 (_v3: the same fields) */
   X(CUresult, cuDeviceGetAttribute, (int *, int, CUdevice)) \
   X(CUresult, cuDriverGetVersion, (int *)) \
   X(CUresult, cuCtxSetCurrent, (CUcontext)) \
+  X(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice)) \
   X(CUresult, cuEventCreate, (void **, unsigned)) \
   X(CUresult, cuEventRecord, (void *, CUstream)) \
   X(CUresult, cuEventQuery, (void *)) \
@@ -100,6 +101,7 @@ HIDDEN void *cuda_sym(const char *name);
 HIDDEN void init_driver_calls(void);
 HIDDEN int current_arch(void);                       /* SM version of the current context's device, 0: none */
 HIDDEN void resolve(kinfo *ki);                      /* a kernel's first launch: jit_lock held */
+HIDDEN void resolve_from(kinfo *ki, const uint8_t *blob, ssize_t n);   /* with kernel_info's answer: jit_lock held */
 HIDDEN CUdeviceptr global_address(kinfo *ki, void *owner, const char *name);
 HIDDEN CUfunction load_image(kinfo *ki, uint8_t *image, const char *name);   /* frees image; NULL: refused */
 HIDDEN int stream_busy(CUstream s);

@@ -27,7 +27,7 @@ double gpu_ms(kinfo *ki) {
 }
 
 
-static job *make_job(kinfo *ki, void *owner, CUcontext ctx, void **params, dim3 grid, dim3 block) {
+job *make_job(kinfo *ki, void *owner, CUcontext ctx, void **params, dim3 grid, dim3 block) {
   job *j = calloc(1, sizeof *j);
   if (!j) return NULL;
   for (uint32_t i = 0; i < ki->nparams; i++) j->nargs += ki->sizes[i];
@@ -198,6 +198,7 @@ static void atfork_child(void) {
     sentry *e = atomic_load_explicit(&variants[i], memory_order_relaxed);
     if (e) atomic_store_explicit(&e->pending, 0, memory_order_relaxed);
   }
+  warm_atfork_child();
   if (pre_state == PRE_PYTHON || pre_state == PRE_COMPILER) {
     pthread_mutex_t fresh_jit = PTHREAD_MUTEX_INITIALIZER, fresh_pre = PTHREAD_MUTEX_INITIALIZER;
     jit_lock = fresh_jit;
@@ -371,16 +372,18 @@ again:;
       if (!tracked && defer(ki, params, grid, block)) {
         uncached = 1;
       } else {
-        uint64_t track_ns = 0;
+        uint64_t track_ns = 0, load0 = tl_load_ns;
         int g = py.GILStateEnsure();
         stage(MISS_GIL, &t);
         fn = tracked ? run_job(j, background, &uncached, &meta) : miss_job(j, background, &uncached, &changed, &track_ns, &meta);
         py.GILStateRelease(g);
         uint64_t call_start = t;
         t = now_ns();   /* the call's time: the tracker's share, then the caches' (or a compilation's) */
-        if (track_ns > t - call_start) track_ns = t - call_start;
+        uint64_t load_ns = tl_load_ns - load0;
+        if (track_ns + load_ns > t - call_start) track_ns = t - call_start - load_ns;
         atomic_fetch_add_explicit(&t_stage_ns[MISS_TRACK], track_ns, memory_order_relaxed);
-        atomic_fetch_add_explicit(&t_stage_ns[MISS_SPECIALIZE], t - call_start - track_ns, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t_stage_ns[MISS_SPECIALIZE], t - call_start - track_ns - load_ns, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t_stage_ns[MISS_LOAD], load_ns, memory_order_relaxed);
         tracked = 1;
         if (changed) {
           free_job(j);

@@ -123,6 +123,7 @@ static void *prestart_main(void *arg) {
     pthread_mutex_unlock(&pre_lock);
   }
   atomic_fetch_add(&t_prestart_cpu_ns, thread_cpu_ns() - c0);
+  if (ok && cuda) warm_start();   /* waits for the app's images and context, until exit */
   return NULL;
 }
 
@@ -170,6 +171,7 @@ void before_exit(void) {
   exiting = 1;
   while (pre_state == PRE_COMPILER) pthread_cond_wait(&pre_cond, &pre_lock);
   pthread_mutex_unlock(&pre_lock);
+  warm_finish();
   stop_workers();
 }
 

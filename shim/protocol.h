@@ -46,6 +46,13 @@
 #define PROTO_COUNTERS 76
 #define PROTO_COUNTERS_U64 9
 
+/* runtime.warm_set: u64 addresses; per launch: u64 fat binary, u32 grid[3], block[3], arch, nparams,
+ * lengths of the name, arguments, kernel_info and image answers; then each of those */
+#define PROTO_IMAGE_ADDRESS 8
+#define PROTO_WARM_ITEM 56
+#define CACHED_ONLY 1
+#define CACHED_AHEAD 2
+
 /* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size */
 #define PROTO_VALIDATE_RANGE 16
 
@@ -65,12 +72,14 @@ enum {
   W_SPECIALIZE,
   W_QUEUE,
   W_GIL,
+  W_LOAD,
   W_COMPILING_CHECKS,
   W_COMPILING_CHECK_COUNT,
   W_APP_MAIN_CPU,
   W_COMPILE_THREADS_CPU,
   W_PRESTART_CPU,
   W_DEFERRED_COUNT,
+  W_PRELOADED,
   W_SHIM_LOADED,
   W_MAIN_START,
   W_MAIN_END,
@@ -84,6 +93,7 @@ enum {
   MISS_SPECIALIZE,
   MISS_QUEUE,
   MISS_GIL,
+  MISS_LOAD,
   MISS_STAGES
 };
 
@@ -99,6 +109,7 @@ enum {
 #define CALL_LOAD_FAILED "load_failed"
 #define CALL_PREPARE_COMPILER "prepare_compiler"
 #define CALL_PREPARE_COMPILER_AHEAD "prepare_compiler"
+#define CALL_WARM_SET "warm_set"
 #define CALL_FINISH "finish"
 #define CALL_WRITE_REPORT "write_report"
 #define CALL_VALIDATED "validated"
@@ -115,8 +126,9 @@ enum {
 #define FMT_LOAD_FAILED "ii"
 #define FMT_PREPARE_COMPILER "i"
 #define FMT_PREPARE_COMPILER_AHEAD "ii"
+#define FMT_WARM_SET "y#"
 #define FMT_FINISH "y#y#"
-#define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKK)"
+#define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKKKK)"
 #define FMT_VALIDATED "iy#y#y#y#y#d"
 #define FMT_VALIDATE_SKIPPED "is"
 #define FMT_VALIDATE_REFUSAL "i"
@@ -132,5 +144,6 @@ enum {
 #define ENV_FAULT_INJECT "PROTEUS_FAULT_INJECT"
 #define ENV_VALIDATE "PROTEUS_VALIDATE"
 #define ENV_VALIDATE_MAX_MB "PROTEUS_VALIDATE_MAX_MB"
+#define ENV_PRELOAD "PROTEUS_PRELOAD"
 
 #endif

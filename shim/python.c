@@ -21,7 +21,7 @@
 
 py_api py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
-PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler, *f_finish, *f_miss,
+PyObject *f_warm_set, *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler, *f_finish, *f_miss,
     *f_track_deferred, *f_validated, *f_validate_skipped, *f_validate_refusal;
 int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
@@ -151,8 +151,9 @@ static int start_python(void) {
     f_validated = py.GetAttrString(rt, CALL_VALIDATED);
     f_validate_skipped = py.GetAttrString(rt, CALL_VALIDATE_SKIPPED);
     f_validate_refusal = py.GetAttrString(rt, CALL_VALIDATE_REFUSAL);
+    f_warm_set = py.GetAttrString(rt, CALL_WARM_SET);
     if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish && f_miss &&
-        f_track_deferred && f_validated && f_validate_skipped && f_validate_refusal) {
+        f_track_deferred && f_validated && f_validate_skipped && f_validate_refusal && f_warm_set) {
       ok = py.LongAsLongLong(r) == 1;   /* False: a bad setting, which init has reported in one line */
       py.DecRef(r);
     } else py.ErrPrint();
@@ -258,7 +259,7 @@ static uint8_t *call_job(PyObject *f, job *j, int cached_only, ssize_t *n) {
 
 /* Load the variant of an answer (protocol.h: PROTO_IMAGE_HEAD, the entry point's name, the
  * image); *m: which of the kernel's variants it is, and whether to time it first (trial.c). */
-static CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m) {
+CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m) {
   uint32_t nlen;
   if (n < PROTO_IMAGE_HEAD) return NULL;
   memcpy(&nlen, p, 4);
@@ -381,18 +382,20 @@ void report_at_exit(void) {
       [W_LOCK] = atomic_load(&t_stage_ns[MISS_LOCK]), [W_RESOLVE] = atomic_load(&t_stage_ns[MISS_RESOLVE]),
       [W_TRACK] = atomic_load(&t_stage_ns[MISS_TRACK]), [W_SPECIALIZE] = atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
       [W_QUEUE] = atomic_load(&t_stage_ns[MISS_QUEUE]), [W_GIL] = atomic_load(&t_stage_ns[MISS_GIL]),
+      [W_LOAD] = atomic_load(&t_stage_ns[MISS_LOAD]),
       [W_COMPILING_CHECKS] = atomic_load(&t_check_ns), [W_COMPILING_CHECK_COUNT] = atomic_load(&n_checks),
       [W_APP_MAIN_CPU] = atomic_load(&t_main_cpu_ns), [W_COMPILE_THREADS_CPU] = atomic_load(&t_worker_cpu_ns),
       [W_PRESTART_CPU] = atomic_load(&t_prestart_cpu_ns), [W_DEFERRED_COUNT] = atomic_load(&n_deferred),
+      [W_PRELOADED] = atomic_load(&n_preloaded),
       [W_SHIM_LOADED] = timeline[0], [W_MAIN_START] = timeline[1], [W_MAIN_END] = timeline[2], [W_REPORT] = timeline[3]};
-  _Static_assert(W_COUNT == 24, "FMT_WRITE_REPORT passes 24 figures: keep the call below in step");
+  _Static_assert(W_COUNT == 26, "FMT_WRITE_REPORT passes 26 figures: keep the call below in step");
   int written = 0;
   if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
     int g = py.GILStateEnsure();
     PyObject *r = py.CallFunction(f_write_report, FMT_WRITE_REPORT, path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches), w[0], w[1], w[2], w[3], w[4], w[5],
                                   w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18],
-                                  w[19], w[20], w[21], w[22], w[23]);
+                                  w[19], w[20], w[21], w[22], w[23], w[24], w[25]);
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }

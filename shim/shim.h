@@ -227,6 +227,14 @@ HIDDEN extern _Atomic uint64_t unknown_launches, t_python_ns, t_miss_ns, n_misse
 HIDDEN extern _Atomic uint64_t t_loaded_ns, t_main_start_ns, t_main_end_ns, t_main_cpu_ns, t_worker_cpu_ns,
     t_prestart_cpu_ns;
 HIDDEN extern _Atomic uint64_t t_stage_ns[MISS_STAGES];
+HIDDEN extern __thread uint64_t tl_load_ns;
+HIDDEN extern _Atomic uint64_t n_preloaded;   /* variants loaded ahead (cuda_warm.c) */
+/* cuda_warm.c: the last run's variants, loaded before their first launch */
+HIDDEN void warm_image(const void *image, void *library);   /* a fat binary registered or loaded (its CUlibrary) */
+HIDDEN void warm_context(CUcontext ctx);                     /* the app retained a context */
+HIDDEN void warm_start(void);                                /* the prestart thread, until warm_finish */
+HIDDEN void warm_finish(void);                               /* before exit handlers */
+HIDDEN void warm_atfork_child(void);
 HIDDEN uint64_t now_ns(void);
 HIDDEN uint64_t thread_cpu_ns(void);
 HIDDEN void stage(int which, uint64_t *t);
@@ -247,7 +255,7 @@ HIDDEN void launch_error(const void *handle);
 /* ------------------------------------------------------------------ python.c (jit_lock held for all but py_bytes) */
 
 HIDDEN extern py_api py;
-HIDDEN extern PyObject *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler,
+HIDDEN extern PyObject *f_warm_set, *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler,
     *f_finish, *f_miss, *f_track_deferred, *f_validated, *f_validate_skipped, *f_validate_refusal;
 HIDDEN extern int py_state;   /* 0 not tried, 1 ready, -1 unavailable */
 HIDDEN extern char shim_dir[4096];
@@ -291,10 +299,12 @@ HIDDEN extern pthread_cond_t q_cond;
 HIDDEN extern job *q_head, *q_tail;
 HIDDEN extern int q_stop, q_busy, q_workers;
 HIDDEN double gpu_ms(kinfo *ki);
+HIDDEN job *make_job(kinfo *ki, void *owner, CUcontext ctx, void **params, dim3 grid, dim3 block);
 HIDDEN void free_job(job *j);
 /* What an answer says of its variant besides the image (protocol.h PROTO_IMAGE_*). */
 typedef struct { uint32_t vid, flags; } answer_meta;
 HIDDEN CUfunction run_job(job *j, int cached_only, int *uncached, answer_meta *m);
+HIDDEN CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m);   /* the GIL held */
 HIDDEN CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns, answer_meta *m);
 HIDDEN void *worker(void *arg);
 HIDDEN void read_async_env(void);   /* jit_lock held */

@@ -11,6 +11,8 @@
                                               it takes a job, and at exit
     load_failed(kid, error)                   the driver (HIP: the runtime) refused our image
     prepare_compiler(arch, ahead) -> bool     the compiler's first use, ahead of the first specialization
+    warm_set(images) -> bytes                 the launches whose variants the app's last run used, to load
+                                              before its first launch (warm.py)
     finish(counters, trials)                  at exit: the speed trials' verdicts, and whether this run
                                               compiled (the next run's guess)
     write_report(path, counters, unknown, waits)  at exit, for PROTEUS_REPORT
@@ -33,6 +35,7 @@ from .session import init, kernel_info, reset, state
 from .validate import refusal as validate_refusal
 from .validate import skipped as validate_skipped
 from .validate import validated
+from .warm import warm_set
 
 __all__ = ["WARM_UP_ARCH", "compiled_this_run", "finish", "init", "kernel_info", "load_failed", "miss",
-           "prepare_compiler", "reset", "specialize", "state", "track", "track_deferred", "validate_refusal", "validate_skipped", "validated", "write_report"]
+           "prepare_compiler", "reset", "specialize", "state", "track", "track_deferred", "validate_refusal", "validate_skipped", "validated", "warm_set", "write_report"]

@@ -16,7 +16,7 @@ from ..jit import specializer as spec_mod
 from ..jit.launch import Launch
 from ..policy import (BLOCK, GRID, RUN_KIND, Budget, compiles_likely, decode_run, encode_run, run_key, save_learned)
 from ..cache import Entry
-from . import protocol, session, speed, trace, validate
+from . import protocol, session, speed, trace, validate, warm
 
 
 def track(kid: int, args: bytes, grid: tuple, block: tuple, earlier: bytes = b"") -> bytes:
@@ -110,7 +110,8 @@ def _launch_record(raw, folded, unknown_dims, arch, block, grid, globals_, addrs
 def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes, arch: int | str,
                gpu_ms: float = 0.0, cached_only: int = 0) -> bytes | None:
     """The variant's image, or None to run the original. With cached_only, only the caches are
-    asked, and b"" means the variant needs compiling (the shim then queues it)."""
+    asked, and b"" means the variant needs compiling (protocol.CACHED_ONLY: the shim then queues
+    it; CACHED_AHEAD: a launch the last run noted, loaded ahead, and nothing is queued)."""
     assert session._state is not None
     t_start = time.perf_counter()
     if isinstance(arch, str):  # HIP's gcnArchName: gfx90a:sramecc+:xnack- -> gfx90a
@@ -172,7 +173,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
             result = attempt(may_compile and not cached_only, missing)
     except spec_mod.CompileBudgetSpent as exc:
         if cached_only and may_compile:  # not in a cache: the shim queues it for a compile thread
-            if len(stats.queued) < MAX_QUEUED_RECORDS and exc.key not in stats.queued:
+            if cached_only == protocol.CACHED_ONLY and len(stats.queued) < MAX_QUEUED_RECORDS and exc.key not in stats.queued:
                 stats.queued[exc.key] = _launch_record(raw, exc.folded, launch.unknown_dims, arch, block, grid, record.globals, addrs)
             return b""
         stats.budget_refusals += 1  # policy, not a failure: no warning
@@ -205,6 +206,8 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                            # enough to compile this variant again offline (proteus-rewrite prewarm)
                            "launch": _launch_record(raw, tuple(result.folded), launch.unknown_dims, arch, block, grid,
                                                     record.globals, addrs)})
+    if cached_only == protocol.CACHED_AHEAD:  # before any launch of it (runtime/warm.py)
+        stats.variants[-1]["loaded_ahead"] = True
     # a speed trial (shim/trial.c) for a variant no run has timed; HIP takes no GPU-time samples
     flags = 0
     if verdict is not None:
@@ -297,6 +300,7 @@ def finish(counters: bytes = b"", trials: bytes = b"") -> None:
         speed.received(trials)
         _trace_at_exit(counters)
         _save_policies()
+        warm.note()
         compiled = compiled_this_run()
         if (compiled > 0) != compiles_likely(_last_run()):
             session._state.cache.put(Entry(_run_key(), RUN_KIND, 0, encode_run(compiled), {"kernel": "(the app's last run)"}),

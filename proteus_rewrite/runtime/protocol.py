@@ -56,6 +56,20 @@ def split_image_answer(answer: bytes) -> tuple[str, bytes, int, int]:
     return answer[start:start + n].decode(), answer[start + n:], variant, flags
 
 
+# The prestart thread's question, runtime.warm_set: the fat binaries the app registered (u64
+# addresses, IMAGE_ADDRESS each). The answer, per launch whose variant the app's last run used
+# and the caches hold (WARM_ITEM): u64 the fat binary's address, u32 grid[3], u32 block[3], u32
+# the SM version the answers are for, u32 nparams, u32 lengths of the kernel's name, of the arguments, of its kernel_info answer and of
+# its variant's image answer; then the name (no NUL), u8 known[nparams] (1: the argument's
+# bytes are the launch's; the others are zero), the arguments' bytes back to back, the
+# kernel_info answer (KERNEL_INFO) and the image answer (IMAGE_HEADER), both made ahead.
+IMAGE_ADDRESS = struct.Struct("<Q")
+# specialize's and miss's cached_only: 0 may compile, CACHED_ONLY asks the caches (a miss that
+# queues what they lack), CACHED_AHEAD the same for a launch loaded ahead (nothing is queued)
+CACHED_ONLY, CACHED_AHEAD = 1, 2
+WARM_ITEM = struct.Struct("<Q12I")
+
+
 # What the shim reports at exit about a variant it followed (a speed trial, PROTEUS_SPEED_CHECK,
 # or the launches of each for upstream's cache-stats lines): i32 kid, u32 variant (its index in
 # the kernel's report), u32 verdict (TRIAL_VERDICTS; "undecided" where no trial ran or it did not
@@ -79,10 +93,10 @@ COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "comp
 
 # The shim's report figures, in the order it passes them (ns, counts, CLOCK_MONOTONIC times).
 WAIT_FIELDS = ("python_start", "misses", "miss_count", "prepare_compiler", "exit", "prestart", "compiling",
-               "compiling_count", "lock", "resolve", "track", "specialize", "queue", "gil", "compiling_checks",
-               "compiling_check_count", "app_main_cpu", "compile_threads_cpu", "prestart_cpu", "deferred_count",
+               "compiling_count", "lock", "resolve", "track", "specialize", "queue", "gil", "load", "compiling_checks",
+               "compiling_check_count", "app_main_cpu", "compile_threads_cpu", "prestart_cpu", "deferred_count", "preloaded",
                "shim_loaded", "main_start", "main_end", "report")
-MISS_STAGES = ("lock", "resolve", "track", "specialize", "queue", "gil")
+MISS_STAGES = ("lock", "resolve", "track", "specialize", "queue", "gil", "load")
 
 
 # ---------------------------------------------------------------- calls from C into Python
@@ -109,6 +123,7 @@ CALLS = (
     Call("load_failed", "ii"),                             # kid, driver error code
     Call("prepare_compiler", "i"),                         # SM version (0: unknown)
     Call("prepare_compiler_ahead", "ii"),                  # SM version, ahead (may decline)
+    Call("warm_set", "y#"),                                # the registered fat binaries (IMAGE_ADDRESS each)
     Call("finish", "y#y#"),                                # the per-kernel counters (COUNTERS), the variants (VARIANT each)
     Call("write_report", "sy#K(" + "K" * len(WAIT_FIELDS) + ")"),  # path, counters, unknown launches, WAIT_FIELDS
     Call("validated", "iy#y#y#y#y#d"),                     # kid, args, ranges (VALIDATE_RANGE each), the variant's results,
@@ -123,7 +138,7 @@ VALIDATE_RANGE = struct.Struct("<QQ")
 # The shim's own PROTEUS_* variables (it reads them before Python runs, or without it).
 SHIM_ENV = ("PROTEUS_DISABLE", "PROTEUS_TRACE_OUTPUT", "PROTEUS_PRESTART", "PROTEUS_STORE_DIR",
             "PROTEUS_ASYNC_COMPILATION", "PROTEUS_ASYNC_THREADS", "PROTEUS_REPORT", "PROTEUS_FAULT_INJECT",
-            "PROTEUS_VALIDATE", "PROTEUS_VALIDATE_MAX_MB")
+            "PROTEUS_VALIDATE", "PROTEUS_VALIDATE_MAX_MB", "PROTEUS_PRELOAD")
 
 
 # ---------------------------------------------------------------- the C header
@@ -174,6 +189,13 @@ def header() -> str:
         + "; name\\0 */",
         f"#define PROTO_COUNTERS {COUNTERS.size}",
         f"#define PROTO_COUNTERS_U64 {len(COUNTER_FIELDS) - 1}",
+        "",
+        "/* runtime.warm_set: u64 addresses; per launch: u64 fat binary, u32 grid[3], block[3], arch, nparams,",
+        " * lengths of the name, arguments, kernel_info and image answers; then each of those */",
+        f"#define PROTO_IMAGE_ADDRESS {IMAGE_ADDRESS.size}",
+        f"#define PROTO_WARM_ITEM {WARM_ITEM.size}",
+        f"#define CACHED_ONLY {CACHED_ONLY}",
+        f"#define CACHED_AHEAD {CACHED_AHEAD}",
         "",
         "/* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size */",
         f"#define PROTO_VALIDATE_RANGE {VALIDATE_RANGE.size}",

@@ -33,7 +33,8 @@ def _wait_sections(waits: tuple[int, ...]) -> dict:
         # compiling: launches that waited for their variant to finish compiling (auto mode);
         # miss_stages: the compile lock, a kernel's first launch, the value tracker, the caches
         # (or, compiling there, the compilation), queueing, and apart, before the tracker and the
-        # caches, waiting for the GIL (held by a compile or the prestart thread); compiling_checks: launches that
+        # caches, waiting for the GIL (held by a compile or the prestart thread), and, taken out
+        # of the caches' share, the driver loading the variant (CUDA); compiling_checks: launches that
         # asked again for a variant still compiling, found their stream idle and ran the original
         "shim_wait_ms": {"python_start": ms(w["python_start"]), "misses": ms(w["misses"]), "miss_count": w["miss_count"],
                          "prepare_compiler": ms(w["prepare_compiler"]), "exit": ms(w["exit"]),
@@ -51,7 +52,9 @@ def _wait_sections(waits: tuple[int, ...]) -> dict:
         # the same instants on a parent's clock: a benchmark places them in its run
         "timeline_ns": {f: w[f] for f in ("shim_loaded", "main_start", "main_end", "report")},
         # what the shim's prestart thread did before the first launch (PROTEUS_PRESTART)
-        "prestart": {"python": bool(w["prestart"] & 1), "compiler": bool(w["prestart"] & 2)},
+        "prestart": {"python": bool(w["prestart"] & 1), "compiler": bool(w["prestart"] & 2),
+                     # variants of the last run's launches loaded before their first launch (runtime/warm.py)
+                     "variants_loaded": w["preloaded"]},
     }
 
 

@@ -303,8 +303,8 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     counters = protocol.COUNTERS.pack(kid, 3, 1, 0, 1, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
     runtime.write_report(str(tmp_path / "report.json"), counters, 0, (60_000_000, 90_500_000, 2, 0, 1_250_000, 1, 7_500_000, 3,
                                                                        500_000, 20_000_000, 1_000_000, 69_000_000, 0,
-                                                                       250_000, 2_000_000, 400, 700_250_000, 48_000_000, 300_000_000,
-                                                                       0, 10, 20, 750_000_020, 753_500_020))
+                                                                       250_000, 3_000_000, 2_000_000, 400, 700_250_000, 48_000_000,
+                                                                       300_000_000, 0, 2, 10, 20, 750_000_020, 753_500_020))
     doc = json.loads((tmp_path / "report.json").read_text())
     t = doc["threads_ms"]
     assert t.pop("report") >= 0
@@ -314,10 +314,10 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     assert doc["shim_wait_ms"] == {"python_start": 60.0, "misses": 90.5, "miss_count": 2, "prepare_compiler": 0.0, "exit": 1.25,
                                    "compiling": 7.5, "compiling_count": 3,
                                    "miss_stages": {"lock": 0.5, "resolve": 20.0, "track": 1.0, "specialize": 69.0, "queue": 0.0,
-                                                  "gil": 0.25},
+                                                  "gil": 0.25, "load": 3.0},
                                    "compiling_checks": 2.0, "compiling_check_count": 400, "deferred_count": 0}
     assert doc["async_compilation"] == "auto"
-    assert doc["prestart"] == {"python": True, "compiler": False, "compiler_skipped": False}
+    assert doc["prestart"] == {"python": True, "compiler": False, "variants_loaded": 2, "compiler_skipped": False}
     (k,) = doc["kernels"]
     assert (k["specializations"], k["memory_cache_hits"]) == (1, 1)
     assert k["variants"][0]["launch"]["arch"] == "gfx90a"

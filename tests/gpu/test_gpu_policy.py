@@ -120,7 +120,7 @@ def test_the_next_run_starts_from_what_the_tracker_learned(samples, recorded, tm
     assert (k["specializations"], k["disk_cache_hits"], k["specialized_launches"]) == (0, 1, 1000), k
     doc = json.loads((tmp_path / "report.json").read_text())
     # started before the first launch: Python and (exit being guarded) the compiler
-    assert doc["prestart"] == {"python": True, "compiler": True, "compiler_skipped": False}
+    assert doc["prestart"] == {"python": True, "compiler": True, "variants_loaded": 0, "compiler_skipped": False}
     assert doc["shim_wait_ms"]["miss_count"] == 1
 
 

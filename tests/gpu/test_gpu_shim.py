@@ -230,7 +230,7 @@ def test_rewritten_executable_runs_specialized_without_ld_preload(samples, tmp_p
     doc = json.loads((tmp_path / "r.json").read_text())
     assert all(k["specialized_launches"] == k["launches"] > 0 for k in doc["kernels"]), doc
     # the shim, loaded as the first DT_NEEDED entry, wrapped main: the compiler started ahead too
-    assert doc["prestart"] == {"python": True, "compiler": True, "compiler_skipped": False}, doc["prestart"]
+    assert doc["prestart"] == {"python": True, "compiler": True, "variants_loaded": 0, "compiler_skipped": False}, doc["prestart"]
     off = run(tmp_path / "dir" / app, {"PROTEUS_DISABLE": "1"})
     assert off.returncode == 0 and off.stdout == native.stdout
 
@@ -321,3 +321,34 @@ def test_store_of_another_build_matches_nothing_one_warning(samples, recorded, t
     assert proc.returncode == 0 and proc.stdout == native.stdout
     warnings = [l for l in proc.stderr.splitlines() if "warning" in l]
     assert len(warnings) == 1 and "not in any kernel store" in warnings[0]
+
+
+@pytest.mark.parametrize("app", ["loop_count", "loop_count_dynamic"])
+def test_a_warm_run_loads_the_last_runs_variants_ahead(samples, recorded, tmp_path, app, kernel_trace):
+    """runtime/warm.py, shim/cuda_warm.c: a warm run's prestart thread loads the variants the
+    last run used once the app has a context, for a static and a dynamic cudart. Each variant
+    is loaded either ahead or by its kernel's first launch (whichever comes first), and every
+    launch runs a variant, as in a warm run without it (PROTEUS_PRELOAD=0)."""
+    exe = samples / app
+    native = run(exe)
+    cache = tmp_path / "cache"
+    cold = run(exe, shim_env(recorded[app], cache, tmp_path / "cold.json"))
+    assert cold.returncode == 0 and checksums(cold.stdout) == checksums(native.stdout) != {}
+    variants = sum(len(k["variants"]) for k in json.loads((tmp_path / "cold.json").read_text())["kernels"])
+    for preload in ("1", "0"):
+        ran = tmp_path / f"warm{preload}.kernels"
+        report = tmp_path / f"warm{preload}.json"
+        warm = run(exe, {**shim_env(recorded[app], cache, report, PROTEUS_ASYNC_COMPILATION="auto", PROTEUS_PRELOAD=preload),
+                         **kernel_trace(ran)})
+        assert warm.returncode == 0 and checksums(warm.stdout) == checksums(native.stdout), warm.stderr
+        names = cupti.kernels_run(ran)
+        assert names and not cupti.originals(names), names
+        doc = json.loads(report.read_text())
+        loaded = doc["prestart"]["variants_loaded"]
+        ahead = [v for k in doc["kernels"] for v in k["variants"] if v.get("loaded_ahead")]
+        assert len(ahead) == loaded
+        assert all(k["specializations"] == 0 for k in doc["kernels"])
+        if preload == "0":
+            assert loaded == 0 and doc["shim_wait_ms"]["miss_count"] >= variants
+        else:  # what was not loaded ahead, a first launch loaded
+            assert loaded + doc["shim_wait_ms"]["miss_count"] >= variants, doc["shim_wait_ms"]

@@ -300,7 +300,7 @@ def test_loop_count_specializes_every_kernel_and_loads_its_code_objects(fake, re
     waits = r.report["shim_wait_ms"]  # 4 misses: axpy twice, poly and mix once
     assert waits["miss_count"] == 4 and waits["python_start"] > 0 and waits["misses"] > 0 and waits["exit"] == 0
     # Python started on the prestart thread at registration; HIP has no compiler warm-up
-    assert r.report["prestart"] == {"python": True, "compiler": False, "compiler_skipped": False}
+    assert r.report["prestart"] == {"python": True, "compiler": False, "variants_loaded": 0, "compiler_skipped": False}
 
 
 def test_a_second_run_loads_its_variants_from_the_disk_cache(fake, recorded, native, tmp_path):
@@ -348,7 +348,7 @@ def test_an_injected_load_fault_runs_the_original_kernel(fake, recorded, native,
 def test_without_prestart_the_first_launch_starts_python(fake, recorded, native, tmp_path):
     r = run_app(hip_samples() / "loop_count", fake, tmp_path, recorded("loop_count"), PROTEUS_PRESTART="0")
     assert r.proc.returncode == 0 and r.stdout == native("loop_count").stdout, r.stderr
-    assert r.report["prestart"] == {"python": False, "compiler": False, "compiler_skipped": False}
+    assert r.report["prestart"] == {"python": False, "compiler": False, "variants_loaded": 0, "compiler_skipped": False}
     assert r.report["shim_wait_ms"]["python_start"] > 0 and len(r.lines("module_load")) == 4
     t, th = r.report["timeline_ns"], r.report["threads_ms"]
     assert 0 < t["shim_loaded"] <= t["main_start"] < t["main_end"] <= t["report"], t

@@ -670,6 +670,31 @@ static void test_exit_from_main_times_main(void) {
   EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* The warm-start thread (cuda_warm.c) wakes for fat binaries inside a loaded object only (an
+ * app's own buffer may be gone when it reads it) and stops at exit. Python is not started here:
+ * had the thread asked it about the heap image, this test would crash. */
+static void *run_warm(void *arg) { (void)arg; warm_start(); return NULL; }
+static void test_warm_start(void) {
+  pthread_t t;
+  unsetenv(ENV_PRELOAD);   /* off by default: returns at once */
+  pthread_create(&t, NULL, run_warm, NULL);
+  pthread_join(t, NULL);
+  setenv(ENV_PRELOAD, "1", 1);
+  pthread_create(&t, NULL, run_warm, NULL);
+  char *heap = malloc(4096);
+  memset(heap, 0, 4096);
+  warm_image(heap, NULL);
+  warm_context((CUcontext)0x1234);   /* wakes it: no image to ask about, nothing noted to load */
+  usleep(20 * 1000);
+  uint64_t t0 = now_ns();
+  warm_finish();
+  pthread_join(t, NULL);
+  EXPECT(now_ns() - t0 < 1000 * 1000 * 1000ull);
+  EXPECT(atomic_load(&n_preloaded) == 0);
+  unsetenv(ENV_PRELOAD);
+  free(heap);
+}
+
 int main(void) {
   test_hash();
   test_handles();
@@ -685,6 +710,7 @@ int main(void) {
   test_stream_capture();
   test_graphs();
   test_exit_from_main_times_main();
+  test_warm_start();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
   printf("shim unit tests: all passed\n");
   return 0;

@@ -1,0 +1,135 @@
+"""A warm run's first launches: the variants the app's last run used, loaded before it launches
+(PROTEUS_PRELOAD=1; shim/cuda_warm.c).
+
+A kernel's first launch in a warm run is a miss: a call into Python to resolve the kernel and
+build its key, a disk read, and the driver loading the cubin, on the app's thread (H100, adam:
+2 ms, inside a timed loop of 100 launches of 65 us). At exit a run notes which launches its
+variants served (their folded arguments, grid and block: a "warm" entry in the disk cache, keyed
+by the app's fat binaries). The next run's prestart thread asks for that note (warm_set) as the
+app's fat binaries become known, and each noted launch is answered here as its first launch
+would be (kernel_info, then specialize asking the caches only), so that once the app has a
+context the shim only loads the images. A launch that comes first misses as before; a launch with
+other values never matches the preloaded key; a variant the caches no longer hold, or one a
+speed trial found slower, is not loaded. Kernels with device variables are left to their first
+launch (their addresses are read from the loaded module), as is HIP.
+
+Off by default: it helps where the app's first launches come well after its context (lulesh:
+11-12 of 15 variants loaded ahead, the misses' wait 11-15 ms against 21-28 ms), and it costs an
+app that launches at once (adam: its one miss ran beside warm_set and took 3.7-5.1 ms against
+2.3-2.7 ms). See docs/dev/findings.md.
+"""
+
+from __future__ import annotations
+
+from ..cache import Entry, StorageCache
+from ..policy import WARM_KIND, WARM_MAX, decode_warm, encode_warm, warm_key
+from . import miss, protocol, session
+
+
+def _key() -> str:
+    assert session._state is not None
+    return warm_key([f.sha256 for t in session._state.tables for f in t.fatbins])
+
+
+def _disk():
+    assert session._state is not None
+    return next((level for level in session._state.cache.levels if isinstance(level, StorageCache)), None)
+
+
+def warm_set(images: bytes) -> bytes:
+    """The launches to load ahead (protocol.WARM_ITEM each) of the fat binaries at `images`
+    (protocol.IMAGE_ADDRESS each): those the note of the app's last run lists. Matching the
+    images here also spares the first launch hashing its fat binary."""
+    st = session._state
+    try:
+        if st is None or st.config.disable or not st.tables:
+            return b""
+        fatbins = {}  # sha256 -> (address, table)
+        for (ptr,) in protocol.IMAGE_ADDRESS.iter_unpack(images):
+            match = session._image(ptr)
+            if match is not None:
+                table, index = match
+                sha = next((f.sha256 for f in table.fatbins if f.index == index), None)
+                if sha is not None:
+                    fatbins[sha] = (ptr, table, index)
+        disk = _disk()
+        entry = disk.get(_key(), counted=False) if disk is not None and fatbins else None
+        if entry is None or entry.kind != WARM_KIND:
+            return b""
+        st.warm_note = entry.data
+        out = []
+        for item in decode_warm(entry.data):
+            if item["fatbin"] not in fatbins:
+                continue
+            ptr, table, index = fatbins[item["fatbin"]]
+            record = next((k for k in table.kernels if k.fatbin == index and k.name == item["kernel"]
+                           and k.arch == item["arch"]), None)
+            if record is None or record.globals:
+                continue
+            args, known = bytearray(sum(p.size for p in record.params)), bytearray(len(record.params))
+            offsets, off = [], 0
+            for p in record.params:
+                offsets.append(off)
+                off += p.size
+            fits = True
+            for index_text, hex_value in item["args"].items():
+                i, value = int(index_text), bytes.fromhex(hex_value)
+                if i >= len(record.params) or len(value) != record.params[i].size:
+                    fits = False  # recorded by another build of the kernel: left to its first launch
+                    break
+                args[offsets[i]:offsets[i] + len(value)] = value
+                known[i] = 1
+            if not fits:
+                continue
+            # what the kernel's first launch would ask, asked now, while the app creates its
+            # context: after it, the shim only loads the image (0.1-0.2 ms a variant on the H100)
+            info = session.kernel_info(ptr, record.name, item["arch"])
+            if info is None:
+                continue
+            kid = protocol.KERNEL_INFO.unpack_from(info)[0]
+            answer = miss.specialize(kid, bytes(args), tuple(item["grid"]), tuple(item["block"]), b"", item["arch"], 0.0,
+                                     protocol.CACHED_AHEAD)
+            if not answer:  # not in the caches any more, or found slower: left to the first launch
+                continue
+            name = record.name.encode()
+            out.append(protocol.WARM_ITEM.pack(ptr, *item["grid"], *item["block"], item["arch"], len(record.params), len(name),
+                                               len(args), len(info), len(answer))
+                       + name + bytes(known) + bytes(args) + info + answer)
+        session.trace("variants", f"{len(out)} launch(es) of the last run to load ahead")
+        return b"".join(out)
+    except Exception as exc:  # never into C: the first launches miss as before
+        session.trace("variants", f"reading the last run's variants: {type(exc).__name__}: {exc}")
+        return b""
+
+
+def note() -> None:
+    """At exit: which launches this run's variants served, for the next run to load ahead. Not
+    written when it is what the last run noted (a steady run writes nothing)."""
+    st = session._state
+    assert st is not None
+    disk = _disk()
+    if disk is None:
+        return
+    items, seen = [], set()
+    for (table, record), stats in zip(st.kernels, st.stats):
+        if record.globals or not isinstance(record.arch, int):
+            continue
+        sha = next((f.sha256 for f in table.fatbins if f.index == record.fatbin), None)
+        for v in stats.variants:
+            launch = v.get("launch") or {}
+            item = {"fatbin": sha, "kernel": record.name, "arch": record.arch, "args": launch.get("args", {}),
+                    "grid": launch.get("grid"), "block": launch.get("block")}
+            ident = (record.name, v.get("cache_key"))
+            if sha is None or ident in seen:
+                continue
+            seen.add(ident)
+            items.append(item)
+    if not items:
+        return
+    data = encode_warm(items[:WARM_MAX])
+    previous = st.warm_note
+    if previous is None:  # not read ahead (no prestart thread): read now
+        entry = disk.get(_key(), counted=False)
+        previous = entry.data if entry is not None and entry.kind == WARM_KIND else None
+    if data != previous:
+        st.cache.put(Entry(_key(), WARM_KIND, 0, data, {"kernel": "(the app's last run's variants)"}), enforce_cap=False)
