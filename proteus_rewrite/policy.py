@@ -149,7 +149,7 @@ def decode_run(data: bytes) -> int | None:
 
 
 WARM_KIND = "warm"  # the cache entry kind of the launches whose variants an app's last run used
-WARM_MAX = 256  # launches noted per app: a warm run loads at most these ahead
+WARM_MAX = 64  # launches noted per app: a warm run loads at most these ahead
 
 
 def warm_key(fatbin_sha256s: list[str]) -> str:

@@ -21,7 +21,10 @@ app that launches at once (adam: its one miss ran beside warm_set and took 3.7-5
 
 from __future__ import annotations
 
+import os
+
 from ..cache import Entry, StorageCache
+from ..errors import CacheError
 from ..policy import WARM_KIND, WARM_MAX, decode_warm, encode_warm, warm_key
 from . import miss, protocol, session
 
@@ -102,13 +105,20 @@ def warm_set(images: bytes) -> bytes:
         return b""
 
 
+def enabled() -> bool:
+    """PROTEUS_PRELOAD, read as the shim reads it (shim/cuda_warm.c)."""
+    return os.environ.get("PROTEUS_PRELOAD", "")[:1] in ("1", "t", "T", "y", "Y")
+
+
 def note() -> None:
-    """At exit: which launches this run's variants served, for the next run to load ahead. Not
-    written when it is what the last run noted (a steady run writes nothing)."""
+    """At exit, with PROTEUS_PRELOAD=1: which launches this run's variants served, for the next
+    run to load ahead. Not written when it is what the last run noted (a steady run writes
+    nothing); a hint, so the cache's size cap applies to it and a failed write says nothing
+    (the variants' own writes have said it)."""
     st = session._state
     assert st is not None
     disk = _disk()
-    if disk is None:
+    if disk is None or not enabled():
         return
     items, seen = [], set()
     for (table, record), stats in zip(st.kernels, st.stats):
@@ -132,4 +142,7 @@ def note() -> None:
         entry = disk.get(_key(), counted=False)
         previous = entry.data if entry is not None and entry.kind == WARM_KIND else None
     if data != previous:
-        st.cache.put(Entry(_key(), WARM_KIND, 0, data, {"kernel": "(the app's last run's variants)"}), enforce_cap=False)
+        try:
+            disk.put(Entry(_key(), WARM_KIND, 0, data, {"kernel": "(the app's last run's variants)"}))
+        except CacheError:
+            pass

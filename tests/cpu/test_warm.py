@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from proteus_rewrite import runtime
-from proteus_rewrite.cache import CacheChain
+from proteus_rewrite.cache import StorageCache
 from proteus_rewrite.fatbin import hostelf
 from proteus_rewrite.jit.launch import parse_value
 from proteus_rewrite.policy import WARM_KIND, decode_warm, encode_warm
@@ -31,6 +31,7 @@ def app(samples, tmp_path, monkeypatch):
     assert run_cli(str(exe), "-o", str(tmp_path / "out")).returncode == 0
     monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
+    monkeypatch.setenv("PROTEUS_PRELOAD", "1")
     data = hostelf.parse(exe.read_bytes()).sections[hostelf.CUDA_FATBIN].data
     buf = ctypes.create_string_buffer(data, len(data))
 
@@ -105,8 +106,8 @@ def test_a_steady_run_does_not_write_the_note_again(app, monkeypatch):
     runtime.specialize(kid, _args(k, "3"), GRID, BLOCK, b"", 90)
     runtime.finish()
     puts = []
-    real_put = CacheChain.put
-    monkeypatch.setattr(CacheChain, "put", lambda self, e, enforce_cap=True: (puts.append(e.kind), real_put(self, e, enforce_cap)))
+    real_put = StorageCache.put
+    monkeypatch.setattr(StorageCache, "put", lambda self, e, enforce_cap=True: (puts.append(e.kind), real_put(self, e, enforce_cap)))
     for ahead in (True, False):  # read ahead by the prestart thread, or only at exit
         st, k, kid = run()
         if ahead:
@@ -137,3 +138,14 @@ def test_a_malformed_note_is_skipped_item_by_item():
     bad = [{**good, "grid": [0, 1, 1]}, {**good, "block": [256, 1]}, {**good, "args": {"x": "03"}},
            {**good, "args": {"1": "zz"}}, {**good, "arch": "90"}, {k: v for k, v in good.items() if k != "kernel"}, 7]
     assert decode_warm(encode_warm(bad + [good])) == [good]
+
+
+def test_without_preloading_no_note_is_written(app, monkeypatch):
+    run, address, _ = app
+    monkeypatch.delenv("PROTEUS_PRELOAD")
+    st, k, kid = run()
+    runtime.specialize(kid, _args(k, "3"), GRID, BLOCK, b"", 90)
+    runtime.finish()
+    run()
+    monkeypatch.setenv("PROTEUS_PRELOAD", "1")
+    assert runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)) == b""

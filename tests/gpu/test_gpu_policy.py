@@ -140,7 +140,7 @@ def test_a_run_after_one_that_compiled_nothing_leaves_the_compiler_cold(samples,
     # synchronous, so that every variant the next runs ask for is surely in the cache
     again(PROTEUS_ASYNC_COMPILATION="0")
     _, prestart, k = again()  # all from the disk cache: it notes that it compiled nothing
-    assert prestart == {"python": True, "compiler": True, "compiler_skipped": False} and k["specializations"] == 0
+    assert prestart == {"python": True, "compiler": True, "variants_loaded": 0, "compiler_skipped": False} and k["specializations"] == 0
     proc, prestart, k = again()
     assert prestart == {"python": True, "compiler": False, "compiler_skipped": True}, prestart
     assert proc.stdout == native.stdout and k["specialized_launches"] == 1000 and k["specializations"] == 0
