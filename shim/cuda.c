@@ -204,15 +204,6 @@ CUfunction load_image(kinfo *ki, uint8_t *image, const char *name) {
 }
 
 
-/* Whether the GPU still has work queued on the stream (a capturing stream says no: a query
- * would end the capture). */
-int stream_busy(CUstream s) {
-  int capturing = 1;
-  return real_cuStreamQuery && real_cuStreamIsCapturing && real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS &&
-         !capturing && real_cuStreamQuery(s) == 600 /* CUDA_ERROR_NOT_READY */;
-}
-
-
 /* The specialized function for this launch, or NULL to run the original. A hit stays in this
  * function and what it inlines (the hit path: lock-free, no allocation, no Python); a miss or
  * a variant still compiling goes out of line, so the hit's code stays short and together. */
@@ -385,11 +376,6 @@ static CUresult w_cuLibraryGetKernel(CUkernel *k, CUlibrary l, const char *name)
     remember(*k, image_of(l), name, OWNER_LIBRARY, l);
     graph_library_kernel(*k);
   }
-  return r;
-}
-static CUresult w_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
-  CUresult r = real_cuDevicePrimaryCtxRetain(ctx, dev);
-  if (r == CUDA_SUCCESS && ctx) warm_context(*ctx);
   return r;
 }
 static CUresult w_cuModuleUnload(CUmodule m) {

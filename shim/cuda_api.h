@@ -104,7 +104,7 @@ HIDDEN void resolve(kinfo *ki);                      /* a kernel's first launch:
 HIDDEN void resolve_from(kinfo *ki, const uint8_t *blob, ssize_t n);   /* with kernel_info's answer: jit_lock held */
 HIDDEN CUdeviceptr global_address(kinfo *ki, void *owner, const char *name);
 HIDDEN CUfunction load_image(kinfo *ki, uint8_t *image, const char *name);   /* frees image; NULL: refused */
-HIDDEN int stream_busy(CUstream s);
+HIDDEN CUresult w_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);   /* cuda_warm.c */
 /* cuda_attrs.c: the app's function attributes, carried to the variants */
 HIDDEN void apply_attrs(kinfo *ki, CUfunction variant);
 HIDDEN CUresult w_cuFuncSetAttribute(CUfunction f, int attrib, int value);

@@ -59,6 +59,13 @@ void warm_image(const void *image, void *library) {
   pthread_mutex_unlock(&warm_lock);
 }
 
+/* The app's runtime retains its context: the noted variants can load. */
+CUresult w_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+  CUresult r = real_cuDevicePrimaryCtxRetain(ctx, dev);
+  if (r == CUDA_SUCCESS && ctx) warm_context(*ctx);
+  return r;
+}
+
 void warm_context(CUcontext ctx) {
   pthread_mutex_lock(&warm_lock);
   if (!warm_ctx && ctx) { warm_ctx = ctx; warm_event(); }
@@ -99,10 +106,8 @@ static void *library_of(const void *image) {
 }
 
 static kinfo *kernel_of(const void *image, const char *name) {
-  kinfo *found = NULL;
   pthread_mutex_lock(&reg_lock);
-  for (kinfo *k = all_kernels; k && !found; k = k->next_all)
-    if (k->image == image && !strcmp(k->name, name)) found = k;
+  kinfo *found = find_kernel(image, name);
   pthread_mutex_unlock(&reg_lock);
   if (found) return found;
   /* Not asked for by the runtime yet: its library gives the handle the runtime will get. */
@@ -191,30 +196,23 @@ void warm_start(void) {
       int g = py.GILStateEnsure();
       uint8_t *blob = py_bytes(py.CallFunction(f_warm_set, FMT_WARM_SET, (const char *)ask, (ssize_t)(n * PROTO_IMAGE_ADDRESS)), &len);
       py.GILStateRelease(g);
-      size_t count = 0;
-      for (size_t at = 0; blob && at + PROTO_WARM_ITEM <= (size_t)len; count++) {
+      int kept = 0;
+      for (size_t at = 0; blob && at + PROTO_WARM_ITEM <= (size_t)len;) {
         uint32_t h[12];
         memcpy(h, blob + at + 8, sizeof h);
-        at += PROTO_WARM_ITEM + (size_t)h[7] + h[8] + h[9] + h[10] + h[11];
-      }
-      warm_item *grown = count ? realloc(items, (nitems + count) * sizeof *items) : items;
-      if (blob && count && grown) {
+        size_t next = at + PROTO_WARM_ITEM + (size_t)h[7] + h[8] + h[9] + h[10] + h[11];
+        warm_item *grown = next <= (size_t)len ? realloc(items, (nitems + 1) * sizeof *items) : NULL;
+        if (!grown) break;
         items = grown;
-        blobs[nblobs++] = blob;
-        for (size_t at = 0; at + PROTO_WARM_ITEM <= (size_t)len;) {
-          warm_item *it = &items[nitems];
-          uint32_t h[12];
-          memcpy(h, blob + at + 8, sizeof h);
-          it->rec = blob + at;
-          memcpy(it->dims, h, sizeof it->dims);
-          it->arch = h[6]; it->nparams = h[7]; it->nname = h[8]; it->nargs = h[9]; it->ninfo = h[10]; it->nanswer = h[11];
-          it->done = 0;
-          at += PROTO_WARM_ITEM + (size_t)it->nname + it->nparams + it->nargs + it->ninfo + it->nanswer;
-          if (at <= (size_t)len) { nitems++; left++; }
-        }
-      } else {
-        free(blob);
+        warm_item *it = &items[nitems++];
+        it->rec = blob + at;
+        memcpy(it->dims, h, sizeof it->dims);
+        it->arch = h[6]; it->nparams = h[7]; it->nname = h[8]; it->nargs = h[9]; it->ninfo = h[10]; it->nanswer = h[11];
+        it->done = 0;
+        left++; kept++;
+        at = next;
       }
+      if (kept) blobs[nblobs++] = blob; else free(blob);
     }
     if (ctx && left) {
       if (current != ctx && real_cuCtxSetCurrent && real_cuCtxSetCurrent(ctx) == CUDA_SUCCESS) {

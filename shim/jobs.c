@@ -227,6 +227,15 @@ static int enqueue(job *j) {   /* jit_lock held */
 }
 
 
+/* Whether the GPU still has work queued on the stream (a capturing stream says no: a query
+ * would end the capture). */
+static int stream_busy(CUstream s) {
+  int capturing = 1;
+  return real_cuStreamQuery && real_cuStreamIsCapturing && real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS &&
+         !capturing && real_cuStreamQuery(s) == 600 /* CUDA_ERROR_NOT_READY */;
+}
+
+
 /* A launch whose variant is compiling in the background (PROTEUS_ASYNC_COMPILATION=auto). It
  * waits for it only where waiting costs the GPU nothing: the kernel's previous launch that
  * found no compiled variant asked for this same one, and the stream still has work queued.

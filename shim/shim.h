@@ -242,6 +242,7 @@ HIDDEN kinfo *handle_lookup(const void *h);   /* lock-free */
 HIDDEN void *handle_owner(const void *h);     /* lock-free: the module or library the handle came from */
 HIDDEN void handle_insert(const void *h, kinfo *ki, void *owner);   /* reg_lock held */
 HIDDEN kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block);   /* lock-free; counts the launch */
+HIDDEN kinfo *find_kernel(const void *image, const char *name);   /* reg_lock held */
 HIDDEN void remember(const void *handle, const void *image, const char *name, int owner_kind, void *owner);
 HIDDEN void remember_image(void *owner, const void *image);
 HIDDEN const void *image_of(void *owner);

@@ -85,7 +85,7 @@ void handle_insert(const void *h, kinfo *ki, void *owner) {   /* caller holds re
 }
 
 
-static kinfo *find_kernel(const void *image, const char *name) {
+kinfo *find_kernel(const void *image, const char *name) {   /* reg_lock held */
   for (kinfo *k = all_kernels; k; k = k->next_all)
     if (k->image == image && strcmp(k->name, name) == 0) return k;
   return NULL;

@@ -134,6 +134,10 @@ class KernelTable:
     # kernel name -> why `proteus-rewrite APP --validate` denied it (runtime/validate.py): never specialized
     denied: dict = dataclasses.field(default_factory=dict)
 
+    def fatbin(self, index: int) -> FatbinRecord | None:
+        """The fat binary recorded under `index`."""
+        return next((f for f in self.fatbins if f.index == index), None)
+
     @property
     def kernels_with_bitcode(self) -> list[KernelRecord]:
         return [k for k in self.kernels if k.has_bitcode]

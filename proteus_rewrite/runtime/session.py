@@ -246,7 +246,7 @@ def _kernel_info(image_ptr: int, name: str, arch: int | str) -> bytes | None:
 
 def _policy_key(table: KernelTable, record: KernelRecord) -> str:
     assert _state is not None
-    fatbin = next((f for f in table.fatbins if f.index == record.fatbin), None)
+    fatbin = table.fatbin(record.fatbin)
     if fatbin is None:
         return ""
     return policy_key(fatbin.sha256, record.name, record.arch, _state.config.tracker_threshold, _state.config.tracker_ratio)

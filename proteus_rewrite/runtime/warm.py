@@ -52,9 +52,8 @@ def warm_set(images: bytes) -> bytes:
             match = session._image(ptr)
             if match is not None:
                 table, index = match
-                sha = next((f.sha256 for f in table.fatbins if f.index == index), None)
-                if sha is not None:
-                    fatbins[sha] = (ptr, table, index)
+                if (fatbin := table.fatbin(index)) is not None:
+                    fatbins[fatbin.sha256] = (ptr, table, index)
         disk = _disk()
         entry = disk.get(_key(), counted=False) if disk is not None and fatbins else None
         if entry is None or entry.kind != WARM_KIND:
@@ -124,7 +123,7 @@ def note() -> None:
     for (table, record), stats in zip(st.kernels, st.stats):
         if record.globals or not isinstance(record.arch, int):
             continue
-        sha = next((f.sha256 for f in table.fatbins if f.index == record.fatbin), None)
+        sha = fatbin.sha256 if (fatbin := table.fatbin(record.fatbin)) is not None else None
         for v in stats.variants:
             launch = v.get("launch") or {}
             item = {"fatbin": sha, "kernel": record.name, "arch": record.arch, "args": launch.get("args", {}),
