@@ -500,8 +500,6 @@ EXPORT CUresult cuModuleUnload(CUmodule m) {
 
 /* ------------------------------------------------------------------ runtime API wrappers (dynamic cudart) */
 
-typedef struct { int magic, version; const void *data; void *filename_or_fatbins; } fatbin_wrapper;
-
 EXPORT void **__cudaRegisterFatBinary(void *wrapper) {
   void **h = RUNTIME_REAL(__cudaRegisterFatBinary)(wrapper);
   if (h && wrapper) {

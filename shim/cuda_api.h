@@ -14,6 +14,12 @@ typedef struct {   /* CUDA_KERNEL_NODE_PARAMS_v2 (_v3: the same fields) */
   CUcontext ctx;
 } knode;
 
+/* __fatBinC_Wrapper_t, clang's and nvcc's, in a host object's .nvFatBinSegment section: what
+ * __cudaRegisterFatBinary is handed. Its data is the fat binary, in .nv_fatbin. */
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+#define FATBIN_MAGIC 0xba55ed50u
+typedef struct { unsigned magic, version; const void *data; void *filename_or_fatbins; } fatbin_wrapper;
+
 #define PROTEUS_CUDA_API(X) \
   X(CUresult, cuGetProcAddress, (const char *, void **, int, unsigned long long, int *)) \
   X(CUresult, cuGetProcAddress_v2, (const char *, void **, int, unsigned long long, int *)) \

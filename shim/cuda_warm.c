@@ -3,22 +3,29 @@
  * that the first launch of each is a hit instead of a miss on the app's thread (a Python call, a
  * disk read and a module load: 2 ms for adam's one kernel on the H100, inside its timed loop).
  *
- * The thread learns of fat binaries as the app's runtime registers or loads them (a static
- * cudart loads its fat binaries with cuLibraryLoadData once it has a context) and asks
- * runtime.warm_set which launches of those the last run noted; Python answers each as a first
- * launch would be answered (kernel_info, and specialize asking the caches only), before the
- * context exists where it can. Once it does, a kernel whose handle the runtime has not asked for
- * yet is looked up in its library here, with the handle the runtime will be given, and each
- * launch is keyed and its image loaded as a miss would do it, under jit_lock: a launch that
- * comes first misses as before, and a kernel it resolved is left to it. Only images inside a
- * loaded object (dladdr) are read: an app's own buffer passed to cuModuleLoadData may be gone. */
+ * The thread learns of fat binaries from the .nvFatBinSegment sections of the objects loaded with
+ * the app, and as the app's runtime registers or loads them (a static cudart names them to the
+ * driver, with cuLibraryLoadData, only once it has a context: for adam a few small copies before
+ * its first launch). It asks runtime.warm_set which launches of those the last run noted; Python
+ * answers each as a first launch would be answered (kernel_info, and specialize asking the caches
+ * only), while the app is still creating its context. Once the runtime has loaded the image, a
+ * kernel whose handle it has not asked for yet is looked up in its library here, with the handle
+ * the runtime will be given, and each launch is keyed and its image loaded as a miss would do it.
+ * All of it under jit_lock: a first launch that comes meanwhile waits for it, then finds its
+ * variant loaded, instead of doing the same work beside it (each slowed the other: adam's miss
+ * 3.7-5.1 ms against 2.3-2.7). A kernel a launch resolved first is left to it. Only images inside
+ * a loaded object (dladdr) are read: an app's own buffer passed to cuModuleLoadData may be gone. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda_api.h"
 #include "hitpath.h"
@@ -28,7 +35,11 @@
 
 static pthread_mutex_t warm_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t warm_cond = PTHREAD_COND_INITIALIZER;
-static const void *warm_images[WARM_IMAGES];   /* warm_lock: fat binaries seen, in order */
+/* warm_lock: the fat binaries seen, in order. Each by the pointer the app's runtime gave the
+ * driver for it (its kernels are remembered under that), or, found in a section and not given
+ * yet, by the fat binary itself, with its wrapper, which a runtime may give instead. */
+static const void *warm_images[WARM_IMAGES];
+static const void *warm_wrappers[WARM_IMAGES];
 static void *warm_owners[WARM_IMAGES];         /* their library (cuLibraryLoadData), else NULL */
 static int n_warm_images;
 static CUcontext warm_ctx;                     /* the first context the app retained */
@@ -40,23 +51,90 @@ static void warm_event(void) {
   pthread_cond_broadcast(&warm_cond);
 }
 
+static void add_image(const void *image, const void *wrapper, void *library) {   /* warm_lock held */
+  int i = 0;
+  while (i < n_warm_images && warm_images[i] != image && !(warm_wrappers[i] && warm_wrappers[i] == image)) i++;
+  if (i == n_warm_images) {
+    if (n_warm_images == WARM_IMAGES) return;
+    n_warm_images++;
+    warm_images[i] = image;
+    warm_wrappers[i] = wrapper;
+    warm_owners[i] = library;
+    warm_event();
+    return;
+  }
+  if (wrapper) warm_wrappers[i] = wrapper;
+  else warm_images[i] = image;   /* named by the runtime: its name from now on */
+  if (library && !warm_owners[i]) { warm_owners[i] = library; warm_event(); }
+}
+
 /* A fat binary registered or loaded by the app's runtime (library: its CUlibrary, or NULL). */
 void warm_image(const void *image, void *library) {
   Dl_info info;
   if (!image || !dladdr(image, &info)) return;   /* not static data: it may not outlive the call */
   pthread_mutex_lock(&warm_lock);
-  int known = 0;
-  for (int i = 0; i < n_warm_images && !known; i++)
-    if (warm_images[i] == image) {
-      known = 1;
-      if (library && !warm_owners[i]) { warm_owners[i] = library; warm_event(); }
-    }
-  if (!known && n_warm_images < WARM_IMAGES) {
-    warm_images[n_warm_images] = image;
-    warm_owners[n_warm_images++] = library;
-    warm_event();
-  }
+  add_image(image, NULL, library);
   pthread_mutex_unlock(&warm_lock);
+}
+
+static int mapped(const struct dl_phdr_info *info, const void *p, size_t n) {
+  uintptr_t a = (uintptr_t)p;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && (ph->p_flags & PF_R) && a >= start && a + n >= a && a + n <= start + ph->p_memsz) return 1;
+  }
+  return 0;
+}
+
+/* One loaded object's fat binaries, from its file's section headers: each wrapper read where the
+ * object is mapped, and taken only if it and the fat binary it points to are inside the object's
+ * segments and carry their magic numbers (a file replaced on disk since it was loaded reads as
+ * nothing). */
+static int scan_object(struct dl_phdr_info *info, size_t size, void *found) {
+  (void)size;
+  const char *path = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name : "/proc/self/exe";
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ElfW(Ehdr) eh;
+  ElfW(Shdr) *sh = NULL;
+  char *names = NULL;
+  if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+      eh.e_shentsize != sizeof *sh || !eh.e_shnum || eh.e_shstrndx >= eh.e_shnum)
+    goto done;
+  size_t bytes = (size_t)eh.e_shnum * sizeof *sh;
+  if (!(sh = malloc(bytes)) || pread(fd, sh, bytes, eh.e_shoff) != (ssize_t)bytes) goto done;
+  const ElfW(Shdr) *str = &sh[eh.e_shstrndx];
+  if (str->sh_size > (1u << 20) || !(names = malloc(str->sh_size + 1)) ||
+      pread(fd, names, str->sh_size, str->sh_offset) != (ssize_t)str->sh_size)
+    goto done;
+  names[str->sh_size] = 0;
+  for (int i = 0; i < eh.e_shnum; i++) {
+    if (sh[i].sh_name >= str->sh_size || strcmp(names + sh[i].sh_name, ".nvFatBinSegment") || !(sh[i].sh_flags & SHF_ALLOC))
+      continue;
+    for (size_t off = 0; off + sizeof(fatbin_wrapper) <= sh[i].sh_size; off += sizeof(fatbin_wrapper)) {
+      const fatbin_wrapper *w = (const void *)(info->dlpi_addr + sh[i].sh_addr + off);
+      if ((uintptr_t)w % _Alignof(fatbin_wrapper) || !mapped(info, w, sizeof *w) || w->magic != FATBIN_WRAPPER_MAGIC ||
+          !mapped(info, w->data, 16) || *(const uint32_t *)w->data != FATBIN_MAGIC)
+        continue;
+      pthread_mutex_lock(&warm_lock);
+      add_image(w->data, w, NULL);
+      pthread_mutex_unlock(&warm_lock);
+      ++*(int *)found;
+    }
+  }
+done:
+  free(sh);
+  free(names);
+  close(fd);
+  return 0;
+}
+
+/* The fat binaries of the objects loaded now (the app and the libraries it links): how many. */
+int warm_scan(void) {
+  int found = 0;
+  dl_iterate_phdr(scan_object, &found);
+  return found;
 }
 
 /* The app's runtime retains its context: the noted variants can load. */
@@ -94,24 +172,26 @@ void warm_atfork_child(void) {
 typedef struct {
   const uint8_t *rec;   /* protocol.WARM_ITEM, then name, known[], args, kernel_info's answer, the image answer */
   uint32_t dims[6], arch, nparams, nname, nargs, ninfo, nanswer;
-  int done;
+  int image, done;      /* image: its index in warm_images */
 } warm_item;
 
-static void *library_of(const void *image) {
-  void *lib = NULL;
+/* A seen fat binary's name and library, as the runtime has named and loaded it so far. */
+static void *seen_image(int i, const void **image) {
   pthread_mutex_lock(&warm_lock);
-  for (int i = 0; i < n_warm_images; i++) if (warm_images[i] == image) lib = warm_owners[i];
+  *image = warm_images[i];
+  void *lib = warm_owners[i];
   pthread_mutex_unlock(&warm_lock);
   return lib;
 }
 
-static kinfo *kernel_of(const void *image, const char *name) {
+static kinfo *kernel_of(int image_index, const char *name) {
+  const void *image;
+  CUlibrary lib = seen_image(image_index, &image);
   pthread_mutex_lock(&reg_lock);
   kinfo *found = find_kernel(image, name);
   pthread_mutex_unlock(&reg_lock);
   if (found) return found;
   /* Not asked for by the runtime yet: its library gives the handle the runtime will get. */
-  CUlibrary lib = library_of(image);
   CUkernel k;
   if (!lib || !real_cuLibraryGetKernel || real_cuLibraryGetKernel(&k, lib, name) != CUDA_SUCCESS) return NULL;
   remember(k, image, name, OWNER_LIBRARY, lib);
@@ -120,35 +200,32 @@ static kinfo *kernel_of(const void *image, const char *name) {
 }
 
 /* Load one noted launch's variant: 1 when there is nothing more to do for it. Python answered
- * for it ahead (runtime.warm_set); here only the driver is asked. jit_lock taken. */
+ * for it ahead (runtime.warm_set); here only the driver is asked. jit_lock held. */
 static int preload(warm_item *it, CUcontext ctx, int arch) {
-  uint64_t image;
-  memcpy(&image, it->rec, 8);
   const uint8_t *p = it->rec + PROTO_WARM_ITEM;
   char *name = strndup((const char *)p, it->nname);
   if (!name) return 1;
   const uint8_t *known = p + it->nname, *args = known + it->nparams, *info = args + it->nargs, *answer = info + it->ninfo;
-  kinfo *ki = kernel_of((const void *)(uintptr_t)image, name);
+  kinfo *ki = kernel_of(it->image, name);
   free(name);
   if (!ki) return 0;   /* its library is not loaded yet */
-  pthread_mutex_lock(&jit_lock);
   /* Only a kernel no launch has resolved (the answers are for the kernel id Python gave it
    * ahead), and only on the architecture they were made for (the last run's). */
-  if (atomic_load(&ki->state) != K_UNRESOLVED || arch != (int)it->arch) goto out;
+  if (atomic_load(&ki->state) != K_UNRESOLVED || arch != (int)it->arch) return 1;
   resolve_from(ki, info, it->ninfo);
-  if (atomic_load(&ki->state) != K_ACTIVE || ki->nglobals || ki->nparams != it->nparams || ki->nparams > MAX_PARAMS) goto out;
+  if (atomic_load(&ki->state) != K_ACTIVE || ki->nglobals || ki->nparams != it->nparams || ki->nparams > MAX_PARAMS) return 1;
   void *params[MAX_PARAMS];
   size_t off = 0;
   for (uint32_t i = 0; i < ki->nparams; off += ki->sizes[i], i++) {
-    if (atomic_load(&ki->fold[i]) && !known[i]) goto out;   /* this run folds what the last did not note */
+    if (atomic_load(&ki->fold[i]) && !known[i]) return 1;   /* this run folds what the last did not note */
     params[i] = (void *)(args + off);
   }
-  if (off != it->nargs) goto out;
+  if (off != it->nargs) return 1;
   dim3 grid = {it->dims[0], it->dims[1], it->dims[2]}, block = {it->dims[3], it->dims[4], it->dims[5]};
   uint8_t key[MAX_KEY];
   int len = build_key(ki, params, grid, block, key, atomic_load(&ki->gen));
   CUcontext kctx = ki->ctx_free ? NULL : ctx;
-  if (len < 0 || find_variant(ki, kctx, key, len)) goto out;
+  if (len < 0 || find_variant(ki, kctx, key, len)) return 1;
   answer_meta meta = {0, 0};
   int g = py.GILStateEnsure();   /* (only a refused image calls Python) */
   CUfunction fn = load_answer(ki, answer, it->nanswer, &meta);
@@ -161,18 +238,41 @@ static int preload(warm_item *it, CUcontext ctx, int arch) {
       atomic_fetch_add(&n_preloaded, 1);
     }
   }
-out:
-  pthread_mutex_unlock(&jit_lock);
   return 1;
 }
 
-/* The prestart thread, once Python is up, until exit. Only with PROTEUS_PRELOAD=1: where the
- * app's first launch follows its context at once (adam: a few small copies), the app missed
- * anyway and its miss ran beside warm_set's Python, each slowing the other (H100: adam's miss
- * 3.7-5.1 ms against 2.3-2.7 without; docs/dev/findings.md). */
+/* Python's answer for the images ask[0..n) (warm_images[first..first+n)): its items appended to
+ * *items. 1 if any was kept (the blob is then theirs). */
+static int take_items(uint8_t *blob, ssize_t len, const uint64_t *ask, int n, int first, warm_item **items, int *nitems) {
+  int kept = 0;
+  for (size_t at = 0; blob && at + PROTO_WARM_ITEM <= (size_t)len;) {
+    uint64_t image;
+    uint32_t h[12];
+    memcpy(&image, blob + at, 8);
+    memcpy(h, blob + at + 8, sizeof h);
+    size_t next = at + PROTO_WARM_ITEM + (size_t)h[7] + h[8] + h[9] + h[10] + h[11];
+    int k = 0;
+    while (k < n && ask[k] != image) k++;
+    warm_item *grown = next <= (size_t)len && k < n ? realloc(*items, (*nitems + 1) * sizeof **items) : NULL;
+    if (!grown) break;
+    *items = grown;
+    warm_item *it = &grown[(*nitems)++];
+    it->rec = blob + at;
+    memcpy(it->dims, h, sizeof it->dims);
+    it->arch = h[6]; it->nparams = h[7]; it->nname = h[8]; it->nargs = h[9]; it->ninfo = h[10]; it->nanswer = h[11];
+    it->image = first + k;
+    it->done = 0;
+    kept++;
+    at = next;
+  }
+  return kept;
+}
+
+/* The prestart thread, once Python is up, until exit. Only with PROTEUS_PRELOAD=1. */
 void warm_start(void) {
   const char *on = getenv(ENV_PRELOAD);
   if (!on || !(on[0] == '1' || on[0] == 't' || on[0] == 'T' || on[0] == 'y' || on[0] == 'Y')) return;
+  warm_scan();
   uint8_t *blobs[WARM_IMAGES];
   warm_item *items = NULL;
   int nblobs = 0, asked = 0, nitems = 0, left = 0;
@@ -185,36 +285,24 @@ void warm_start(void) {
     if (warm_stop) break;
     seen = warm_events;
     uint64_t ask[WARM_IMAGES];
-    int n = 0;
+    int n = 0, first = asked;
     for (; asked < n_warm_images; asked++) ask[n++] = (uint64_t)(uintptr_t)warm_images[asked];
     CUcontext ctx = warm_ctx;
     warm_busy = 1;
     pthread_mutex_unlock(&warm_lock);
 
-    if (n && nblobs < WARM_IMAGES) {   /* the last run's launches of these fat binaries */
+    int ask_now = n && nblobs < WARM_IMAGES, load_now = ctx && (left || ask_now);
+    if (ask_now || load_now) pthread_mutex_lock(&jit_lock);
+    if (ask_now) {   /* the last run's launches of these fat binaries */
       ssize_t len = 0;
       int g = py.GILStateEnsure();
       uint8_t *blob = py_bytes(py.CallFunction(f_warm_set, FMT_WARM_SET, (const char *)ask, (ssize_t)(n * PROTO_IMAGE_ADDRESS)), &len);
       py.GILStateRelease(g);
-      int kept = 0;
-      for (size_t at = 0; blob && at + PROTO_WARM_ITEM <= (size_t)len;) {
-        uint32_t h[12];
-        memcpy(h, blob + at + 8, sizeof h);
-        size_t next = at + PROTO_WARM_ITEM + (size_t)h[7] + h[8] + h[9] + h[10] + h[11];
-        warm_item *grown = next <= (size_t)len ? realloc(items, (nitems + 1) * sizeof *items) : NULL;
-        if (!grown) break;
-        items = grown;
-        warm_item *it = &items[nitems++];
-        it->rec = blob + at;
-        memcpy(it->dims, h, sizeof it->dims);
-        it->arch = h[6]; it->nparams = h[7]; it->nname = h[8]; it->nargs = h[9]; it->ninfo = h[10]; it->nanswer = h[11];
-        it->done = 0;
-        left++; kept++;
-        at = next;
-      }
-      if (kept) blobs[nblobs++] = blob; else free(blob);
+      int before = nitems;
+      if (take_items(blob, len, ask, n, first, &items, &nitems)) blobs[nblobs++] = blob; else free(blob);
+      left += nitems - before;
     }
-    if (ctx && left) {
+    if (load_now && left) {
       if (current != ctx && real_cuCtxSetCurrent && real_cuCtxSetCurrent(ctx) == CUDA_SUCCESS) {
         current = ctx;
         arch = current_arch();
@@ -222,6 +310,7 @@ void warm_start(void) {
       for (int i = 0; i < nitems && current; i++)
         if (!items[i].done && preload(&items[i], current, arch)) { items[i].done = 1; left--; }
     }
+    if (ask_now || load_now) pthread_mutex_unlock(&jit_lock);
     pthread_mutex_lock(&warm_lock);
     warm_busy = 0;
     pthread_cond_broadcast(&warm_cond);

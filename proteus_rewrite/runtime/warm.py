@@ -47,20 +47,23 @@ def warm_set(images: bytes) -> bytes:
     try:
         if st is None or st.config.disable or not st.tables:
             return b""
-        fatbins = {}  # sha256 -> (address, table)
+        if st.warm_note is None:  # read once: later calls are for fat binaries seen since
+            disk = _disk()
+            entry = disk.get(_key(), counted=False) if disk is not None else None
+            st.warm_note = entry.data if entry is not None and entry.kind == WARM_KIND else b""
+        if not st.warm_note:
+            return b""
+        fatbins = {}  # sha256 -> (address, table, index); hashed only where there is a note
         for (ptr,) in protocol.IMAGE_ADDRESS.iter_unpack(images):
             match = session._image(ptr)
             if match is not None:
                 table, index = match
                 if (fatbin := table.fatbin(index)) is not None:
                     fatbins[fatbin.sha256] = (ptr, table, index)
-        disk = _disk()
-        entry = disk.get(_key(), counted=False) if disk is not None and fatbins else None
-        if entry is None or entry.kind != WARM_KIND:
+        if not fatbins:
             return b""
-        st.warm_note = entry.data
         out = []
-        for item in decode_warm(entry.data):
+        for item in decode_warm(st.warm_note):
             if item["fatbin"] not in fatbins:
                 continue
             ptr, table, index = fatbins[item["fatbin"]]
@@ -136,8 +139,8 @@ def note() -> None:
     if not items:
         return
     data = encode_warm(items[:WARM_MAX])
-    previous = st.warm_note
-    if previous is None:  # not read ahead (no prestart thread): read now
+    previous = st.warm_note or None
+    if st.warm_note is None:  # not read ahead (no prestart thread): read now
         entry = disk.get(_key(), counted=False)
         previous = entry.data if entry is not None and entry.kind == WARM_KIND else None
     if data != previous:

@@ -149,3 +149,21 @@ def test_without_preloading_no_note_is_written(app, monkeypatch):
     run()
     monkeypatch.setenv("PROTEUS_PRELOAD", "1")
     assert runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)) == b""
+
+
+def test_without_a_note_no_fat_binary_is_read(app, monkeypatch):
+    """The prestart thread asks about every fat binary of the loaded objects (a cuBLAS's among
+    them): with nothing noted, none is hashed, and the note is looked up once."""
+    from proteus_rewrite.runtime import session
+
+    run, address, _ = app
+    run()
+    read = []
+    monkeypatch.setattr(session, "_image", lambda ptr: read.append(ptr))
+    lookups = []
+    disk = next(level for level in runtime.state().cache.levels if isinstance(level, StorageCache))
+    real_get = disk.get
+    monkeypatch.setattr(disk, "get", lambda *a, **kw: lookups.append(a) or real_get(*a, **kw))
+    assert runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)) == b""
+    assert runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address + 64)) == b""
+    assert read == [] and len(lookups) == 1

@@ -10,6 +10,7 @@
 #include "shim.h"
 
 #include <assert.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sys/wait.h>
 
@@ -695,6 +696,24 @@ static void test_warm_start(void) {
   free(heap);
 }
 
+/* A static cudart names its fat binaries only once it has a context; the scan finds them in the
+ * .nvFatBinSegment sections of the objects loaded: a wrapper counts only with its magic number
+ * and a fat binary's. In a child, which loads a library of such wrappers (fake_fatbins.c). */
+static void test_warm_scan(void) {
+  EXPECT(warm_scan() == 0);   /* this program has none */
+  const char *lib = getenv("PROTEUS_TEST_FATBINS");
+  EXPECT(lib != NULL);
+  if (!lib) return;
+  pid_t pid = fork();
+  if (pid == 0) {
+    void *h = dlopen(lib, RTLD_NOW);
+    _exit(!h ? 2 : warm_scan() == 1 ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void) {
   test_hash();
   test_handles();
@@ -710,6 +729,7 @@ int main(void) {
   test_stream_capture();
   test_graphs();
   test_exit_from_main_times_main();
+  test_warm_scan();
   test_warm_start();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
   printf("shim unit tests: all passed\n");

@@ -25,7 +25,10 @@ def test_hash_table_and_key_unit_tests(tmp_path):
     srcs = [str(ROOT / "shim" / n) for n in shim.SOURCES if n != "hip.c"]
     subprocess.run(["cc", "-std=gnu11", "-O1", "-Wall", "-I", str(ROOT / "shim"), str(Path(__file__).parent / "test_shim.c"), *srcs,
                     "-o", str(exe), "-ldl", "-lpthread"], check=True, capture_output=True)
-    proc = subprocess.run([str(exe)], capture_output=True, text=True)
+    fatbins = tmp_path / "libfake_fatbins.so"
+    subprocess.run(["cc", "-std=gnu11", "-shared", "-fPIC", "-I", str(ROOT / "shim"), str(Path(__file__).parent / "fake_fatbins.c"),
+                    "-o", str(fatbins)], check=True, capture_output=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, env=dict(os.environ, PROTEUS_TEST_FATBINS=str(fatbins)))
     assert proc.returncode == 0, proc.stderr
     assert "all passed" in proc.stdout
 
