@@ -1,7 +1,8 @@
-/* A warm run's first launches (runtime/warm.py, PROTEUS_PRELOAD=1): the variants the app's last
- * run used, loaded on the prestart thread once their kernel and the app's context are known, so
- * that the first launch of each is a hit instead of a miss on the app's thread (a Python call, a
- * disk read and a module load: 2 ms for adam's one kernel on the H100, inside its timed loop).
+/* A warm run's first launches (runtime/warm.py; PROTEUS_PRELOAD=0 turns it off): the variants
+ * the app's last run used, loaded on the prestart thread once their kernel and the app's context
+ * are known, so that the first launch of each is a hit instead of a miss on the app's thread (a
+ * Python call, a disk read and a module load: 2 ms for adam's one kernel on the H100, inside its
+ * timed loop).
  *
  * The thread learns of fat binaries from the .nvFatBinSegment sections of the objects loaded with
  * the app, and as the app's runtime registers or loads them (a static cudart names them to the
@@ -268,10 +269,10 @@ static int take_items(uint8_t *blob, ssize_t len, const uint64_t *ask, int n, in
   return kept;
 }
 
-/* The prestart thread, once Python is up, until exit. Only with PROTEUS_PRELOAD=1. */
+/* The prestart thread, once Python is up, until exit. Not with PROTEUS_PRELOAD=0. */
 void warm_start(void) {
-  const char *on = getenv(ENV_PRELOAD);
-  if (!on || !(on[0] == '1' || on[0] == 't' || on[0] == 'T' || on[0] == 'y' || on[0] == 'Y')) return;
+  const char *off = getenv(ENV_PRELOAD);
+  if (off && (off[0] == '0' || off[0] == 'f' || off[0] == 'F' || off[0] == 'n' || off[0] == 'N')) return;
   warm_scan();
   uint8_t *blobs[WARM_IMAGES];
   warm_item *items = NULL;

@@ -69,7 +69,7 @@ class State:
     # variants the app's last run compiled (its note in the disk cache), once read; None: unknown
     last_run: int | None = None
     last_run_read: bool = False
-    warm_note: bytes | None = None  # the note of the last run's variants, as read ahead (runtime/warm.py)
+    warm_note: bytes | None = None  # the note of the last run's variants, as read ahead (runtime/warm.py); b"": none
     warm_up_skipped: bool = False  # the prestart thread left the compiler cold: see policy.compiles_likely
     compiler: process.Compilers | None = None  # None: compile in this process (PROTEUS_COMPILE_PROCESS=0)
     validation: list = field(default_factory=list)  # PROTEUS_VALIDATE's outcomes (validate.Outcome)

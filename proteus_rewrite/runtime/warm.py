@@ -1,22 +1,20 @@
 """A warm run's first launches: the variants the app's last run used, loaded before it launches
-(PROTEUS_PRELOAD=1; shim/cuda_warm.c).
+(shim/cuda_warm.c; PROTEUS_PRELOAD=0 turns it off).
 
 A kernel's first launch in a warm run is a miss: a call into Python to resolve the kernel and
 build its key, a disk read, and the driver loading the cubin, on the app's thread (H100, adam:
 2 ms, inside a timed loop of 100 launches of 65 us). At exit a run notes which launches its
 variants served (their folded arguments, grid and block: a "warm" entry in the disk cache, keyed
-by the app's fat binaries). The next run's prestart thread asks for that note (warm_set) as the
-app's fat binaries become known, and each noted launch is answered here as its first launch
-would be (kernel_info, then specialize asking the caches only), so that once the app has a
-context the shim only loads the images. A launch that comes first misses as before; a launch with
-other values never matches the preloaded key; a variant the caches no longer hold, or one a
-speed trial found slower, is not loaded. Kernels with device variables are left to their first
-launch (their addresses are read from the loaded module), as is HIP.
+by the app's fat binaries). The next run's prestart thread asks for that note (warm_set) for the
+fat binaries of the objects loaded with the app and those its runtime registers, and each noted
+launch is answered here as its first launch would be (kernel_info, then specialize asking the
+caches only), so that once the app's runtime has a context and has loaded the image, the shim
+only loads the variants. A launch that comes first waits for that and finds its variant; a
+launch with other values never matches the preloaded key; a variant the caches no longer hold,
+or one a speed trial found slower, is not loaded. Kernels with device variables are left to
+their first launch (their addresses are read from the loaded module), as is HIP.
 
-Off by default: it helps where the app's first launches come well after its context (lulesh:
-11-12 of 15 variants loaded ahead, the misses' wait 11-15 ms against 21-28 ms), and it costs an
-app that launches at once (adam: its one miss ran beside warm_set and took 3.7-5.1 ms against
-2.3-2.7 ms). See docs/dev/findings.md.
+What it changes on the H100 (adam, lulesh): docs/dev/findings.md.
 """
 
 from __future__ import annotations
@@ -108,12 +106,12 @@ def warm_set(images: bytes) -> bytes:
 
 
 def enabled() -> bool:
-    """PROTEUS_PRELOAD, read as the shim reads it (shim/cuda_warm.c)."""
-    return os.environ.get("PROTEUS_PRELOAD", "")[:1] in ("1", "t", "T", "y", "Y")
+    """PROTEUS_PRELOAD, read as the shim reads it (shim/cuda_warm.c): on unless 0, false or no."""
+    return os.environ.get("PROTEUS_PRELOAD", "")[:1] not in ("0", "f", "F", "n", "N")
 
 
 def note() -> None:
-    """At exit, with PROTEUS_PRELOAD=1: which launches this run's variants served, for the next
+    """At exit, unless PROTEUS_PRELOAD=0: which launches this run's variants served, for the next
     run to load ahead. Not written when it is what the last run noted (a steady run writes
     nothing); a hint, so the cache's size cap applies to it and a failed write says nothing
     (the variants' own writes have said it)."""
