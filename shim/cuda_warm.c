@@ -47,6 +47,19 @@ static CUcontext warm_ctx;                     /* the first context the app reta
 static unsigned warm_events, warm_stop, warm_busy;
 _Atomic uint64_t n_preloaded;
 
+typedef struct {
+  const uint8_t *rec;   /* protocol.WARM_ITEM, then name, known[], args, kernel_info's answer, the image answer */
+  uint32_t dims[6], arch, nparams, nname, nargs, ninfo, nanswer;
+  int image, done;      /* image: its index in warm_images */
+} warm_item;
+
+/* jit_lock: Python's answers for the noted launches (the blobs hold their bytes), for the
+ * prestart thread to load, or for a first launch that comes before it does (warm_resolve). */
+static warm_item *items;
+static int n_items, n_left;
+static uint8_t *blobs[WARM_IMAGES];
+static int n_blobs;
+
 static void warm_event(void) {
   warm_events++;
   pthread_cond_broadcast(&warm_cond);
@@ -168,13 +181,9 @@ void warm_atfork_child(void) {
   warm_cond = fresh_cond;
   warm_busy = 0;
   warm_stop = 1;
+  items = NULL;   /* (the parent's; left, not freed: the child loads nothing ahead) */
+  n_items = n_left = n_blobs = 0;
 }
-
-typedef struct {
-  const uint8_t *rec;   /* protocol.WARM_ITEM, then name, known[], args, kernel_info's answer, the image answer */
-  uint32_t dims[6], arch, nparams, nname, nargs, ninfo, nanswer;
-  int image, done;      /* image: its index in warm_images */
-} warm_item;
 
 /* A seen fat binary's name and library, as the runtime has named and loaded it so far. */
 static void *seen_image(int i, const void **image) {
@@ -210,10 +219,13 @@ static int preload(warm_item *it, CUcontext ctx, int arch) {
   kinfo *ki = kernel_of(it->image, name);
   free(name);
   if (!ki) return 0;   /* its library is not loaded yet */
-  /* Only a kernel no launch has resolved (the answers are for the kernel id Python gave it
-   * ahead), and only on the architecture they were made for (the last run's). */
-  if (atomic_load(&ki->state) != K_UNRESOLVED || arch != (int)it->arch) return 1;
-  resolve_from(ki, info, it->ninfo);
+  /* Only on the architecture the answers were made for (the last run's), and for the kernel id
+   * Python gave the kernel with them: a kernel a launch resolved through Python has another. */
+  uint32_t kid;
+  memcpy(&kid, info + 4 * PROTO_KINFO_KID, 4);
+  if (arch != (int)it->arch) return 1;
+  if (atomic_load(&ki->state) == K_UNRESOLVED) resolve_from(ki, info, it->ninfo);
+  else if (ki->kid != (int)kid) return 1;
   if (atomic_load(&ki->state) != K_ACTIVE || ki->nglobals || ki->nparams != it->nparams || ki->nparams > MAX_PARAMS) return 1;
   void *params[MAX_PARAMS];
   size_t off = 0;
@@ -242,9 +254,26 @@ static int preload(warm_item *it, CUcontext ctx, int arch) {
   return 1;
 }
 
-/* Python's answer for the images ask[0..n) (warm_images[first..first+n)): its items appended to
- * *items. 1 if any was kept (the blob is then theirs). */
-static int take_items(uint8_t *blob, ssize_t len, const uint64_t *ask, int n, int first, warm_item **items, int *nitems) {
+/* A kernel's first launch, come before the prestart thread has loaded what it answered for the
+ * kernel (adam's first launch follows its runtime's loading by a few small copies): those answers
+ * are used here, so that the launch asks Python nothing, and the kernel keeps the one id Python
+ * gave it ahead. jit_lock held. */
+void warm_resolve(kinfo *ki, CUcontext ctx) {
+  if (!n_left || !ki->name) return;
+  int arch = current_arch();
+  size_t len = strlen(ki->name);
+  for (int i = 0; i < n_items; i++) {
+    warm_item *it = &items[i];
+    const void *image;
+    if (it->done || it->nname != len || memcmp(it->rec + PROTO_WARM_ITEM, ki->name, len)) continue;
+    seen_image(it->image, &image);
+    if (image == ki->image && preload(it, ctx, arch)) { it->done = 1; n_left--; }
+  }
+}
+
+/* Python's answer for the images ask[0..n) (warm_images[first..first+n)): its items appended.
+ * 1 if any was kept (the blob is then theirs). jit_lock held. */
+static int take_items(uint8_t *blob, ssize_t len, const uint64_t *ask, int n, int first) {
   int kept = 0;
   for (size_t at = 0; blob && at + PROTO_WARM_ITEM <= (size_t)len;) {
     uint64_t image;
@@ -254,16 +283,17 @@ static int take_items(uint8_t *blob, ssize_t len, const uint64_t *ask, int n, in
     size_t next = at + PROTO_WARM_ITEM + (size_t)h[7] + h[8] + h[9] + h[10] + h[11];
     int k = 0;
     while (k < n && ask[k] != image) k++;
-    warm_item *grown = next <= (size_t)len && k < n ? realloc(*items, (*nitems + 1) * sizeof **items) : NULL;
+    warm_item *grown = next <= (size_t)len && k < n ? realloc(items, (n_items + 1) * sizeof *items) : NULL;
     if (!grown) break;
-    *items = grown;
-    warm_item *it = &grown[(*nitems)++];
+    items = grown;
+    warm_item *it = &grown[n_items++];
     it->rec = blob + at;
     memcpy(it->dims, h, sizeof it->dims);
     it->arch = h[6]; it->nparams = h[7]; it->nname = h[8]; it->nargs = h[9]; it->ninfo = h[10]; it->nanswer = h[11];
     it->image = first + k;
     it->done = 0;
     kept++;
+    n_left++;
     at = next;
   }
   return kept;
@@ -274,9 +304,7 @@ void warm_start(void) {
   const char *off = getenv(ENV_PRELOAD);
   if (off && (off[0] == '0' || off[0] == 'f' || off[0] == 'F' || off[0] == 'n' || off[0] == 'N')) return;
   warm_scan();
-  uint8_t *blobs[WARM_IMAGES];
-  warm_item *items = NULL;
-  int nblobs = 0, asked = 0, nitems = 0, left = 0;
+  int asked = 0;
   unsigned seen = 0;
   CUcontext current = NULL;
   int arch = 0;
@@ -292,31 +320,32 @@ void warm_start(void) {
     warm_busy = 1;
     pthread_mutex_unlock(&warm_lock);
 
-    int ask_now = n && nblobs < WARM_IMAGES, load_now = ctx && (left || ask_now);
-    if (ask_now || load_now) pthread_mutex_lock(&jit_lock);
-    if (ask_now) {   /* the last run's launches of these fat binaries */
+    pthread_mutex_lock(&jit_lock);
+    if (n && n_blobs < WARM_IMAGES) {   /* the last run's launches of these fat binaries */
       ssize_t len = 0;
       int g = py.GILStateEnsure();
       uint8_t *blob = py_bytes(py.CallFunction(f_warm_set, FMT_WARM_SET, (const char *)ask, (ssize_t)(n * PROTO_IMAGE_ADDRESS)), &len);
       py.GILStateRelease(g);
-      int before = nitems;
-      if (take_items(blob, len, ask, n, first, &items, &nitems)) blobs[nblobs++] = blob; else free(blob);
-      left += nitems - before;
+      if (take_items(blob, len, ask, n, first)) blobs[n_blobs++] = blob; else free(blob);
     }
-    if (load_now && left) {
+    if (ctx && n_left) {
       if (current != ctx && real_cuCtxSetCurrent && real_cuCtxSetCurrent(ctx) == CUDA_SUCCESS) {
         current = ctx;
         arch = current_arch();
       }
-      for (int i = 0; i < nitems && current; i++)
-        if (!items[i].done && preload(&items[i], current, arch)) { items[i].done = 1; left--; }
+      for (int i = 0; i < n_items && current; i++)
+        if (!items[i].done && preload(&items[i], current, arch)) { items[i].done = 1; n_left--; }
     }
-    if (ask_now || load_now) pthread_mutex_unlock(&jit_lock);
+    pthread_mutex_unlock(&jit_lock);
     pthread_mutex_lock(&warm_lock);
     warm_busy = 0;
     pthread_cond_broadcast(&warm_cond);
   }
   pthread_mutex_unlock(&warm_lock);
-  for (int i = 0; i < nblobs; i++) free(blobs[i]);
+  pthread_mutex_lock(&jit_lock);   /* (a launch during exit may still look) */
+  for (int i = 0; i < n_blobs; i++) free(blobs[i]);
   free(items);
+  items = NULL;
+  n_items = n_left = n_blobs = 0;
+  pthread_mutex_unlock(&jit_lock);
 }

@@ -350,6 +350,7 @@ CUfunction miss_variant(const void *handle, void **params, dim3 grid, dim3 block
   pthread_mutex_lock(&jit_lock);
   stage(MISS_LOCK, &t);
   read_async_env();
+  if (atomic_load(&ki->state) == K_UNRESOLVED) warm_resolve(ki, ctx);
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
   stage(MISS_RESOLVE, &t);
   if (!params && ki->nparams) goto done;   /* launched through `extra` */

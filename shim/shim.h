@@ -234,6 +234,7 @@ HIDDEN void warm_image(const void *image, void *library);   /* a fat binary regi
 HIDDEN void warm_context(CUcontext ctx);                     /* the app retained a context */
 HIDDEN int warm_scan(void);                                  /* the loaded objects' .nvFatBinSegment: fat binaries found */
 HIDDEN void warm_start(void);                                /* the prestart thread, until warm_finish */
+HIDDEN void warm_resolve(kinfo *ki, CUcontext ctx);          /* a first launch: the answers made ahead for it (jit_lock) */
 HIDDEN void warm_finish(void);                               /* before exit handlers */
 HIDDEN void warm_atfork_child(void);
 HIDDEN uint64_t now_ns(void);

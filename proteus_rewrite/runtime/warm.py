@@ -23,6 +23,7 @@ import os
 
 from ..cache import Entry, StorageCache
 from ..errors import CacheError
+from ..fatbin.table import best_for_arch
 from ..policy import WARM_KIND, WARM_MAX, decode_warm, encode_warm, warm_key
 from . import miss, protocol, session
 
@@ -65,8 +66,8 @@ def warm_set(images: bytes) -> bytes:
             if item["fatbin"] not in fatbins:
                 continue
             ptr, table, index = fatbins[item["fatbin"]]
-            record = next((k for k in table.kernels if k.fatbin == index and k.name == item["kernel"]
-                           and k.arch == item["arch"]), None)
+            # the record this device's launch resolves to, as kernel_info finds it
+            record = best_for_arch([k for k in table.kernels if k.fatbin == index and k.name == item["kernel"]], item["arch"])
             if record is None or record.globals:
                 continue
             args, known = bytearray(sum(p.size for p in record.params)), bytearray(len(record.params))
@@ -127,10 +128,12 @@ def note() -> None:
         sha = fatbin.sha256 if (fatbin := table.fatbin(record.fatbin)) is not None else None
         for v in stats.variants:
             launch = v.get("launch") or {}
-            item = {"fatbin": sha, "kernel": record.name, "arch": record.arch, "args": launch.get("args", {}),
+            # the device's architecture, which the next run's launch resolves the kernel for (the
+            # record's may be older: a -fembed-bitcode build's, or a multi-architecture build's)
+            item = {"fatbin": sha, "kernel": record.name, "arch": launch.get("arch"), "args": launch.get("args", {}),
                     "grid": launch.get("grid"), "block": launch.get("block")}
             ident = (record.name, v.get("cache_key"))
-            if sha is None or ident in seen:
+            if sha is None or ident in seen or not isinstance(item["arch"], int):
                 continue
             seen.add(ident)
             items.append(item)

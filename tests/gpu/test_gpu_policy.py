@@ -135,14 +135,16 @@ def test_a_run_after_one_that_compiled_nothing_leaves_the_compiler_cold(samples,
         assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
         doc = json.loads((tmp_path / "report.json").read_text())
         (k,) = doc["kernels"]
-        return proc, doc["prestart"], k
+        prestart = dict(doc["prestart"])
+        prestart.pop("variants_loaded")  # the last run's variants, loaded ahead or not (runtime/warm.py): not this test's
+        return proc, prestart, k
 
     # synchronous, so that every variant the next runs ask for is surely in the cache
     again(PROTEUS_ASYNC_COMPILATION="0")
     _, prestart, k = again()  # all from the disk cache: it notes that it compiled nothing
-    assert prestart == {"python": True, "compiler": True, "variants_loaded": 0, "compiler_skipped": False} and k["specializations"] == 0
+    assert prestart == {"python": True, "compiler": True, "compiler_skipped": False} and k["specializations"] == 0
     proc, prestart, k = again()
-    assert prestart == {"python": True, "compiler": False, "variants_loaded": 0, "compiler_skipped": True}, prestart
+    assert prestart == {"python": True, "compiler": False, "compiler_skipped": True}, prestart
     assert proc.stdout == native.stdout and k["specialized_launches"] == 1000 and k["specializations"] == 0
     # a guess gone wrong: n = 8192 is a new folded value, compiled on a compile thread (which
     # warms the compiler up first: in a run this short, the variant may only be ready at exit)
@@ -152,7 +154,7 @@ def test_a_run_after_one_that_compiled_nothing_leaves_the_compiler_cold(samples,
     assert prestart["compiler_skipped"] and k["specializations"] == 1, k
     # the run after that warms up ahead again, and finds the variant in the cache
     proc, prestart, k = again(bigger)
-    assert prestart == {"python": True, "compiler": True, "variants_loaded": 0, "compiler_skipped": False}
+    assert prestart == {"python": True, "compiler": True, "compiler_skipped": False}
     assert proc.stdout == run(samples / "changing_scalars", bigger).stdout
     assert k["specializations"] == 0 and k["specialized_launches"] == 1000, k
 
