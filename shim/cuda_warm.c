@@ -36,11 +36,11 @@
 
 static pthread_mutex_t warm_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t warm_cond = PTHREAD_COND_INITIALIZER;
-/* warm_lock: the fat binaries seen, in order. Each by the pointer the app's runtime gave the
- * driver for it (its kernels are remembered under that), or, found in a section and not given
- * yet, by the fat binary itself, with its wrapper, which a runtime may give instead. */
+/* warm_lock: the fat binaries seen, in order, each by its bytes' address (a wrapper's data) and
+ * by the pointer the app's runtime gave the driver for it, which its kernels are remembered under
+ * (the fat binary itself until the runtime names it, perhaps by its wrapper). */
+static const void *warm_data[WARM_IMAGES];
 static const void *warm_images[WARM_IMAGES];
-static const void *warm_wrappers[WARM_IMAGES];
 static void *warm_owners[WARM_IMAGES];         /* their library (cuLibraryLoadData), else NULL */
 static int n_warm_images;
 static CUcontext warm_ctx;                     /* the first context the app retained */
@@ -65,29 +65,33 @@ static void warm_event(void) {
   pthread_cond_broadcast(&warm_cond);
 }
 
-static void add_image(const void *image, const void *wrapper, void *library) {   /* warm_lock held */
+/* A fat binary seen (name: the runtime's pointer for it, else NULL), merged with what was seen
+ * of it already: 1 if it is new. warm_lock held. */
+static int add_image(const void *data, const void *name, void *library) {
   int i = 0;
-  while (i < n_warm_images && warm_images[i] != image && !(warm_wrappers[i] && warm_wrappers[i] == image)) i++;
+  while (i < n_warm_images && warm_data[i] != data) i++;
   if (i == n_warm_images) {
-    if (n_warm_images == WARM_IMAGES) return;
+    if (n_warm_images == WARM_IMAGES) return 0;
     n_warm_images++;
-    warm_images[i] = image;
-    warm_wrappers[i] = wrapper;
+    warm_data[i] = data;
+    warm_images[i] = name ? name : data;
     warm_owners[i] = library;
     warm_event();
-    return;
+    return 1;
   }
-  if (wrapper) warm_wrappers[i] = wrapper;
-  else warm_images[i] = image;   /* named by the runtime: its name from now on */
+  if (name) warm_images[i] = name;
   if (library && !warm_owners[i]) { warm_owners[i] = library; warm_event(); }
+  return 0;
 }
 
 /* A fat binary registered or loaded by the app's runtime (library: its CUlibrary, or NULL). */
 void warm_image(const void *image, void *library) {
   Dl_info info;
   if (!image || !dladdr(image, &info)) return;   /* not static data: it may not outlive the call */
+  const fatbin_wrapper *w = image;
+  const void *data = w->magic == FATBIN_WRAPPER_MAGIC && dladdr(w->data, &info) ? w->data : image;
   pthread_mutex_lock(&warm_lock);
-  add_image(image, NULL, library);
+  add_image(data, image, library);
   pthread_mutex_unlock(&warm_lock);
 }
 
@@ -132,9 +136,8 @@ static int scan_object(struct dl_phdr_info *info, size_t size, void *found) {
           !mapped(info, w->data, 16) || *(const uint32_t *)w->data != FATBIN_MAGIC)
         continue;
       pthread_mutex_lock(&warm_lock);
-      add_image(w->data, w, NULL);
+      *(int *)found += add_image(w->data, NULL, NULL);
       pthread_mutex_unlock(&warm_lock);
-      ++*(int *)found;
     }
   }
 done:
@@ -144,7 +147,8 @@ done:
   return 0;
 }
 
-/* The fat binaries of the objects loaded now (the app and the libraries it links): how many. */
+/* The fat binaries of the objects loaded now (the app and the libraries it links): how many were
+ * not known yet. */
 int warm_scan(void) {
   int found = 0;
   dl_iterate_phdr(scan_object, &found);

@@ -232,7 +232,7 @@ HIDDEN extern _Atomic uint64_t n_preloaded;   /* variants loaded ahead (cuda_war
 /* cuda_warm.c: the last run's variants, loaded before their first launch */
 HIDDEN void warm_image(const void *image, void *library);   /* a fat binary registered or loaded (its CUlibrary) */
 HIDDEN void warm_context(CUcontext ctx);                     /* the app retained a context */
-HIDDEN int warm_scan(void);                                  /* the loaded objects' .nvFatBinSegment: fat binaries found */
+HIDDEN int warm_scan(void);                                  /* the loaded objects' .nvFatBinSegment: fat binaries new */
 HIDDEN void warm_start(void);                                /* the prestart thread, until warm_finish */
 HIDDEN void warm_resolve(kinfo *ki, CUcontext ctx);          /* a first launch: the answers made ahead for it (jit_lock) */
 HIDDEN void warm_finish(void);                               /* before exit handlers */
