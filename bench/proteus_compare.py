@@ -297,13 +297,18 @@ def render(paths: list[str], out: Path) -> int:
     for path in paths:
         part = json.loads(Path(path).read_text())
         doc["stamp"] = doc["stamp"] or part["stamp"]
-        doc["calls"].append({**part["stamp"], "programs": sorted(part["programs"]) + sorted(part.get("extra", {}))})
+        # a part rendered before keeps its calls; a later part's programs replace an earlier's
+        names = set(part["programs"]) | set(part.get("extra", {}))
+        for call in doc["calls"]:
+            call["programs"] = [p for p in call["programs"] if p not in names]
+        doc["calls"] += part.get("calls") or [{**part["stamp"], "programs": sorted(part["programs"]) + sorted(part.get("extra", {}))}]
         for section in ("programs", "extra"):
             for name, res in part.get(section, {}).items():
                 judge(res)
                 doc[section][name] = res
         doc.setdefault("skipped_for_time", []).extend(p for p in part.get("skipped_for_time", []) if p not in doc["programs"])
     doc["skipped_for_time"] = [p for p in doc["skipped_for_time"] if p not in doc["programs"]]
+    doc["calls"] = [c for c in doc["calls"] if c["programs"]]
     out.mkdir(parents=True, exist_ok=True)
     (out / "proteus-compare.json").write_text(json.dumps(doc, indent=1))
     (out / "proteus-compare.md").write_text(markdown(doc))
@@ -327,12 +332,13 @@ def markdown(doc: dict) -> str:
     s = doc["stamp"]
     calls = doc.get("calls") or [{**s, "programs": sorted(doc["programs"]) + sorted(doc.get("extra", {}))}]
     lines = [f"# proteus-rewrite vs Proteus, paper programs ({s['date']})", "",
-             f"HeCBench {s['hecbench']}; medians of {s['reps']} runs (min-max)"
-             + "".join(f", {p} {n}" for p, n in (s.get("reps_for") or {}).items())
+             f"HeCBench {s['hecbench']}; medians (min-max) of the runs each call below lists"
              + "; ratios are speed-ups over the plain build (>1 is faster). Each program's plain, native, ours "
              "and Proteus runs come from one device call"
              + (", the warm ones interleaved round by round" if s.get("reps_for") is not None else "") + ":", ""]
-    lines += [f"- {c['date']}: commit {c['commit']}, {c['gpu']}: {', '.join(c['programs'])}" for c in calls]
+    lines += [f"- {c['date']}: commit {c['commit']}, {c['gpu']}, {c['reps']} runs"
+              + "".join(f" ({p} {n})" for p, n in (c.get("reps_for") or {}).items() if p in c["programs"])
+              + f": {', '.join(c['programs'])}" for c in calls]
     lines += ["",
              "| program | metric | plain | native (bitcode build) | ours warm | Proteus warm | ours / plain | Proteus / plain | ours / native | ours cold e2e s (plain / ours) | Proteus cold e2e s (plain / Proteus) | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

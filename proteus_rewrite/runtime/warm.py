@@ -1,5 +1,5 @@
 """A warm run's first launches: the variants the app's last run used, loaded before it launches
-(shim/cuda_warm.c; PROTEUS_PRELOAD=0 turns it off).
+(shim/cuda_warm.c; PROTEUS_PRELOAD=1 turns it on).
 
 A kernel's first launch in a warm run is a miss: a call into Python to resolve the kernel and
 build its key, a disk read, and the driver loading the cubin, on the app's thread (H100, adam:
@@ -14,7 +14,8 @@ launch with other values never matches the preloaded key; a variant the caches n
 or one a speed trial found slower, is not loaded. Kernels with device variables are left to
 their first launch (their addresses are read from the loaded module), as is HIP.
 
-What it changes on the H100 (adam, lulesh): docs/dev/findings.md.
+What it changes on the H100 (adam, lulesh), and why it is off by default (two crashed runs
+not yet understood): docs/dev/findings.md.
 """
 
 from __future__ import annotations
@@ -107,12 +108,12 @@ def warm_set(images: bytes) -> bytes:
 
 
 def enabled() -> bool:
-    """PROTEUS_PRELOAD, read as the shim reads it (shim/cuda_warm.c): on unless 0, false or no."""
-    return os.environ.get("PROTEUS_PRELOAD", "")[:1] not in ("0", "f", "F", "n", "N")
+    """PROTEUS_PRELOAD, read as the shim reads it (shim/cuda_warm.c): off unless 1, true or yes."""
+    return os.environ.get("PROTEUS_PRELOAD", "")[:1] in ("1", "t", "T", "y", "Y")
 
 
 def note() -> None:
-    """At exit, unless PROTEUS_PRELOAD=0: which launches this run's variants served, for the next
+    """At exit, with PROTEUS_PRELOAD=1: which launches this run's variants served, for the next
     run to load ahead. Not written when it is what the last run noted (a steady run writes
     nothing); a hint, so the cache's size cap applies to it and a failed write says nothing
     (the variants' own writes have said it)."""

@@ -31,7 +31,7 @@ def app(samples, tmp_path, monkeypatch):
     assert run_cli(str(exe), "-o", str(tmp_path / "out")).returncode == 0
     monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
-    monkeypatch.delenv("PROTEUS_PRELOAD", raising=False)  # on by default
+    monkeypatch.setenv("PROTEUS_PRELOAD", "1")
     data = hostelf.parse(exe.read_bytes()).sections[hostelf.CUDA_FATBIN].data
     buf = ctypes.create_string_buffer(data, len(data))
 
@@ -142,12 +142,12 @@ def test_a_malformed_note_is_skipped_item_by_item():
 
 def test_without_preloading_no_note_is_written(app, monkeypatch):
     run, address, _ = app
-    monkeypatch.setenv("PROTEUS_PRELOAD", "0")
+    monkeypatch.delenv("PROTEUS_PRELOAD")  # off by default
     st, k, kid = run()
     runtime.specialize(kid, _args(k, "3"), GRID, BLOCK, b"", 90)
     runtime.finish()
     run()
-    monkeypatch.delenv("PROTEUS_PRELOAD")
+    monkeypatch.setenv("PROTEUS_PRELOAD", "1")
     assert runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)) == b""
 
 

@@ -329,17 +329,17 @@ def test_store_of_another_build_matches_nothing_one_warning(samples, recorded, t
 
 @pytest.mark.parametrize("app", ["loop_count", "loop_count_dynamic"])
 def test_a_warm_run_loads_the_last_runs_variants_ahead(samples, recorded, tmp_path, app, kernel_trace):
-    """runtime/warm.py, shim/cuda_warm.c (on by default): a warm run's prestart thread loads the
+    """runtime/warm.py, shim/cuda_warm.c (PROTEUS_PRELOAD=1): a warm run's prestart thread loads the
     variants the last run used once the app has a context, for a static and a dynamic cudart.
     Each variant is loaded either ahead or by its kernel's first launch (whichever comes first),
-    and every launch runs a variant, as in a warm run without it (PROTEUS_PRELOAD=0)."""
+    and every launch runs a variant, as in a warm run without it (the default)."""
     exe = samples / app
     native = run(exe)
     cache = tmp_path / "cache"
-    cold = run(exe, shim_env(recorded[app], cache, tmp_path / "cold.json"))  # (which notes them)
+    cold = run(exe, shim_env(recorded[app], cache, tmp_path / "cold.json", PROTEUS_PRELOAD="1"))  # (which notes them)
     assert cold.returncode == 0 and checksums(cold.stdout) == checksums(native.stdout) != {}
     variants = sum(len(k["variants"]) for k in json.loads((tmp_path / "cold.json").read_text())["kernels"])
-    for preload in ("", "0"):
+    for preload in ("1", ""):
         ran = tmp_path / f"warm{preload}.kernels"
         report = tmp_path / f"warm{preload}.json"
         env = shim_env(recorded[app], cache, report, PROTEUS_ASYNC_COMPILATION="auto", **({"PROTEUS_PRELOAD": preload} if preload else {}))
@@ -352,7 +352,7 @@ def test_a_warm_run_loads_the_last_runs_variants_ahead(samples, recorded, tmp_pa
         ahead = [v for k in doc["kernels"] for v in k["variants"] if v.get("loaded_ahead")]
         assert len(ahead) == loaded
         assert all(k["specializations"] == 0 for k in doc["kernels"])
-        if preload == "0":
+        if not preload:
             assert loaded == 0 and doc["shim_wait_ms"]["miss_count"] >= variants
         else:  # what was not loaded ahead, a first launch loaded
             assert loaded + doc["shim_wait_ms"]["miss_count"] >= variants, doc["shim_wait_ms"]

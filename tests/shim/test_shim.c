@@ -677,10 +677,10 @@ static void test_exit_from_main_times_main(void) {
 static void *run_warm(void *arg) { (void)arg; warm_start(); return NULL; }
 static void test_warm_start(void) {
   pthread_t t;
-  setenv(ENV_PRELOAD, "0", 1);   /* off: returns at once */
+  unsetenv(ENV_PRELOAD);   /* off by default: returns at once */
   pthread_create(&t, NULL, run_warm, NULL);
   pthread_join(t, NULL);
-  unsetenv(ENV_PRELOAD);   /* on by default */
+  setenv(ENV_PRELOAD, "1", 1);
   pthread_create(&t, NULL, run_warm, NULL);
   char *heap = malloc(4096);
   memset(heap, 0, 4096);
@@ -692,6 +692,7 @@ static void test_warm_start(void) {
   pthread_join(t, NULL);
   EXPECT(now_ns() - t0 < 1000 * 1000 * 1000ull);
   EXPECT(atomic_load(&n_preloaded) == 0);
+  unsetenv(ENV_PRELOAD);
   free(heap);
 }
 

@@ -150,6 +150,13 @@ def test_render_joins_calls_and_judges_again(tmp_path):
                     str(tmp_path / "wsm5" / "proteus-compare.json")]) == 0
     md = (tmp_path / "all" / "proteus-compare.md").read_text()
     assert ": commit rsbench, " in md and ": commit wsm5, " in md
+    # rendered again with a newer call of one program: its stamp replaces the older one's
+    assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(tmp_path / "again"),
+                    "--programs", "wsm5", "--commit", "again"]) == 0
+    assert pc.main(["--render", str(tmp_path / "joined"), str(tmp_path / "all" / "proteus-compare.json"),
+                    str(tmp_path / "again" / "proteus-compare.json")]) == 0
+    calls = [l for l in (tmp_path / "joined" / "proteus-compare.md").read_text().splitlines() if l.startswith("- ")]
+    assert len(calls) == 2 and calls[0].endswith(": rsbench") and "commit again" in calls[1] and calls[1].endswith(": wsm5")
     rows = {line.split(" | ")[0]: line for line in md.splitlines() if line.startswith("| rsbench") or line.startswith("| wsm5")}
     assert rows["| rsbench"].endswith("| yes | yes | yes | - |")
     assert rows["| wsm5"].endswith("| NO | yes | NO | - |")  # the bitcode build prints its own checksum, ours the same
