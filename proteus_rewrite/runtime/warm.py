@@ -62,7 +62,7 @@ def warm_set(images: bytes) -> bytes:
                     fatbins[fatbin.sha256] = (ptr, table, index)
         if not fatbins:
             return b""
-        out = []
+        out, infos = [], {}
         for item in decode_warm(st.warm_note):
             if item["fatbin"] not in fatbins:
                 continue
@@ -88,7 +88,11 @@ def warm_set(images: bytes) -> bytes:
                 continue
             # what the kernel's first launch would ask, asked now, while the app creates its
             # context: after it, the shim only loads the image (0.1-0.2 ms a variant on the H100)
-            info = session.kernel_info(ptr, record.name, item["arch"])
+            # one kernel id per kernel, as its launches would get: the shim loads each noted
+            # variant of a kernel only for the id it resolved the kernel with
+            if (ptr, record.name) not in infos:
+                infos[(ptr, record.name)] = session.kernel_info(ptr, record.name, item["arch"])
+            info = infos[(ptr, record.name)]
             if info is None:
                 continue
             kid = protocol.KERNEL_INFO.unpack_from(info)[0]

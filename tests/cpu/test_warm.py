@@ -167,3 +167,18 @@ def test_without_a_note_no_fat_binary_is_read(app, monkeypatch):
     assert runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)) == b""
     assert runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address + 64)) == b""
     assert read == [] and len(lookups) == 1
+
+
+def test_two_noted_variants_of_a_kernel_share_its_one_id(app):
+    """The shim loads a noted variant only for the kernel id it resolved the kernel with (the
+    first item's): every item of a kernel carries that id."""
+    run, address, _ = app
+    st, k, kid = run()
+    for n in ("3", "5"):
+        assert runtime.specialize(kid, _args(k, n), GRID, BLOCK, b"", 90)
+    runtime.finish()
+    runtime.reset()
+    assert runtime.init(str(app[2]), 13000)
+    items = _items(runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)))
+    assert len(items) == 2 and len({struct.unpack_from("<I", it[7])[0] for it in items}) == 1
+    assert {it[6] for it in items} == {_args(k, "3"), _args(k, "5")}
