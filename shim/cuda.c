@@ -55,7 +55,7 @@ void init_driver_calls(void) {
   if (!real_cuModuleGetGlobal) real_cuModuleGetGlobal = cuda_sym("cuModuleGetGlobal_v2");   /* size_t version */
   LOAD(cuLibraryGetGlobal); LOAD(cuCtxGetCurrent); LOAD(cuCtxGetDevice); LOAD(cuDeviceGetAttribute);
   LOAD(cuDriverGetVersion); LOAD(cuCtxSetCurrent); LOAD(cuEventCreate); LOAD(cuEventRecord); LOAD(cuEventQuery);
-  LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery); LOAD(cuThreadExchangeStreamCaptureMode);
+  LOAD(cuEventSynchronize); LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery); LOAD(cuThreadExchangeStreamCaptureMode);
   LOAD(cuLibraryLoadData); LOAD(cuLibraryGetKernel); LOAD(cuKernelGetFunction); LOAD(cuDeviceGetCount); LOAD(cuDeviceGet);
   LOAD(cuFuncSetAttribute); LOAD(cuFuncSetCacheConfig); LOAD(cuKernelSetAttribute); LOAD(cuKernelSetCacheConfig);
   /* what cuda_graph.c calls itself, whether or not the app's graph calls come through it */
@@ -366,7 +366,7 @@ static CUresult w_cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, vo
   CUresult r = real_cuLibraryLoadData(l, code, jo, jv, nj, lo, lv, nl);
   if (r == CUDA_SUCCESS) {
     remember_image(*l, code);
-    warm_image(code, *l);
+    warm_image(code);
   }
   return r;
 }
@@ -411,7 +411,7 @@ static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long 
   WRAP_PROC("cuModuleLoadData", cuModuleLoadData); WRAP_PROC("cuModuleLoadDataEx", cuModuleLoadDataEx);
   WRAP_PROC("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP_PROC("cuModuleGetFunction", cuModuleGetFunction);
   WRAP_PROC("cuLibraryLoadData", cuLibraryLoadData); WRAP_PROC("cuLibraryGetKernel", cuLibraryGetKernel);
-  WRAP_PROC("cuKernelGetFunction", cuKernelGetFunction); WRAP_PROC("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain);
+  WRAP_PROC("cuKernelGetFunction", cuKernelGetFunction);
   WRAP_PROC("cuModuleUnload", cuModuleUnload); WRAP_PROC("cuLibraryUnload", cuLibraryUnload);
   WRAP_PROC("cuFuncSetAttribute", cuFuncSetAttribute); WRAP_PROC("cuFuncSetCacheConfig", cuFuncSetCacheConfig);
   WRAP_PROC("cuKernelSetAttribute", cuKernelSetAttribute); WRAP_PROC("cuKernelSetCacheConfig", cuKernelSetCacheConfig);
@@ -504,7 +504,7 @@ EXPORT void **__cudaRegisterFatBinary(void *wrapper) {
   void **h = RUNTIME_REAL(__cudaRegisterFatBinary)(wrapper);
   if (h && wrapper) {
     remember_image(h, ((fatbin_wrapper *)wrapper)->data);
-    warm_image(((fatbin_wrapper *)wrapper)->data, NULL);
+    warm_image(((fatbin_wrapper *)wrapper)->data);
   }
   prestart(1);
   return h;

@@ -47,10 +47,10 @@ typedef struct { unsigned magic, version; const void *data; void *filename_or_fa
   X(CUresult, cuDeviceGetAttribute, (int *, int, CUdevice)) \
   X(CUresult, cuDriverGetVersion, (int *)) \
   X(CUresult, cuCtxSetCurrent, (CUcontext)) \
-  X(CUresult, cuDevicePrimaryCtxRetain, (CUcontext *, CUdevice)) \
   X(CUresult, cuEventCreate, (void **, unsigned)) \
   X(CUresult, cuEventRecord, (void *, CUstream)) \
   X(CUresult, cuEventQuery, (void *)) \
+  X(CUresult, cuEventSynchronize, (void *)) \
   X(CUresult, cuEventElapsedTime, (float *, void *, void *)) \
   X(CUresult, cuStreamIsCapturing, (CUstream, int *)) \
   X(CUresult, cuThreadExchangeStreamCaptureMode, (int *)) \
@@ -110,7 +110,6 @@ HIDDEN void resolve(kinfo *ki);                      /* a kernel's first launch:
 HIDDEN void resolve_from(kinfo *ki, const uint8_t *blob, ssize_t n);   /* with kernel_info's answer: jit_lock held */
 HIDDEN CUdeviceptr global_address(kinfo *ki, void *owner, const char *name);
 HIDDEN CUfunction load_image(kinfo *ki, uint8_t *image, const char *name);   /* frees image; NULL: refused */
-HIDDEN CUresult w_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev);   /* cuda_warm.c */
 /* cuda_attrs.c: the app's function attributes, carried to the variants */
 HIDDEN void apply_attrs(kinfo *ki, CUfunction variant);
 HIDDEN CUresult w_cuFuncSetAttribute(CUfunction f, int attrib, int value);

@@ -1,21 +1,21 @@
-/* A warm run's first launches (runtime/warm.py; PROTEUS_PRELOAD=1 turns it on): the variants
- * the app's last run used, loaded on the prestart thread once their kernel and the app's context
- * are known, so that the first launch of each is a hit instead of a miss on the app's thread (a
- * Python call, a disk read and a module load: 2 ms for adam's one kernel on the H100, inside its
- * timed loop).
+/* A warm run's first launches (runtime/warm.py; PROTEUS_PRELOAD=0 turns it off): Python's answers
+ * for the launches the app's last run noted, made on the prestart thread while the app creates
+ * its context, so that a kernel's first launch loads its variants from them (0.1-0.2 ms each on
+ * the H100) instead of asking Python (adam: 1.5-2.2 ms, inside its timed loop of 100 launches).
  *
  * The thread learns of fat binaries from the .nvFatBinSegment sections of the objects loaded with
  * the app, and as the app's runtime registers or loads them (a static cudart names them to the
- * driver, with cuLibraryLoadData, only once it has a context: for adam a few small copies before
- * its first launch). It asks runtime.warm_set which launches of those the last run noted; Python
- * answers each as a first launch would be answered (kernel_info, and specialize asking the caches
- * only), while the app is still creating its context. Once the runtime has loaded the image, a
- * kernel whose handle it has not asked for yet is looked up in its library here, with the handle
- * the runtime will be given, and each launch is keyed and its image loaded as a miss would do it.
- * All of it under jit_lock: a first launch that comes meanwhile waits for it, then finds its
- * variant loaded, instead of doing the same work beside it (each slowed the other: adam's miss
- * 3.7-5.1 ms against 2.3-2.7). A kernel a launch resolved first is left to it. Only images inside
- * a loaded object (dladdr) are read: an app's own buffer passed to cuModuleLoadData may be gone. */
+ * driver only once it has a context). It asks runtime.warm_set which launches of those the last
+ * run noted; Python answers each as a first launch would be answered (kernel_info, and specialize
+ * asking the caches only). That is all it does: it makes no driver call and touches no kernel.
+ * A first launch (warm_resolve, on the app's thread, inside its miss) resolves its kernel with
+ * the answer made ahead and loads the noted variants of that kernel, as a miss would. The
+ * answers are made under jit_lock, so a first launch that comes meanwhile waits for them rather
+ * than doing the same work beside them. Until 2026-11-25 the thread also loaded the variants
+ * itself, in the app's context, once the runtime had loaded its image: two warm lulesh runs
+ * crashed with that on, never reproduced, and the driver work left the thread (findings.md).
+ * Only images inside a loaded object (dladdr) are read: an app's own buffer passed to
+ * cuModuleLoadData may be gone. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
@@ -41,9 +41,7 @@ static pthread_cond_t warm_cond = PTHREAD_COND_INITIALIZER;
  * (the fat binary itself until the runtime names it, perhaps by its wrapper). */
 static const void *warm_data[WARM_IMAGES];
 static const void *warm_images[WARM_IMAGES];
-static void *warm_owners[WARM_IMAGES];         /* their library (cuLibraryLoadData), else NULL */
 static int n_warm_images;
-static CUcontext warm_ctx;                     /* the first context the app retained */
 static unsigned warm_events, warm_stop, warm_busy;
 _Atomic uint64_t n_preloaded;
 
@@ -53,8 +51,8 @@ typedef struct {
   int image, done;      /* image: its index in warm_images */
 } warm_item;
 
-/* jit_lock: Python's answers for the noted launches (the blobs hold their bytes), for the
- * prestart thread to load, or for a first launch that comes before it does (warm_resolve). */
+/* jit_lock: Python's answers for the noted launches (the blobs hold their bytes), for their
+ * kernels' first launches to load (warm_resolve). */
 static warm_item *items;
 static int n_items, n_left;
 static uint8_t *blobs[WARM_IMAGES];
@@ -67,7 +65,7 @@ static void warm_event(void) {
 
 /* A fat binary seen (name: the runtime's pointer for it, else NULL), merged with what was seen
  * of it already: 1 if it is new. warm_lock held. */
-static int add_image(const void *data, const void *name, void *library) {
+static int add_image(const void *data, const void *name) {
   int i = 0;
   while (i < n_warm_images && warm_data[i] != data) i++;
   if (i == n_warm_images) {
@@ -75,23 +73,21 @@ static int add_image(const void *data, const void *name, void *library) {
     n_warm_images++;
     warm_data[i] = data;
     warm_images[i] = name ? name : data;
-    warm_owners[i] = library;
     warm_event();
     return 1;
   }
   if (name) warm_images[i] = name;
-  if (library && !warm_owners[i]) { warm_owners[i] = library; warm_event(); }
   return 0;
 }
 
-/* A fat binary registered or loaded by the app's runtime (library: its CUlibrary, or NULL). */
-void warm_image(const void *image, void *library) {
+/* A fat binary registered or loaded by the app's runtime. */
+void warm_image(const void *image) {
   Dl_info info;
   if (!image || !dladdr(image, &info)) return;   /* not static data: it may not outlive the call */
   const fatbin_wrapper *w = image;
   const void *data = w->magic == FATBIN_WRAPPER_MAGIC && dladdr(w->data, &info) ? w->data : image;
   pthread_mutex_lock(&warm_lock);
-  add_image(data, image, library);
+  add_image(data, image);
   pthread_mutex_unlock(&warm_lock);
 }
 
@@ -136,7 +132,7 @@ static int scan_object(struct dl_phdr_info *info, size_t size, void *found) {
           !mapped(info, w->data, 16) || *(const uint32_t *)w->data != FATBIN_MAGIC)
         continue;
       pthread_mutex_lock(&warm_lock);
-      *(int *)found += add_image(w->data, NULL, NULL);
+      *(int *)found += add_image(w->data, NULL);
       pthread_mutex_unlock(&warm_lock);
     }
   }
@@ -153,19 +149,6 @@ int warm_scan(void) {
   int found = 0;
   dl_iterate_phdr(scan_object, &found);
   return found;
-}
-
-/* The app's runtime retains its context: the noted variants can load. */
-CUresult w_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
-  CUresult r = real_cuDevicePrimaryCtxRetain(ctx, dev);
-  if (r == CUDA_SUCCESS && ctx) warm_context(*ctx);
-  return r;
-}
-
-void warm_context(CUcontext ctx) {
-  pthread_mutex_lock(&warm_lock);
-  if (!warm_ctx && ctx) { warm_ctx = ctx; warm_event(); }
-  pthread_mutex_unlock(&warm_lock);
 }
 
 /* At exit, before any handler: the thread stops, and is out of the driver and Python. */
@@ -189,60 +172,39 @@ void warm_atfork_child(void) {
   n_items = n_left = n_blobs = 0;
 }
 
-/* A seen fat binary's name and library, as the runtime has named and loaded it so far. */
-static void *seen_image(int i, const void **image) {
+/* A seen fat binary's name, as the runtime has named it so far. */
+static const void *seen_image(int i) {
   pthread_mutex_lock(&warm_lock);
-  *image = warm_images[i];
-  void *lib = warm_owners[i];
+  const void *image = warm_images[i];
   pthread_mutex_unlock(&warm_lock);
-  return lib;
+  return image;
 }
 
-static kinfo *kernel_of(int image_index, const char *name) {
-  const void *image;
-  CUlibrary lib = seen_image(image_index, &image);
-  pthread_mutex_lock(&reg_lock);
-  kinfo *found = find_kernel(image, name);
-  pthread_mutex_unlock(&reg_lock);
-  if (found) return found;
-  /* Not asked for by the runtime yet: its library gives the handle the runtime will get. */
-  CUkernel k;
-  if (!lib || !real_cuLibraryGetKernel || real_cuLibraryGetKernel(&k, lib, name) != CUDA_SUCCESS) return NULL;
-  remember(k, image, name, OWNER_LIBRARY, lib);
-  graph_library_kernel(k);
-  return handle_lookup(k);
-}
-
-/* Load one noted launch's variant: 1 when there is nothing more to do for it. Python answered
- * for it ahead (runtime.warm_set); here only the driver is asked. jit_lock held. */
-static int preload(warm_item *it, CUcontext ctx, int arch) {
+/* Load one noted launch's variant of `ki`, its kernel, in the launching thread's context. Python
+ * answered for it ahead (runtime.warm_set); here only the driver is asked. jit_lock held. */
+static void preload(warm_item *it, kinfo *ki, CUcontext ctx, int arch) {
   const uint8_t *p = it->rec + PROTO_WARM_ITEM;
-  char *name = strndup((const char *)p, it->nname);
-  if (!name) return 1;
   const uint8_t *known = p + it->nname, *args = known + it->nparams, *info = args + it->nargs, *answer = info + it->ninfo;
-  kinfo *ki = kernel_of(it->image, name);
-  free(name);
-  if (!ki) return 0;   /* its library is not loaded yet */
   /* Only on the architecture the answers were made for (the last run's), and for the kernel id
    * Python gave the kernel with them: a kernel a launch resolved through Python has another. */
   uint32_t kid;
   memcpy(&kid, info + 4 * PROTO_KINFO_KID, 4);
-  if (arch != (int)it->arch) return 1;
+  if (arch != (int)it->arch) return;
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve_from(ki, info, it->ninfo);
-  else if (ki->kid != (int)kid) return 1;
-  if (atomic_load(&ki->state) != K_ACTIVE || ki->nglobals || ki->nparams != it->nparams || ki->nparams > MAX_PARAMS) return 1;
+  else if (ki->kid != (int)kid) return;
+  if (atomic_load(&ki->state) != K_ACTIVE || ki->nglobals || ki->nparams != it->nparams || ki->nparams > MAX_PARAMS) return;
   void *params[MAX_PARAMS];
   size_t off = 0;
   for (uint32_t i = 0; i < ki->nparams; off += ki->sizes[i], i++) {
-    if (atomic_load(&ki->fold[i]) && !known[i]) return 1;   /* this run folds what the last did not note */
+    if (atomic_load(&ki->fold[i]) && !known[i]) return;   /* this run folds what the last did not note */
     params[i] = (void *)(args + off);
   }
-  if (off != it->nargs) return 1;
+  if (off != it->nargs) return;
   dim3 grid = {it->dims[0], it->dims[1], it->dims[2]}, block = {it->dims[3], it->dims[4], it->dims[5]};
   uint8_t key[MAX_KEY];
   int len = build_key(ki, params, grid, block, key, atomic_load(&ki->gen));
   CUcontext kctx = ki->ctx_free ? NULL : ctx;
-  if (len < 0 || find_variant(ki, kctx, key, len)) return 1;
+  if (len < 0 || find_variant(ki, kctx, key, len)) return;
   answer_meta meta = {0, 0};
   int g = py.GILStateEnsure();   /* (only a refused image calls Python) */
   CUfunction fn = load_answer(ki, answer, it->nanswer, &meta);
@@ -255,23 +217,22 @@ static int preload(warm_item *it, CUcontext ctx, int arch) {
       atomic_fetch_add(&n_preloaded, 1);
     }
   }
-  return 1;
 }
 
-/* A kernel's first launch, come before the prestart thread has loaded what it answered for the
- * kernel (adam's first launch follows its runtime's loading by a few small copies): those answers
- * are used here, so that the launch asks Python nothing, and the kernel keeps the one id Python
- * gave it ahead. jit_lock held. */
+/* A kernel's first launch: the noted variants of it loaded from the answers made ahead, so that
+ * the launch asks Python nothing, and the kernel keeps the one id Python gave it with them.
+ * jit_lock held. */
 void warm_resolve(kinfo *ki, CUcontext ctx) {
   if (!n_left || !ki->name) return;
   int arch = current_arch();
   size_t len = strlen(ki->name);
   for (int i = 0; i < n_items; i++) {
     warm_item *it = &items[i];
-    const void *image;
-    if (it->done || it->nname != len || memcmp(it->rec + PROTO_WARM_ITEM, ki->name, len)) continue;
-    seen_image(it->image, &image);
-    if (image == ki->image && preload(it, ctx, arch)) { it->done = 1; n_left--; }
+    if (it->done || it->nname != len || memcmp(it->rec + PROTO_WARM_ITEM, ki->name, len) || seen_image(it->image) != ki->image)
+      continue;
+    preload(it, ki, ctx, arch);
+    it->done = 1;
+    n_left--;
   }
 }
 
@@ -303,17 +264,14 @@ static int take_items(uint8_t *blob, ssize_t len, const uint64_t *ask, int n, in
   return kept;
 }
 
-/* The prestart thread, once Python is up, until exit. Only with PROTEUS_PRELOAD=1: two warm runs
- * of lulesh with it on crashed in one H100 call (2026-11-25, not reproduced in 27 runs after;
- * docs/dev/findings.md), so it stays off by default until that is understood. */
+/* The prestart thread, once Python is up, until exit: Python's answers for the fat binaries as
+ * they come. Not with PROTEUS_PRELOAD=0 (read as PROTEUS_PRESTART is). */
 void warm_start(void) {
-  const char *on = getenv(ENV_PRELOAD);
-  if (!on || !(on[0] == '1' || on[0] == 't' || on[0] == 'T' || on[0] == 'y' || on[0] == 'Y')) return;
+  const char *p = getenv(ENV_PRELOAD);
+  if (p && (p[0] == '0' || p[0] == 'f' || p[0] == 'F' || p[0] == 'n' || p[0] == 'N')) return;
   warm_scan();
   int asked = 0;
   unsigned seen = 0;
-  CUcontext current = NULL;
-  int arch = 0;
   pthread_mutex_lock(&warm_lock);
   for (;;) {
     while (!warm_stop && seen == warm_events) pthread_cond_wait(&warm_cond, &warm_lock);
@@ -322,25 +280,17 @@ void warm_start(void) {
     uint64_t ask[WARM_IMAGES];
     int n = 0, first = asked;
     for (; asked < n_warm_images; asked++) ask[n++] = (uint64_t)(uintptr_t)warm_images[asked];
-    CUcontext ctx = warm_ctx;
+    if (!n) continue;
     warm_busy = 1;
     pthread_mutex_unlock(&warm_lock);
 
     pthread_mutex_lock(&jit_lock);
-    if (n && n_blobs < WARM_IMAGES) {   /* the last run's launches of these fat binaries */
+    if (n_blobs < WARM_IMAGES) {   /* the last run's launches of these fat binaries */
       ssize_t len = 0;
       int g = py.GILStateEnsure();
       uint8_t *blob = py_bytes(py.CallFunction(f_warm_set, FMT_WARM_SET, (const char *)ask, (ssize_t)(n * PROTO_IMAGE_ADDRESS)), &len);
       py.GILStateRelease(g);
       if (take_items(blob, len, ask, n, first)) blobs[n_blobs++] = blob; else free(blob);
-    }
-    if (ctx && n_left) {
-      if (current != ctx && real_cuCtxSetCurrent && real_cuCtxSetCurrent(ctx) == CUDA_SUCCESS) {
-        current = ctx;
-        arch = current_arch();
-      }
-      for (int i = 0; i < n_items && current; i++)
-        if (!items[i].done && preload(&items[i], current, arch)) { items[i].done = 1; n_left--; }
     }
     pthread_mutex_unlock(&jit_lock);
     pthread_mutex_lock(&warm_lock);

@@ -123,7 +123,7 @@ static void *prestart_main(void *arg) {
     pthread_mutex_unlock(&pre_lock);
   }
   atomic_fetch_add(&t_prestart_cpu_ns, thread_cpu_ns() - c0);
-  if (ok && cuda) warm_start();   /* waits for the app's images and context, until exit */
+  if (ok && cuda) warm_start();   /* answers for the app's images as they come, until exit */
   return NULL;
 }
 
@@ -165,7 +165,8 @@ void prestart(int cuda) {
 }
 
 
-/* Before any exit handler: no new compiler work, and none left running (prestart, workers). */
+/* Before any exit handler: no new compiler work, and none left running (prestart, workers); the
+ * speed trials judged while the app's context still holds their events. */
 void before_exit(void) {
   pthread_mutex_lock(&pre_lock);
   exiting = 1;
@@ -173,6 +174,7 @@ void before_exit(void) {
   pthread_mutex_unlock(&pre_lock);
   warm_finish();
   stop_workers();
+  trial_finish();
 }
 
 typedef int (*main_fn)(int, char **, char **);

@@ -175,6 +175,7 @@ HIDDEN void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUf
 HIDDEN CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk);
 HIDDEN void turn_begin(trial_ticket *tk, CUstream s);
 HIDDEN void turn_end(trial_ticket *tk, CUstream s);
+HIDDEN void trial_finish(void);              /* before exit: the queued turns waited for and judged */
 HIDDEN void variant_ran(sentry *e);            /* a launch ran e's variant outside trial_pick (a miss, a wait) */
 HIDDEN uint8_t *trial_records(size_t *len);    /* at exit: PROTO_VARIANT each */
 
@@ -228,12 +229,11 @@ HIDDEN extern _Atomic uint64_t t_loaded_ns, t_main_start_ns, t_main_end_ns, t_ma
     t_prestart_cpu_ns;
 HIDDEN extern _Atomic uint64_t t_stage_ns[MISS_STAGES];
 HIDDEN extern __thread uint64_t tl_load_ns;
-HIDDEN extern _Atomic uint64_t n_preloaded;   /* variants loaded ahead (cuda_warm.c) */
-/* cuda_warm.c: the last run's variants, loaded before their first launch */
-HIDDEN void warm_image(const void *image, void *library);   /* a fat binary registered or loaded (its CUlibrary) */
-HIDDEN void warm_context(CUcontext ctx);                     /* the app retained a context */
+HIDDEN extern _Atomic uint64_t n_preloaded;   /* variants loaded from answers made ahead (cuda_warm.c) */
+/* cuda_warm.c: the last run's variants, answered ahead, loaded at their first launch */
+HIDDEN void warm_image(const void *image);                  /* a fat binary registered or loaded */
 HIDDEN int warm_scan(void);                                  /* the loaded objects' .nvFatBinSegment: fat binaries new */
-HIDDEN void warm_start(void);                                /* the prestart thread, until warm_finish */
+HIDDEN void warm_start(void);                                /* the prestart thread: answers, until warm_finish */
 HIDDEN void warm_resolve(kinfo *ki, CUcontext ctx);          /* a first launch: the answers made ahead for it (jit_lock) */
 HIDDEN void warm_finish(void);                               /* before exit handlers */
 HIDDEN void warm_atfork_child(void);

@@ -157,6 +157,25 @@ void turn_end(trial_ticket *tk, CUstream s) {
   atomic_store_explicit(&t->turn_state[tk->turn], ok ? TURN_RECORDED : TURN_FAILED, memory_order_release);
 }
 
+/* Before any exit handler (lifecycle.c before_exit): the turns still queued on the GPU are waited
+ * for and judged now. The report collects at the library's destructor, which runs after the
+ * app's runtime's own exit handler has torn its context down, events and all; a variant whose
+ * turns sat behind a deep queue (300 launches of 6 ms queued in a few ms, H100) was left
+ * undecided there, and every later run timed it again. The wait is for launches the turns
+ * followed, all queued long before: the driver's teardown would wait for them too. */
+void trial_finish(void) {
+  if (!real_cuEventSynchronize) return;
+  pthread_mutex_lock(&trial_lock);
+  for (trial *t = all_trials; t; t = t->next) {
+    if (atomic_load(&t->verdict) != TRIAL_RUNNING) continue;
+    uint32_t claimed = atomic_load(&t->turns);
+    for (uint32_t k = 0; k < claimed && k < TRIAL_TURNS; k++)   /* (those collected already are done) */
+      if (atomic_load_explicit(&t->turn_state[k], memory_order_acquire) == TURN_RECORDED) real_cuEventSynchronize(t->ev[2 * k + 1]);
+    collect(t);
+  }
+  pthread_mutex_unlock(&trial_lock);
+}
+
 uint8_t *trial_records(size_t *len) {
   *len = 0;
   pthread_mutex_lock(&trial_lock);

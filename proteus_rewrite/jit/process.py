@@ -58,7 +58,10 @@ def serve(sock: socket.socket) -> None:
     except OSError:
         return
     while True:
-        msg = _receive(sock)
+        try:
+            msg = _receive(sock)
+        except OSError:  # the app exited with our answer unread (a reset, not an EOF): the same end
+            return
         if msg is None:
             return
         answer: dict = {"id": msg["id"]}

@@ -1,5 +1,6 @@
-"""A warm run's first launches: the variants the app's last run used, loaded before it launches
-(shim/cuda_warm.c; PROTEUS_PRELOAD=1 turns it on).
+"""A warm run's first launches: Python's answers for the launches the app's last run noted, made
+before the app launches, so that a kernel's first launch only loads its variants (shim/cuda_warm.c;
+PROTEUS_PRELOAD=0 turns it off).
 
 A kernel's first launch in a warm run is a miss: a call into Python to resolve the kernel and
 build its key, a disk read, and the driver loading the cubin, on the app's thread (H100, adam:
@@ -8,14 +9,14 @@ variants served (their folded arguments, grid and block: a "warm" entry in the d
 by the app's fat binaries). The next run's prestart thread asks for that note (warm_set) for the
 fat binaries of the objects loaded with the app and those its runtime registers, and each noted
 launch is answered here as its first launch would be (kernel_info, then specialize asking the
-caches only), so that once the app's runtime has a context and has loaded the image, the shim
-only loads the variants. A launch that comes first waits for that and finds its variant; a
-launch with other values never matches the preloaded key; a variant the caches no longer hold,
-or one a speed trial found slower, is not loaded. Kernels with device variables are left to
-their first launch (their addresses are read from the loaded module), as is HIP.
+caches only), while the app is still creating its context. The kernel's first launch then
+resolves the kernel with that answer and loads the variants, asking Python nothing; a launch with
+other values never matches their keys; a variant the caches no longer hold, or one a speed trial
+found slower, is left out. Kernels with device variables are left to their first launch (their
+addresses are read from the loaded module), as is HIP.
 
-What it changes on the H100 (adam, lulesh), and why it is off by default (two crashed runs
-not yet understood): docs/dev/findings.md.
+What it changes on the H100 (adam, lulesh), and its history (an earlier form, which also loaded
+the variants on the prestart thread, crashed twice): docs/dev/findings.md.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def warm_set(images: bytes) -> bytes:
                     fatbins[fatbin.sha256] = (ptr, table, index)
         if not fatbins:
             return b""
-        out, infos = [], {}
+        out, infos, answered = [], {}, set()
         for item in decode_warm(st.warm_note):
             if item["fatbin"] not in fatbins:
                 continue
@@ -95,7 +96,17 @@ def warm_set(images: bytes) -> bytes:
             info = infos[(ptr, record.name)]
             if info is None:
                 continue
-            kid = protocol.KERNEL_INFO.unpack_from(info)[0]
+            kid, nparams, dims = protocol.KERNEL_INFO.unpack_from(info)[:3]
+            # the launch's key as the shim builds it under this run's policy: noted launches that
+            # differ only in what it no longer folds (a learned policy) are one variant, answered once
+            fold = info[protocol.KERNEL_INFO.size + 4 * nparams:protocol.KERNEL_INFO.size + 5 * nparams]
+            if any(f and not known[i] for i, f in enumerate(fold)):
+                continue  # folds what the last run did not note: left to its first launch (as the shim would)
+            key = (kid, tuple(bytes(args[offsets[i]:offsets[i] + record.params[i].size]) for i, f in enumerate(fold) if f),
+                   tuple(item["block"]) if dims & protocol.DIMS_BLOCK else None, tuple(item["grid"]) if dims & protocol.DIMS_GRID else None)
+            if key in answered:
+                continue
+            answered.add(key)
             answer = miss.specialize(kid, bytes(args), tuple(item["grid"]), tuple(item["block"]), b"", item["arch"], 0.0,
                                      protocol.CACHED_AHEAD)
             if not answer:  # not in the caches any more, or found slower: left to the first launch
@@ -112,8 +123,8 @@ def warm_set(images: bytes) -> bytes:
 
 
 def enabled() -> bool:
-    """PROTEUS_PRELOAD, read as the shim reads it (shim/cuda_warm.c): off unless 1, true or yes."""
-    return os.environ.get("PROTEUS_PRELOAD", "")[:1] in ("1", "t", "T", "y", "Y")
+    """PROTEUS_PRELOAD, read as the shim reads it (shim/cuda_warm.c): on unless 0, false or no."""
+    return os.environ.get("PROTEUS_PRELOAD", "")[:1] not in ("0", "f", "F", "n", "N")
 
 
 def note() -> None:

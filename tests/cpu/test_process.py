@@ -169,3 +169,22 @@ def test_the_prestart_starts_the_compiler_process_and_compiles_nothing_here(samp
     assert runtime.prepare_compiler(0, 1) and here == [runtime.WARM_UP_ARCH]
     assert runtime.state().compiler is None
     runtime.reset()
+
+
+def test_an_app_that_exits_with_the_answer_unread_ends_the_compiler_quietly():
+    """An app that exits before reading what the process sent (its "started" frame, a warm-up's
+    answer: every warm run that prestarts the compiler and then compiles nothing) resets the
+    socket; the process printed that reset's traceback into the app's stderr (H100, lulesh)."""
+    import select
+    import socket
+    import subprocess
+
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    env = process.child_environment(os.environ, process.import_path())
+    proc = subprocess.Popen([sys.executable, "-S", "-m", "proteus_rewrite.jit.process"], stdin=theirs, stdout=theirs,
+                            stderr=subprocess.PIPE, env=env, close_fds=True)
+    theirs.close()
+    assert select.select([mine], [], [], 60)[0], "the process says it started"
+    mine.close()  # unread: a reset, not an EOF
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err == b""

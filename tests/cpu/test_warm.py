@@ -142,7 +142,7 @@ def test_a_malformed_note_is_skipped_item_by_item():
 
 def test_without_preloading_no_note_is_written(app, monkeypatch):
     run, address, _ = app
-    monkeypatch.delenv("PROTEUS_PRELOAD")  # off by default
+    monkeypatch.setenv("PROTEUS_PRELOAD", "0")
     st, k, kid = run()
     runtime.specialize(kid, _args(k, "3"), GRID, BLOCK, b"", 90)
     runtime.finish()
@@ -182,3 +182,24 @@ def test_two_noted_variants_of_a_kernel_share_its_one_id(app):
     items = _items(runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)))
     assert len(items) == 2 and len({struct.unpack_from("<I", it[7])[0] for it in items}) == 1
     assert {it[6] for it in items} == {_args(k, "3"), _args(k, "5")}
+
+
+def test_noted_launches_one_variant_under_this_runs_policy_are_answered_once(app, monkeypatch):
+    """Two noted launches that differ only in an argument this run does not fold are one key in
+    the shim: answered once, so the report lists the variant once."""
+    run, address, _ = app
+    monkeypatch.setenv("PROTEUS_SPECIALIZE_ARGS", "0")
+    st, k, kid = run()
+    assert runtime.specialize(kid, _args(k, "3"), GRID, BLOCK, b"", 90)  # the unfolded variant, cached
+    runtime.finish()
+    monkeypatch.delenv("PROTEUS_SPECIALIZE_ARGS")
+    st, k, kid = run()
+    for n in ("3", "5"):
+        assert runtime.specialize(kid, _args(k, n), GRID, BLOCK, b"", 90)
+    runtime.finish()  # notes both
+    monkeypatch.setenv("PROTEUS_SPECIALIZE_ARGS", "0")
+    runtime.reset()
+    assert runtime.init(str(app[2]), 13000)
+    (item,) = _items(runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)))
+    kid = struct.unpack_from("<I", item[7])[0]
+    assert len(runtime.state().stats[kid].variants) == 1

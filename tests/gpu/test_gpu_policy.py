@@ -4,12 +4,11 @@ compilation and prewarming, each checked against the native run's output."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
 from ..conftest import run_cli
+from ..support.apps import run_app
 
 pytestmark = pytest.mark.gpu
 
@@ -25,7 +24,7 @@ def recorded(samples, tmp_path_factory):
 
 
 def run(exe, args=(), **env):
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=dict(os.environ, **env), timeout=300)
+    return run_app(exe, args, env)
 
 
 def under_shim(recorded, app, tmp_path, **env):
@@ -119,8 +118,9 @@ def test_the_next_run_starts_from_what_the_tracker_learned(samples, recorded, tm
     # one variant, from the disk cache, from the first launch on
     assert (k["specializations"], k["disk_cache_hits"], k["specialized_launches"]) == (0, 1, 1000), k
     doc = json.loads((tmp_path / "report.json").read_text())
-    # started before the first launch: Python and (exit being guarded) the compiler
-    assert doc["prestart"] == {"python": True, "compiler": True, "variants_loaded": 0, "compiler_skipped": False}
+    # started before the first launch: Python and (exit being guarded) the compiler; the variant
+    # the last run used, answered ahead (PROTEUS_PRELOAD), loaded by that launch
+    assert doc["prestart"] == {"python": True, "compiler": True, "variants_loaded": 1, "compiler_skipped": False}
     assert doc["shim_wait_ms"]["miss_count"] == 1
 
 

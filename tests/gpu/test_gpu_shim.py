@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from ..conftest import run_cli
+from ..support.apps import run_app
 from ..support import cupti
 
 pytestmark = pytest.mark.gpu
@@ -26,9 +27,7 @@ def checksums(stdout: str) -> dict[str, str]:
 
 
 def run(exe, env_extra=None, args=()):
-    env = dict(os.environ, **(env_extra or {}))
-    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=300)
-    return proc
+    return run_app(exe, args, env_extra)
 
 
 @pytest.fixture(scope="module")
@@ -329,10 +328,10 @@ def test_store_of_another_build_matches_nothing_one_warning(samples, recorded, t
 
 @pytest.mark.parametrize("app", ["loop_count", "loop_count_dynamic"])
 def test_a_warm_run_loads_the_last_runs_variants_ahead(samples, recorded, tmp_path, app, kernel_trace):
-    """runtime/warm.py, shim/cuda_warm.c (PROTEUS_PRELOAD=1): a warm run's prestart thread loads the
-    variants the last run used once the app has a context, for a static and a dynamic cudart.
-    Each variant is loaded either ahead or by its kernel's first launch (whichever comes first),
-    and every launch runs a variant, as in a warm run without it (the default)."""
+    """runtime/warm.py, shim/cuda_warm.c (PROTEUS_PRELOAD=1): a warm run's prestart thread makes
+    Python's answers for the launches the last run noted, and a kernel's first launch loads its
+    variants from them, for a static and a dynamic cudart; a first launch that comes before the
+    answers asks Python as without it. Every launch runs a variant, as in a warm run without it."""
     exe = samples / app
     native = run(exe)
     cache = tmp_path / "cache"

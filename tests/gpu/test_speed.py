@@ -6,12 +6,11 @@ the driver's record (CUPTI), not the shim's."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
 from ..conftest import run_cli
+from ..support.apps import run_app
 from ..support import cupti
 
 pytestmark = pytest.mark.gpu
@@ -26,7 +25,7 @@ def checksums(stdout: str) -> dict[str, str]:
 
 
 def run(exe, env_extra, args=ARGS):
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=dict(os.environ, **env_extra), timeout=300)
+    return run_app(exe, args, env_extra)
 
 
 @pytest.fixture
@@ -123,3 +122,28 @@ def test_samples_keep_their_native_output_with_speed_trials(samples, tmp_path, k
         assert len(cupti.variants(ran)) == sum(k.get("specialized_launches", 0) for k in kernels), (label, kernels)
         if label == "warm":  # every verdict is remembered: nothing is timed again
             assert all(k.get("launches_timing_original", 0) == 0 for k in kernels), kernels
+
+
+@pytest.mark.parametrize("preload", ["1", "0"])
+def test_a_variant_left_undecided_is_judged_by_the_next_run_behind_a_deep_queue(samples, tmp_path, kernel_trace, preload):
+    """A cold run too short for its trial (3 launches) leaves the slow variant undecided; the
+    next run (with PROTEUS_PRELOAD=1, loading it ahead as the cold run noted) times it on
+    launches queued far ahead of the GPU, drops it, and the run after that runs the original."""
+    app = "changing_scalars"
+    short, full = ["3", "1", "1", str(1 << 24), "65536"], ["300", "1", "1", str(1 << 24), "65536"]
+    assert run_cli(str(samples / app), "-o", str(tmp_path / "dir")).returncode == 0
+    exe = tmp_path / "dir" / app
+    p, k, ran = _tool_run(exe, tmp_path, "cold", kernel_trace, short, PROTEUS_FAULT_INJECT="slow-code",
+                          PROTEUS_ASYNC_COMPILATION="0", PROTEUS_PRELOAD="1")
+    assert checksums(p.stdout) == checksums(run(samples / app, {}, short).stdout) != {}
+    assert k["variants"][0]["speed"]["verdict"] == "undecided", k["variants"]
+    native = checksums(run(samples / app, {}, full).stdout)
+    p, k, ran = _tool_run(exe, tmp_path, "warm", kernel_trace, full, PROTEUS_PRELOAD=preload)
+    assert checksums(p.stdout) == native
+    (v,) = k["variants"]
+    assert bool(v.get("loaded_ahead")) == (preload == "1") and v["speed"]["verdict"] == "slower", v
+    # (its turns were queued far behind the host: judged at exit, while the context still held
+    # their events; collected only at the report, after the runtime's teardown, they stayed undecided)
+    assert len(cupti.variants(ran)) == k["specialized_launches"] and len(ran) == 300
+    p, k, ran = _tool_run(exe, tmp_path, "again", kernel_trace, full, PROTEUS_PRELOAD=preload)
+    assert checksums(p.stdout) == native and ran and cupti.originals(ran) == ran

@@ -6,14 +6,13 @@ The driver's own record (CUPTI) shows the variant ran beside the original."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 
 import pytest
 
 from proteus_rewrite import store
 
 from ..conftest import run_cli
+from ..support.apps import run_app
 from ..support import cupti
 
 pytestmark = pytest.mark.gpu
@@ -28,7 +27,7 @@ def checksums(stdout: str) -> dict[str, str]:
 
 
 def run(exe, env_extra=None):
-    return subprocess.run([str(exe)], capture_output=True, text=True, env=dict(os.environ, **(env_extra or {})), timeout=300)
+    return run_app(exe, (), env_extra)
 
 
 @pytest.mark.parametrize("app", APPS)
