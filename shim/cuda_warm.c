@@ -264,34 +264,61 @@ static int take_items(uint8_t *blob, ssize_t len, const uint64_t *ask, int n, in
   return kept;
 }
 
-/* The prestart thread, once Python is up, until exit: Python's answers for the fat binaries as
- * they come. Not with PROTEUS_PRELOAD=0 (read as PROTEUS_PRESTART is). */
-void warm_start(void) {
+static int asked;   /* jit_lock: warm_images[0..asked) asked about */
+
+static int warm_on(void) {   /* PROTEUS_PRELOAD, read as PROTEUS_PRESTART is: on unless 0, false or no */
   const char *p = getenv(ENV_PRELOAD);
-  if (p && (p[0] == '0' || p[0] == 'f' || p[0] == 'F' || p[0] == 'n' || p[0] == 'N')) return;
+  return !(p && (p[0] == '0' || p[0] == 'f' || p[0] == 'F' || p[0] == 'n' || p[0] == 'N'));
+}
+
+/* Python's answers for the fat binaries seen and not asked about yet. jit_lock held. */
+static void ask_new(void) {
+  uint64_t ask[WARM_IMAGES];
+  pthread_mutex_lock(&warm_lock);
+  int n = 0, first = asked;
+  for (; asked < n_warm_images; asked++) ask[n++] = (uint64_t)(uintptr_t)warm_images[asked];
+  pthread_mutex_unlock(&warm_lock);
+  if (!n || n_blobs == WARM_IMAGES) return;
+  ssize_t len = 0;
+  int g = py.GILStateEnsure();
+  uint8_t *blob = py_bytes(py.CallFunction(f_warm_set, FMT_WARM_SET, (const char *)ask, (ssize_t)(n * PROTO_IMAGE_ADDRESS)), &len);
+  py.GILStateRelease(g);
+  if (take_items(blob, len, ask, n, first)) blobs[n_blobs++] = blob; else free(blob);
+}
+
+/* On the prestart thread as soon as Python is up, still holding jit_lock: the answers for the
+ * fat binaries of the loaded objects (and those registered already), before any of the app's
+ * launches can miss. The compiler's warm-up comes after (a warm run's first launch of
+ * changing_scalars came before the answers when they waited for it). */
+void warm_first(void) {
+  if (!warm_on()) return;
+  pthread_mutex_lock(&warm_lock);
+  int stopped = warm_stop;
+  warm_busy = !stopped;
+  pthread_mutex_unlock(&warm_lock);
+  if (stopped) return;
   warm_scan();
-  int asked = 0;
+  ask_new();
+  pthread_mutex_lock(&warm_lock);
+  warm_busy = 0;
+  pthread_cond_broadcast(&warm_cond);
+  pthread_mutex_unlock(&warm_lock);
+}
+
+/* The prestart thread, after the compiler's warm-up, until exit: answers for the fat binaries
+ * the app's runtime loads from here on. */
+void warm_start(void) {
+  if (!warm_on()) return;
   unsigned seen = 0;
   pthread_mutex_lock(&warm_lock);
   for (;;) {
     while (!warm_stop && seen == warm_events) pthread_cond_wait(&warm_cond, &warm_lock);
     if (warm_stop) break;
     seen = warm_events;
-    uint64_t ask[WARM_IMAGES];
-    int n = 0, first = asked;
-    for (; asked < n_warm_images; asked++) ask[n++] = (uint64_t)(uintptr_t)warm_images[asked];
-    if (!n) continue;
     warm_busy = 1;
     pthread_mutex_unlock(&warm_lock);
-
     pthread_mutex_lock(&jit_lock);
-    if (n_blobs < WARM_IMAGES) {   /* the last run's launches of these fat binaries */
-      ssize_t len = 0;
-      int g = py.GILStateEnsure();
-      uint8_t *blob = py_bytes(py.CallFunction(f_warm_set, FMT_WARM_SET, (const char *)ask, (ssize_t)(n * PROTO_IMAGE_ADDRESS)), &len);
-      py.GILStateRelease(g);
-      if (take_items(blob, len, ask, n, first)) blobs[n_blobs++] = blob; else free(blob);
-    }
+    ask_new();
     pthread_mutex_unlock(&jit_lock);
     pthread_mutex_lock(&warm_lock);
     warm_busy = 0;

@@ -101,6 +101,7 @@ static void *prestart_main(void *arg) {
   if (cuda && !real_cuDriverGetVersion) *(void **)&real_cuDriverGetVersion = cuda_sym("cuDriverGetVersion");   /* needs no cuInit */
   pthread_mutex_lock(&jit_lock);
   int ok = python_ready();
+  if (ok && cuda) warm_first();   /* the last run's launches answered before a first launch can miss */
   pthread_mutex_unlock(&jit_lock);
   if (ok) atomic_fetch_or(&pre_did, 1);
   pthread_mutex_lock(&pre_lock);

@@ -677,10 +677,10 @@ static void test_exit_from_main_times_main(void) {
 static void *run_warm(void *arg) { (void)arg; warm_start(); return NULL; }
 static void test_warm_start(void) {
   pthread_t t;
-  unsetenv(ENV_PRELOAD);   /* off by default: returns at once */
+  setenv(ENV_PRELOAD, "0", 1);   /* off: returns at once */
   pthread_create(&t, NULL, run_warm, NULL);
   pthread_join(t, NULL);
-  setenv(ENV_PRELOAD, "1", 1);
+  unsetenv(ENV_PRELOAD);   /* on by default */
   pthread_create(&t, NULL, run_warm, NULL);
   char *heap = malloc(4096);
   memset(heap, 0, 4096);
