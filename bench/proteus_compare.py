@@ -175,6 +175,9 @@ class Bench:
         self.save()
         self.rounds(prog, res, warm, reps)
         self.save()
+        if self.a.kernel_trace_lib and self.a.gpu_time_rounds:
+            self.gpu_time(prog, res, warm)
+            self.save()
         if ours is not None and self.a.alt:   # another setting of ours (--alt): its own cache, filled first
             exe, cwd, env = ours
             alt = {"PROTEUS_CACHE_DIR": env["PROTEUS_CACHE_DIR"] + "-alt", **alt_env(self.a.alt)}
@@ -192,6 +195,35 @@ class Bench:
                             "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
         judge(res)
         self.save()
+
+    def gpu_time(self, prog: str, res: dict, commands: list[tuple]) -> None:
+        """Rounds of the warm commands traced with CUPTI (--kernel-trace-lib): each run's kernel
+        time on the GPU, the sum of its kernels' records (end - start, both the GPU's clock), in
+        all and per kernel. The host does not reach it: lulesh's elapsed time moved 10-25%
+        between runs of one build, most of it host work the builds share."""
+        d = self.out / "gpu-time"
+        d.mkdir(exist_ok=True)
+        totals: dict[str, list[float]] = {c[0]: [] for c in commands}
+        kernels: dict[str, dict[str, list[float]]] = {c[0]: {} for c in commands}
+        for i in range(self.a.gpu_time_rounds):
+            if self.over_budget():
+                break
+            for key, label, cmd, cwd, env in commands[i % len(commands):] + commands[:i % len(commands)]:
+                trace = d / f"{prog}.{label}.{i}.txt"
+                r = self.run_once(prog, f"{label}-gpu", cmd, cwd, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
+                                                                  "CUPTI_KERNEL_TRACE_FILE": str(trace), "CUPTI_KERNEL_TRACE_TIMES": "1"}, i)
+                records = kernel_times(trace) if r["rc"] == 0 else []
+                if not records:
+                    continue
+                totals[key].append(sum(ns for _, ns in records) / 1e6)
+                run: dict[str, float] = {}
+                for name, ns in records:   # a variant by its kernel's name (ours: name$proteus$..., Proteus: name$...)
+                    base = name.split("$", 1)[0]
+                    run[base] = run.get(base, 0.0) + ns / 1e6
+                for base, ms in run.items():
+                    kernels[key].setdefault(base, []).append(ms)
+        res["gpu_ms"] = {k: summary(v) for k, v in totals.items() if v}
+        res["gpu_kernel_ms"] = {k: {n: statistics.median(v) for n, v in per.items()} for k, per in kernels.items() if per}
 
     def extra(self, prog: str, build: str) -> None:
         """Another build of `prog`, for output identity only: natively, then under the tool cold
@@ -234,6 +266,21 @@ class Bench:
                 self.doc.setdefault("extra", {}).setdefault(spec, {})["error"] = f"{type(exc).__name__}: {exc}"
             self.save()
         return 0
+
+
+def kernel_times(trace: Path) -> list[tuple[str, int]]:
+    """A CUPTI_KERNEL_TRACE_TIMES trace: (kernel name, GPU ns) per kernel run; [] if unreadable."""
+    try:
+        lines = trace.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        name, sep, ns = line.rpartition("\t")
+        if not sep or not ns.isdigit():
+            return []
+        out.append((name, int(ns)))
+    return out
 
 
 def summarized(runs: list[dict]) -> dict:
@@ -385,6 +432,21 @@ def markdown(doc: dict) -> str:
                              f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g}), {ratio:.2f}x plain"
                              + ("" if r["ours_alt_warm"].get("all_ok") else " (output differs from native)"))
     for p, r in doc["programs"].items():
+        g = r.get("gpu_ms") or {}
+        if "plain" not in g:
+            continue
+        base = g["plain"]["median"]
+        parts = [f"{label} {g[k]['median']:.2f} ({g[k]['min']:.2f}-{g[k]['max']:.2f})" + ("" if k == "plain" else f", {base / g[k]['median']:.3f}x")
+                 for k, label in (("plain", "plain"), ("native", "native"), ("ours_warm", "ours"), ("proteus_warm", "Proteus")) if k in g]
+        lines.append(f"\n{p}, kernel time on the GPU (CUPTI: the sum of its kernels per run, ms; {g['plain']['n']} traced rounds, "
+                     f"warm; ratios over plain): " + "; ".join(parts))
+        per = r.get("gpu_kernel_ms") or {}
+        if "plain" in per and "ours_warm" in per:
+            top = sorted(per["plain"], key=per["plain"].get, reverse=True)[:16]
+            lines.append(f"\n{p}, per kernel (ms per run, plain / ours / Proteus): " + "; ".join(
+                f"{n[:40]} {per['plain'][n]:.2f} / " + (f"{per['ours_warm'][n]:.2f}" if n in per["ours_warm"] else "-")
+                + " / " + (f"{per['proteus_warm'][n]:.2f}" if n in per.get("proteus_warm", {}) else "-") for n in top))
+    for p, r in doc["programs"].items():
         if r.get("speed_trials"):
             lines.append(f"\n{p}, speed trials in the cold run (kernel: kept/slower/undecided variants, GPU time "
                          "against the original): " + "; ".join(
@@ -426,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra", nargs="*", default=[], metavar="PROG=BUILD",
                     help="another build of a program, natively and under the tool, for output identity")
     ap.add_argument("--kernel-trace-lib", default="", help="a CUPTI injection library (tests/support/kernel_trace.c)")
+    ap.add_argument("--gpu-time-rounds", type=int, default=0, metavar="N",
+                    help="after the warm rounds, N rounds of them traced with CUPTI: kernel time on the GPU")
     ap.add_argument("--commit", default=os.environ.get("PROTEUS_COMMIT", ""))
     ap.add_argument("--hecbench-commit", default="unknown")
     args = ap.parse_args(argv)
@@ -440,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--reps {args.reps!r}: N or N,PROG=N,...")
     if min([args.reps, *args.reps_for.values()]) < 3 or not set(args.reps_for) <= set(PROGRAMS):
         ap.error("--reps: at least 3 runs (medians of fewer say little), for programs of --programs")
+    if 0 < args.gpu_time_rounds < 3:
+        ap.error("--gpu-time-rounds: 0, or at least 3 (medians of fewer say little)")
     for need in (Path(args.hec), Path(args.proteus) / "bin"):
         if not need.is_dir():
             print(f"proteus_compare: {need}: no such directory", file=sys.stderr)

@@ -50,7 +50,19 @@ def kernels_run(trace_file: str | os.PathLike) -> list[str]:
     lines = Path(trace_file).read_text().splitlines()
     if any(line.startswith("#error") for line in lines):
         raise RuntimeError(f"{trace_file}: {lines}")
-    return lines
+    return [line.split("\t", 1)[0] for line in lines]
+
+
+def kernel_times(trace_file: str | os.PathLike) -> list[tuple[str, int]]:
+    """(name, GPU nanoseconds) of every kernel run, from a trace written with
+    CUPTI_KERNEL_TRACE_TIMES=1."""
+    out = []
+    for line in Path(trace_file).read_text().splitlines():
+        name, sep, ns = line.rpartition("\t")
+        if line.startswith("#error") or not sep or not ns.isdigit():
+            raise RuntimeError(f"{trace_file}: not a timed trace: {line[:200]!r}")
+        out.append((name, int(ns)))
+    return out
 
 
 def variants(names: list[str]) -> list[str]:

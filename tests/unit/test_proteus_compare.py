@@ -7,6 +7,8 @@ import json
 import stat
 from pathlib import Path
 
+import pytest
+
 from ..support.scripts import ROOT, load_script
 
 pc = load_script(ROOT / "bench" / "proteus_compare.py", "proteus_compare")
@@ -193,3 +195,44 @@ def test_speed_trials_come_from_the_cold_runs_report(tmp_path):
     assert pc.speed_trials(report) == [{"kernel": "k1()", "verdicts": {"kept": 1, "slower": 1, "undecided": 0},
                                         "time_vs_original": 1.2}]
     assert pc.speed_trials(tmp_path / "missing.json") == []
+
+
+def _traced_exe(path: Path, text: str, kernels: list[tuple[str, int]]) -> None:
+    """A fake program that also writes what the CUPTI library would (kernel_trace.c)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    timed = "".join(f"{n}\\t{ns}\\n" for n, ns in kernels)
+    names = "".join(f"{n}\\n" for n, _ in kernels)
+    path.write_text("#!/bin/sh\ncat <<'X'\n" + text + "X\n"
+                    'if [ -n "$CUPTI_KERNEL_TRACE_FILE" ]; then\n'
+                    f'  if [ "$CUPTI_KERNEL_TRACE_TIMES" = 1 ]; then printf \'{timed}\' > "$CUPTI_KERNEL_TRACE_FILE";\n'
+                    f'  else printf \'{names}\' > "$CUPTI_KERNEL_TRACE_FILE"; fi\nfi\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def test_gpu_time_rounds_sum_each_runs_kernels_by_kernel(tmp_path):
+    hec, up = tmp_path / "hec", tmp_path / "up"
+    text = RSBENCH.format(t="3.2", rate="10,000,000", check=358389)
+    _traced_exe(hec / "rsbench" / "main_plain", text, [("_Z1kv", 2_000_000), ("_Z1kv", 2_000_000), ("_Z1gv", 1_000_000)])
+    # the rewritten copy runs as ours: its variant carries the mark
+    _traced_exe(hec / "rsbench" / "main_all", text, [("_Z1kv$proteus$ab", 1_000_000), ("_Z1kv$proteus$ab", 1_000_000),
+                                                      ("_Z1gv", 1_000_000)])
+    _traced_exe(up / "bin" / "rsbench.exe", text, [("_Z1kv$jit", 1_500_000), ("_Z1kv$jit", 1_500_000), ("_Z1gv", 1_000_000)])
+    (up / "src" / "rsbench").mkdir(parents=True)
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/"\n')
+    tool.chmod(0o755)
+    lib = tmp_path / "libkernel_trace.so"
+    lib.write_bytes(b"")  # the fakes write the trace themselves
+    out = tmp_path / "out"
+    assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out), "--programs", "rsbench",
+                    "--kernel-trace-lib", str(lib), "--gpu-time-rounds", "3"]) == 0
+    r = json.loads((out / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert {k: v["median"] for k, v in r["gpu_ms"].items()} == {"plain": 5.0, "native": 3.0, "ours_warm": 3.0, "proteus_warm": 4.0}
+    assert r["gpu_ms"]["plain"]["n"] == 3
+    assert r["gpu_kernel_ms"]["ours_warm"] == {"_Z1kv": 2.0, "_Z1gv": 1.0} and r["gpu_kernel_ms"]["proteus_warm"]["_Z1kv"] == 3.0
+    md = (out / "proteus-compare.md").read_text()
+    assert "plain 5.00 (5.00-5.00); native 3.00 (3.00-3.00), 1.667x; ours 3.00 (3.00-3.00), 1.667x; Proteus 4.00 (4.00-4.00), 1.250x" in md
+    assert "_Z1kv 4.00 / 2.00 / 3.00" in md
+    with pytest.raises(SystemExit) as refused:
+        pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out), "--gpu-time-rounds", "2"])
+    assert refused.value.code == 2
