@@ -48,6 +48,8 @@ def warm_set(images: bytes) -> bytes:
     try:
         if st is None or st.config.disable or not st.tables:
             return b""
+        if "cache-stats" in st.config.trace:  # upstream's cache lines come where the launch meets the cache
+            return b""
         if st.warm_note is None:  # read once: later calls are for fat binaries seen since
             disk = _disk()
             entry = disk.get(_key(), counted=False) if disk is not None else None
@@ -128,7 +130,7 @@ def enabled() -> bool:
 
 
 def note() -> None:
-    """At exit, with PROTEUS_PRELOAD=1: which launches this run's variants served, for the next
+    """At exit, unless PROTEUS_PRELOAD=0: which launches this run's variants served, for the next
     run to load ahead. Not written when it is what the last run noted (a steady run writes
     nothing); a hint, so the cache's size cap applies to it and a failed write says nothing
     (the variants' own writes have said it)."""

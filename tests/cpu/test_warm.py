@@ -203,3 +203,19 @@ def test_noted_launches_one_variant_under_this_runs_policy_are_answered_once(app
     (item,) = _items(runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)))
     kid = struct.unpack_from("<I", item[7])[0]
     assert len(runtime.state().stats[kid].variants) == 1
+
+
+def test_with_upstreams_cache_trace_nothing_is_answered_ahead(app, monkeypatch):
+    """PROTEUS_TRACE_OUTPUT=cache-stats: upstream prints a storage hit at the launch that meets
+    it, after the program's own first lines (its dim_spec_cache_test checks that order); an
+    answer made ahead would print it before them."""
+    run, address, _ = app
+    st, k, kid = run()
+    runtime.specialize(kid, _args(k, "3"), GRID, BLOCK, b"", 90)
+    runtime.finish()
+    monkeypatch.setenv("PROTEUS_TRACE_OUTPUT", "cache-stats")
+    run()
+    assert runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)) == b""
+    monkeypatch.delenv("PROTEUS_TRACE_OUTPUT")
+    run()
+    assert runtime.warm_set(protocol.IMAGE_ADDRESS.pack(address)) != b""
