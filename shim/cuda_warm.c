@@ -266,7 +266,7 @@ static int take_items(uint8_t *blob, ssize_t len, const uint64_t *ask, int n, in
 
 static int asked;   /* jit_lock: warm_images[0..asked) asked about */
 
-static int warm_on(void) {   /* PROTEUS_PRELOAD, read as PROTEUS_PRESTART is: on unless 0, false or no */
+int warm_enabled(void) {   /* PROTEUS_PRELOAD, read as PROTEUS_PRESTART is: on unless 0, false or no */
   const char *p = getenv(ENV_PRELOAD);
   return !(p && (p[0] == '0' || p[0] == 'f' || p[0] == 'F' || p[0] == 'n' || p[0] == 'N'));
 }
@@ -287,17 +287,15 @@ static void ask_new(void) {
 }
 
 /* On the prestart thread as soon as Python is up, still holding jit_lock: the answers for the
- * fat binaries of the loaded objects (and those registered already), before any of the app's
- * launches can miss. The compiler's warm-up comes after (a warm run's first launch of
- * changing_scalars came before the answers when they waited for it). */
+ * fat binaries seen so far (the scan's, made before the lock: dl_iterate_phdr takes the
+ * loader's), before any of the app's launches can miss. The compiler's warm-up comes after (a
+ * warm run's first launch of changing_scalars came before the answers when they waited for it). */
 void warm_first(void) {
-  if (!warm_on()) return;
   pthread_mutex_lock(&warm_lock);
   int stopped = warm_stop;
   warm_busy = !stopped;
   pthread_mutex_unlock(&warm_lock);
   if (stopped) return;
-  warm_scan();
   ask_new();
   pthread_mutex_lock(&warm_lock);
   warm_busy = 0;
@@ -308,7 +306,7 @@ void warm_first(void) {
 /* The prestart thread, after the compiler's warm-up, until exit: answers for the fat binaries
  * the app's runtime loads from here on. */
 void warm_start(void) {
-  if (!warm_on()) return;
+  if (!warm_enabled()) return;
   unsigned seen = 0;
   pthread_mutex_lock(&warm_lock);
   for (;;) {

@@ -99,9 +99,11 @@ static void *prestart_main(void *arg) {
   int cuda = arg != NULL;
   uint64_t c0 = thread_cpu_ns();
   if (cuda && !real_cuDriverGetVersion) *(void **)&real_cuDriverGetVersion = cuda_sym("cuDriverGetVersion");   /* needs no cuInit */
+  int preload = cuda && warm_enabled();
+  if (preload) warm_scan();   /* the loaded objects' fat binaries (before jit_lock: it takes the loader's lock) */
   pthread_mutex_lock(&jit_lock);
   int ok = python_ready();
-  if (ok && cuda) warm_first();   /* the last run's launches answered before a first launch can miss */
+  if (ok && preload) warm_first();   /* the last run's launches answered before a first launch can miss */
   pthread_mutex_unlock(&jit_lock);
   if (ok) atomic_fetch_or(&pre_did, 1);
   pthread_mutex_lock(&pre_lock);
@@ -124,7 +126,7 @@ static void *prestart_main(void *arg) {
     pthread_mutex_unlock(&pre_lock);
   }
   atomic_fetch_add(&t_prestart_cpu_ns, thread_cpu_ns() - c0);
-  if (ok && cuda) warm_start();   /* answers for the app's images as they come, until exit */
+  if (ok && preload) warm_start();   /* answers for the app's images as they come, until exit */
   return NULL;
 }
 

@@ -233,6 +233,7 @@ HIDDEN extern _Atomic uint64_t n_preloaded;   /* variants loaded from answers ma
 /* cuda_warm.c: the last run's variants, answered ahead, loaded at their first launch */
 HIDDEN void warm_image(const void *image);                  /* a fat binary registered or loaded */
 HIDDEN int warm_scan(void);                                  /* the loaded objects' .nvFatBinSegment: fat binaries new */
+HIDDEN int warm_enabled(void);                               /* PROTEUS_PRELOAD */
 HIDDEN void warm_first(void);                                /* the prestart thread, Python up: answers (jit_lock) */
 HIDDEN void warm_start(void);                                /* then answers for images loaded later, until warm_finish */
 HIDDEN void warm_resolve(kinfo *ki, CUcontext ctx);          /* a first launch: the answers made ahead for it (jit_lock) */
