@@ -31,6 +31,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support import cupti  # noqa: E402  (the CUPTI library's trace format, read in one place)
+
 # name: (arguments, [(metric, regex of its value, "lower" or "higher" is better)], input files)
 # The arguments are upstream run.sh's (runs.txt), but feynman-kac's: 1, not 10 (about 12 s).
 PROGRAMS = {
@@ -190,7 +193,7 @@ class Bench:
             res["ours_traced"] = self.series(prog, "ours-traced", exe, cwd, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
                                                                             "CUPTI_KERNEL_TRACE_FILE": str(trace),
                                                                             "PROTEUS_REPORT": str(self.out / f"{prog}.warm.json")}, 1)
-            names = trace.read_text().splitlines() if trace.exists() else []
+            names = cupti.kernels_run(trace) if trace.exists() else []
             res["cupti"] = {"launches": len(names), "variant_launches": sum("$proteus$" in n for n in names),
                             "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
         judge(res)
@@ -212,7 +215,10 @@ class Bench:
                 trace = d / f"{prog}.{label}.{i}.txt"
                 r = self.run_once(prog, f"{label}-gpu", cmd, cwd, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
                                                                   "CUPTI_KERNEL_TRACE_FILE": str(trace), "CUPTI_KERNEL_TRACE_TIMES": "1"}, i)
-                records = kernel_times(trace) if r["rc"] == 0 else []
+                try:
+                    records = cupti.kernel_times(trace) if r["rc"] == 0 else []
+                except (OSError, RuntimeError):   # no trace, or not a timed one: the run counts for nothing
+                    records = []
                 if not records:
                     continue
                 totals[key].append(sum(ns for _, ns in records) / 1e6)
@@ -266,21 +272,6 @@ class Bench:
                 self.doc.setdefault("extra", {}).setdefault(spec, {})["error"] = f"{type(exc).__name__}: {exc}"
             self.save()
         return 0
-
-
-def kernel_times(trace: Path) -> list[tuple[str, int]]:
-    """A CUPTI_KERNEL_TRACE_TIMES trace: (kernel name, GPU ns) per kernel run; [] if unreadable."""
-    try:
-        lines = trace.read_text().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        name, sep, ns = line.rpartition("\t")
-        if not sep or not ns.isdigit():
-            return []
-        out.append((name, int(ns)))
-    return out
 
 
 def summarized(runs: list[dict]) -> dict:
