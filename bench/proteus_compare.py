@@ -143,6 +143,7 @@ class Bench:
     def program(self, prog: str) -> None:
         args, _, inputs = PROGRAMS[prog]
         reps = self.a.reps_for.get(prog, self.a.reps)
+        cold_reps = self.a.cold_reps_for.get(prog, self.a.cold_reps or reps)
         hec, up = Path(self.a.hec) / prog, Path(self.a.proteus)
         res = self.doc["programs"].setdefault(prog, {})
         plain = ("plain", "plain", [str(hec / "main_plain"), *args], hec, {})
@@ -172,7 +173,7 @@ class Bench:
         warm.append(("proteus_warm", "proteus-warm", pexe, up / "src" / prog, penv))
         # cold first, each beside a plain run; the last cold run of each JIT leaves its cache
         # to the warm rounds
-        self.rounds(prog, res, cold, reps)
+        self.rounds(prog, res, cold, cold_reps)
         if ours is not None:
             res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
         self.save()
@@ -280,6 +281,15 @@ def summarized(runs: list[dict]) -> dict:
             "metrics": {k: summary([r["metrics"][k] for r in runs if k in r["metrics"]]) for k in sorted(keys)}}
 
 
+def paired(res: dict, base: str, key: str) -> dict | None:
+    """Per round, `base`'s wall time over `key`'s (runs of one round are neighbours in time, so a
+    drift of the host cancels): their summary, where both have a successful run in every round."""
+    a, b = (res.get(k, {}).get("runs") or [] for k in (base, key))
+    if not a or len(a) != len(b) or any(r["rc"] != 0 for r in a + b):
+        return None
+    return summary([x["wall_s"] / y["wall_s"] for x, y in zip(a, b)])
+
+
 def speed_trials(report: Path) -> list[dict]:
     """Per kernel of a cold run's PROTEUS_REPORT, its variants' speed trials (PROTEUS_SPEED_CHECK):
     verdicts and the variants' GPU time over the original's."""
@@ -361,7 +371,8 @@ def stamp(a: argparse.Namespace) -> dict:
             return "unknown"
     return {"commit": a.commit or first(["git", "rev-parse", "HEAD"]),
             "gpu": first(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]),
-            "reps": a.reps, "reps_for": getattr(a, "reps_for", {}), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "reps": a.reps, "reps_for": getattr(a, "reps_for", {}), "cold_reps": getattr(a, "cold_reps", 0),
+            "cold_reps_for": getattr(a, "cold_reps_for", {}), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "hecbench": a.hecbench_commit, "proteus_bundle": (Path(a.proteus) / "VERSIONS").read_text().strip()
             if (Path(a.proteus) / "VERSIONS").exists() else "unknown"}
 
@@ -376,6 +387,8 @@ def markdown(doc: dict) -> str:
              + (", the warm ones interleaved round by round" if s.get("reps_for") is not None else "") + ":", ""]
     lines += [f"- {c['date']}: commit {c['commit']}, {c['gpu']}, {c['reps']} runs"
               + "".join(f" ({p} {n})" for p, n in (c.get("reps_for") or {}).items() if p in c["programs"])
+              + (f", {c['cold_reps']} cold" if c.get("cold_reps") else "")
+              + "".join(f" ({p} {n} cold)" for p, n in (c.get("cold_reps_for") or {}).items() if p in c["programs"])
               + f": {', '.join(c['programs'])}" for c in calls]
     lines += ["",
              "| program | metric | plain | native (bitcode build) | ours warm | Proteus warm | ours / plain | Proteus / plain | ours / native | ours cold e2e s (plain / ours) | Proteus cold e2e s (plain / Proteus) | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
@@ -422,6 +435,12 @@ def markdown(doc: dict) -> str:
                 lines.append(f"\n{p} {name}, ours warm with {' '.join(r.get('alt', []))}: "
                              f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g}), {ratio:.2f}x plain"
                              + ("" if r["ours_alt_warm"].get("all_ok") else " (output differs from native)"))
+    for p, r in doc["programs"].items():
+        parts = [f"{label} {d['median']:.3f}x ({d['min']:.3f}-{d['max']:.3f}, {d['n']} rounds)"
+                 for key, label in (("ours_cold", "ours"), ("proteus_cold", "Proteus")) if (d := paired(r, "plain_cold", key))]
+        if parts:
+            lines.append(f"\n{p}, cold end to end paired by round (each round's plain wall time over the JIT's, "
+                         f"run beside it; median, min-max): " + "; ".join(parts))
     for p, r in doc["programs"].items():
         g = r.get("gpu_ms") or {}
         if "plain" not in g:
@@ -470,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--reps", default="3", metavar="N[,PROG=N...]",
                     help="runs per series (at least 3), with other counts for some programs: 3,lulesh=7")
+    ap.add_argument("--cold-reps", default="", metavar="N[,PROG=N...]",
+                    help="cold rounds, where they differ from --reps (a host-bound program's end to end "
+                         "needs more rounds than its kernel time)")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--budget-s", type=float, default=420, help="start no program after this many seconds")
     ap.add_argument("--grace-s", type=float, default=100, help="and start no run this long after that")
@@ -487,14 +509,18 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.extra:
         if "=" not in spec or spec.split("=", 1)[0] not in PROGRAMS:
             ap.error(f"--extra {spec!r}: PROG=BUILD, PROG one of {', '.join(PROGRAMS)}")
-    try:
-        first, *more = args.reps.split(",")
-        args.reps = int(first)
-        args.reps_for = {name: int(n) for name, n in (m.split("=", 1) for m in more)}
-    except ValueError:
-        ap.error(f"--reps {args.reps!r}: N or N,PROG=N,...")
-    if min([args.reps, *args.reps_for.values()]) < 3 or not set(args.reps_for) <= set(PROGRAMS):
-        ap.error("--reps: at least 3 runs (medians of fewer say little), for programs of --programs")
+    for opt in ("reps", "cold_reps"):
+        flag = "--" + opt.replace("_", "-")
+        try:
+            first, *more = getattr(args, opt).split(",")
+            counts = {name: int(n) for name, n in (m.split("=", 1) for m in more)}
+            setattr(args, opt, int(first or 0))
+            setattr(args, opt + "_for", counts)
+        except ValueError:
+            ap.error(f"{flag} {getattr(args, opt)!r}: N or N,PROG=N,...")
+        low = [n for n in [getattr(args, opt), *counts.values()] if n or opt == "reps"]
+        if min(low, default=3) < 3 or not set(counts) <= set(PROGRAMS):
+            ap.error(f"{flag}: at least 3 runs (medians of fewer say little), for programs of --programs")
     if 0 < args.gpu_time_rounds < 3:
         ap.error("--gpu-time-rounds: 0, or at least 3 (medians of fewer say little)")
     for need in (Path(args.hec), Path(args.proteus) / "bin"):

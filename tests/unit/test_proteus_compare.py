@@ -236,3 +236,36 @@ def test_gpu_time_rounds_sum_each_runs_kernels_by_kernel(tmp_path):
     with pytest.raises(SystemExit) as refused:
         pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out), "--gpu-time-rounds", "2"])
     assert refused.value.code == 2
+
+
+def test_cold_rounds_may_be_more_and_are_paired_by_round(tmp_path):
+    """--cold-reps: more cold rounds than warm ones (lulesh's host moves its end to end by 10-25%
+    between runs), and each round's plain run over the JIT's beside it, summarized."""
+    hec, up = tmp_path / "hec", tmp_path / "up"
+    for path in (hec / "rsbench" / "main_plain", hec / "rsbench" / "main_all", up / "bin" / "rsbench.exe"):
+        _exe(path, RSBENCH.format(t="1", rate="10", check=1))
+    (up / "src" / "rsbench").mkdir(parents=True)
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/"\n')
+    tool.chmod(0o755)
+    out = tmp_path / "out"
+    assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--programs", "rsbench",
+                    "--out", str(out), "--reps", "3", "--cold-reps", "3,rsbench=5"]) == 0
+    doc = json.loads((out / "proteus-compare.json").read_text())
+    r = doc["programs"]["rsbench"]
+    assert [len(r[k]["runs"]) for k in ("plain_cold", "ours_cold", "proteus_cold", "plain", "ours_warm")] == [5, 5, 5, 3, 3]
+    assert doc["stamp"]["cold_reps_for"] == {"rsbench": 5}
+    md = (out / "proteus-compare.md").read_text()
+    assert "(rsbench 5 cold)" in md and "rsbench, cold end to end paired by round" in md and "5 rounds" in md
+
+    def runs(*walls):
+        return {"runs": [{"rc": 0, "wall_s": w} for w in walls]}
+    res = {"plain_cold": runs(4.0, 3.0, 3.6), "ours_cold": runs(4.0, 3.3, 3.0)}
+    # per round 1.0, 0.909, 1.2: the median pairs a slow plain run with its own round's
+    assert pc.paired(res, "plain_cold", "ours_cold") == {"median": 1.0, "min": 3.0 / 3.3, "max": 1.2, "n": 3}
+    res["ours_cold"]["runs"][1]["rc"] = 1  # a failed run: no pairs to speak of
+    assert pc.paired(res, "plain_cold", "ours_cold") is None
+    assert pc.paired({"plain_cold": runs(1.0, 2.0), "ours_cold": runs(1.0)}, "plain_cold", "ours_cold") is None
+    with pytest.raises(SystemExit) as exc:
+        pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out), "--cold-reps", "2"])
+    assert exc.value.code == 2
