@@ -49,7 +49,7 @@ def optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, tim
     """The LLVM part of a compilation, for either target: the specialized module in an LLVM
     context of its own, the optimization pipeline, then `emit(module, tm)` (timed as `stage`,
     with the test-only fault `fault` before it). Returns what emit made and, with keep_ir, the
-    optimized IR. Module and context are closed here, on this thread, under the LLVM lock (the
+    optimized IR as it went to the backend. Module and context are closed here, on this thread, under the LLVM lock (the
     target machines are cached and shared under it), not whenever the collector gets to them."""
     import llvmlite.binding as llvm
 
@@ -69,11 +69,14 @@ def optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, tim
             pipeline.run(module, tm, pipeline.pipeline_text(cg.opt_level, cg.opt_pipeline),
                          pipeline.Tuning.from_cmdline(table.modules[kernel.module].cmdline))
             timings["optimize"] = ms_since(t)
+            # taken before emit: the backend's own IR passes rewrite the module in place
+            # (address spaces inferred, multiply-adds fused), and the IR asked for is the optimizer's
+            ir_text = str(module) if keep_ir else None
             t = time.perf_counter()
             faults.check(fault)
             out = emit(module, tm)
             timings[stage] = ms_since(t)
-            return out, (str(module) if keep_ir else None)
+            return out, ir_text
         finally:
             if module is not None:
                 module.close()
