@@ -53,6 +53,7 @@ void init_driver_calls(void) {
   LOAD(cuLaunchCooperativeKernel); LOAD(cuLaunchCooperativeKernel_ptsz);
   LOAD(cuModuleLoadData); LOAD(cuModuleGetFunction);
   if (!real_cuModuleGetGlobal) real_cuModuleGetGlobal = cuda_sym("cuModuleGetGlobal_v2");   /* size_t version */
+  if (!real_cuEventDestroy) real_cuEventDestroy = cuda_sym("cuEventDestroy_v2");
   LOAD(cuLibraryGetGlobal); LOAD(cuCtxGetCurrent); LOAD(cuCtxGetDevice); LOAD(cuDeviceGetAttribute);
   LOAD(cuDriverGetVersion); LOAD(cuCtxSetCurrent); LOAD(cuEventCreate); LOAD(cuEventRecord); LOAD(cuEventQuery);
   LOAD(cuEventSynchronize); LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery); LOAD(cuThreadExchangeStreamCaptureMode);

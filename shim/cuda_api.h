@@ -51,6 +51,7 @@ typedef struct { unsigned magic, version; const void *data; void *filename_or_fa
   X(CUresult, cuEventRecord, (void *, CUstream)) \
   X(CUresult, cuEventQuery, (void *)) \
   X(CUresult, cuEventSynchronize, (void *)) \
+  X(CUresult, cuEventDestroy, (void *)) \
   X(CUresult, cuEventElapsedTime, (float *, void *, void *)) \
   X(CUresult, cuStreamIsCapturing, (CUstream, int *)) \
   X(CUresult, cuThreadExchangeStreamCaptureMode, (int *)) \

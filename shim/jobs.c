@@ -349,6 +349,7 @@ CUfunction miss_variant(const void *handle, void **params, dim3 grid, dim3 block
   uint64_t t0 = now_ns(), t = t0;
   pthread_mutex_lock(&jit_lock);
   stage(MISS_LOCK, &t);
+  trial_release();
   read_async_env();
   if (atomic_load(&ki->state) == K_UNRESOLVED) warm_resolve(ki, ctx);
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);

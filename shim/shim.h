@@ -151,6 +151,7 @@ enum { TRIAL_RUNNING = PROTO_TRIAL_UNDECIDED, TRIAL_KEPT = PROTO_TRIAL_KEPT, TRI
 enum { TURN_FREE, TURN_RECORDED, TURN_FAILED };
 typedef struct trial {
   struct trial *next;
+  struct trial *next_spent;   /* decided, its events not yet freed (trial.c trial_release) */
   kinfo *ki;
   struct sentry *e;
   uint32_t vid;            /* the variant's index in the kernel's report */
@@ -173,6 +174,7 @@ typedef struct { trial *t; int turn, recorded; } trial_ticket;
 HIDDEN extern int g_count_variants;   /* PROTEUS_TRACE_OUTPUT has cache-stats: launches per variant */
 HIDDEN void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUfunction fn);   /* before fn is published */
 HIDDEN CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk);
+HIDDEN void trial_release(void);   /* decided trials' events freed: on a miss, never on a hit */
 HIDDEN void turn_begin(trial_ticket *tk, CUstream s);
 HIDDEN void turn_end(trial_ticket *tk, CUstream s);
 HIDDEN void trial_finish(void);              /* before exit: the queued turns waited for and judged */

@@ -26,6 +26,18 @@ int g_count_variants;
 static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
 static trial *all_trials;
 
+/* A trial's events once no turn can use them (every turn's launch is done): else 24 per timed
+ * variant stayed for the life of the process. A verdict can come on a launch, so it only queues
+ * the trial (spent); the next miss frees them (trial_release), off the hit path. */
+static _Atomic(trial *) spent;
+
+static void free_events(trial *t) {
+  for (int i = 0; i < 2 * TRIAL_TURNS; i++) {
+    if (t->ev[i] && real_cuEventDestroy) real_cuEventDestroy(t->ev[i]);
+    t->ev[i] = NULL;
+  }
+}
+
 void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUfunction fn) {
   if (!vid || !fn) return;
   /* HIP kernels and kernels without events take no GPU-time samples: nothing to time with */
@@ -39,6 +51,7 @@ void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUfunction
   if (timed && real_cuCtxGetCurrent(&t->ctx) == CUDA_SUCCESS && t->ctx) {
     t->timed_trial = 1;
     for (int i = 0; i < 2 * TRIAL_TURNS && t->timed_trial; i++) t->timed_trial = real_cuEventCreate(&t->ev[i], 0) == CUDA_SUCCESS;
+    if (!t->timed_trial) free_events(t);
   }
   atomic_init(&t->verdict, t->timed_trial ? TRIAL_RUNNING : TRIAL_ENDED);
   pthread_mutex_lock(&trial_lock);
@@ -79,7 +92,14 @@ static void decide(trial *t) {
     if (slower) atomic_store_explicit(&t->e->fn, NULL, memory_order_release);
   }
   atomic_store(&t->verdict, verdict);
+  /* collected to the last turn: every turn's launch has recorded its pair */
+  t->next_spent = atomic_load_explicit(&spent, memory_order_relaxed);
+  while (!atomic_compare_exchange_weak_explicit(&spent, &t->next_spent, t, memory_order_release, memory_order_relaxed)) {}
   if (!g_count_variants) atomic_store_explicit(&t->e->trial, NULL, memory_order_release);   /* hits inline again */
+}
+
+void trial_release(void) {
+  for (trial *t = atomic_exchange_explicit(&spent, NULL, memory_order_acquire); t; t = t->next_spent) free_events(t);
 }
 
 /* Take in the turns the GPU has finished, in order; never waits. */

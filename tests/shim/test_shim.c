@@ -387,7 +387,16 @@ static trial *cur_trial;
 static float turn_ms[2], first_ms;
 static CUresult query_answer = CUDA_SUCCESS;
 static uintptr_t next_event = 0x1000;
-static CUresult fake_event_create(void **ev, unsigned flags) { (void)flags; *ev = (void *)next_event++; return CUDA_SUCCESS; }
+static int creates_left = -1;   /* events the driver makes before it fails (-1: no limit) */
+static _Atomic int destroyed;
+static CUresult fake_event_create(void **ev, unsigned flags) {
+  (void)flags;
+  if (creates_left == 0) return 2;   /* CUDA_ERROR_OUT_OF_MEMORY */
+  if (creates_left > 0) creates_left--;
+  *ev = (void *)next_event++;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_event_destroy(void *ev) { (void)ev; atomic_fetch_add(&destroyed, 1); return CUDA_SUCCESS; }
 static CUresult turn_query(void *ev) { (void)ev; return query_answer; }
 static CUresult turn_elapsed(float *ms, void *a, void *b) {
   (void)b;
@@ -429,9 +438,16 @@ static void test_speed_trial(void) {
   real_cuEventRecord = fake_record;
   CUfunction left = NULL;
   int originals = 0;
+  real_cuEventDestroy = fake_event_destroy;
   /* the first launch of each side (loading code) is slow, and not counted */
   EXPECT(run_trial(1.00f, 0.80f, 50.0f, &left, &originals) == TRIAL_KEPT);
   EXPECT(left == (CUfunction)0xfa57 && originals == TRIAL_RUNS);
+  /* its 24 events freed once judged, by the next miss, not by the launch that judged it */
+  EXPECT(atomic_load(&destroyed) == 0 && cur_trial->ev[0] != NULL);
+  trial_release();
+  EXPECT(atomic_load(&destroyed) == 2 * TRIAL_TURNS && cur_trial->ev[0] == NULL && cur_trial->ev[2 * TRIAL_TURNS - 1] == NULL);
+  trial_release();
+  EXPECT(atomic_load(&destroyed) == 2 * TRIAL_TURNS);
   originals = 0;
   EXPECT(run_trial(1.00f, 1.10f, 1.10f, &left, &originals) == TRIAL_SLOWER);
   EXPECT(left == NULL && originals == TRIAL_RUNS);
@@ -462,6 +478,18 @@ static void test_speed_trial(void) {
   query_answer = CUDA_SUCCESS;
   trial_ticket tk = {0};
   EXPECT(trial_pick(&busy, b, (CUfunction)0xb, &tk) == NULL && atomic_load(&cur_trial->verdict) == TRIAL_SLOWER);
+  /* the driver made 5 of a trial's events and then failed: no trial, and those 5 freed */
+  static kinfo few;
+  few.ev[1] = (void *)0x2;
+  uint8_t k4[8] = {4};
+  sentry *f4 = new_entry(&few, NULL, k4, 8, (CUfunction)0xf, 0);
+  creates_left = 5;
+  atomic_store(&destroyed, 0);
+  trial_attach(&few, f4, 1, PROTO_IMAGE_TRIAL, (CUfunction)0xf);
+  creates_left = -1;
+  trial *t4 = atomic_load(&f4->trial);
+  EXPECT(!t4 || (!t4->timed_trial && atomic_load(&t4->verdict) == TRIAL_ENDED));
+  EXPECT(atomic_load(&destroyed) == 5);
   /* no events (HIP, or none could be made): no trial */
   static kinfo off;
   atomic_store(&off.sample_state, SAMPLE_OFF);
