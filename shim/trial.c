@@ -50,8 +50,9 @@ void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUfunction
   pthread_mutex_init(&t->collect, NULL);
   if (timed && real_cuCtxGetCurrent(&t->ctx) == CUDA_SUCCESS && t->ctx) {
     t->timed_trial = 1;
-    for (int i = 0; i < 2 * TRIAL_TURNS && t->timed_trial; i++) t->timed_trial = real_cuEventCreate(&t->ev[i], 0) == CUDA_SUCCESS;
-    if (!t->timed_trial) free_events(t);
+    for (int i = 0; i < 2 * TRIAL_TURNS && t->timed_trial; i++)
+      if (real_cuEventCreate(&t->ev[i], 0) != CUDA_SUCCESS) { t->ev[i] = NULL; t->timed_trial = 0; }
+    if (!t->timed_trial) free_events(t);   /* those made before the one that failed */
   }
   atomic_init(&t->verdict, t->timed_trial ? TRIAL_RUNNING : TRIAL_ENDED);
   pthread_mutex_lock(&trial_lock);

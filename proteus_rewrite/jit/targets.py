@@ -49,8 +49,9 @@ def optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, tim
     """The LLVM part of a compilation, for either target: the specialized module in an LLVM
     context of its own, the optimization pipeline, then `emit(module, tm)` (timed as `stage`,
     with the test-only fault `fault` before it). Returns what emit made and, with keep_ir, the
-    optimized IR as it went to the backend. Module and context are closed here, on this thread, under the LLVM lock (the
-    target machines are cached and shared under it), not whenever the collector gets to them."""
+    optimized IR as it went to the backend. Module and context are closed here, on this thread,
+    under the LLVM lock (the target machines are cached and shared under it), not whenever the
+    collector gets to them."""
     import llvmlite.binding as llvm
 
     from . import ir  # llvmlite: only when compiling
