@@ -7,7 +7,8 @@
 #                                  beside them upstream Proteus's tests/gpu programs
 #                                  (bench/upstream_tests) natively and under the tool
 #   bench/gpu-session.sh compare   the paper's six programs: plain, ours, Proteus
-#                                  (bench/proteus_compare.py), alone on the GPU
+#                                  (bench/proteus_compare.py), alone on the GPU; PHASE=cold, then
+#                                  PHASE=warm with one CACHE_DIR, for a program that outlasts a call
 set -uo pipefail
 stage=${1:?usage: gpu-session.sh tests|compare}
 export OUT=${OUT:-$PWD/gpu-out}
@@ -49,7 +50,7 @@ compare)
   python bench/proteus_compare.py --hec /tmp/h/hec --proteus /tmp/pu/proteus-upstream --tool "$PWD/.venv/bin/proteus-rewrite" \
     --out "$OUT/compare" --budget-s "${BUDGET_S:-330}" --grace-s "${GRACE_S:-90}" --timeout "${RUN_TIMEOUT:-90}" --hecbench-commit "${HECBENCH_COMMIT:-unknown}" \
     ${lib:+--kernel-trace-lib "$lib"} ${PROGRAMS:+--programs $PROGRAMS} ${ALT:+--alt $ALT} ${EXTRA:+--extra $EXTRA} \
-    ${REPS:+--reps $REPS} ${COLD_REPS:+--cold-reps $COLD_REPS} ${GPU_ROUNDS:+--gpu-time-rounds $GPU_ROUNDS}
+    ${PHASE:+--phase $PHASE} ${CACHE_DIR:+--cache-dir $CACHE_DIR} ${REPS:+--reps $REPS} ${COLD_REPS:+--cold-reps $COLD_REPS} ${GPU_ROUNDS:+--gpu-time-rounds $GPU_ROUNDS}
   # KEEP_CACHE=1: both JITs' caches come back (their cubins, to compare the code offline)
   [ "${KEEP_CACHE:-0}" = 1 ] || rm -rf "$OUT/compare/cache"
   rm -rf "$OUT/compare/rewritten"

@@ -4,7 +4,8 @@ run on one GPU: each program's plain build (no bitcode flag), the same program b
 recommended recipe and run under proteus-rewrite, and Proteus's annotated build
 (../shared/tools/proteus-upstream bundle). Rounds of runs, one of each build per round in a rotated
 order: cold (plain, ours and Proteus, each JIT from an emptied cache), then warm (plain,
-native, ours, Proteus).
+native, ours, Proteus). `--phase cold` and `--phase warm` split a program too long for one device
+call (sw4ck: about 30 s a run) into two calls, each with its own plain runs; --render joins them.
 
 Kernel figures are the programs' own printed ones; end to end is the process's wall time.
 Ours must print what the same binary prints natively (run once, the reference for ours); Proteus
@@ -16,6 +17,7 @@ only. Standard library only: it runs on the GPU host.
 
     python3 bench/proteus_compare.py --hec DIR --proteus DIR --tool .venv/bin/proteus-rewrite --out OUT
     python3 bench/proteus_compare.py --render OUT A.json B.json   # one report from several calls
+    python3 bench/proteus_compare.py ... --phase cold --cache-dir /tmp/c   # then --phase warm, same cache
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class Bench:
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.deadline = time.monotonic() + args.budget_s
+        self.cache = Path(args.cache_dir) if args.cache_dir else self.out / "cache"
         self.doc = {"stamp": stamp(args), "programs": {}}
 
     def save(self) -> None:
@@ -144,8 +147,8 @@ class Bench:
         args, _, inputs = PROGRAMS[prog]
         reps = self.a.reps_for.get(prog, self.a.reps)
         cold_reps = self.a.cold_reps_for.get(prog, self.a.cold_reps or reps)
-        hec, up = Path(self.a.hec) / prog, Path(self.a.proteus)
-        res = self.doc["programs"].setdefault(prog, {})
+        hec, up, phase = Path(self.a.hec) / prog, Path(self.a.proteus), self.a.phase
+        res = self.doc["programs"].setdefault(prog, {"phase": phase})
         plain = ("plain", "plain", [str(hec / "main_plain"), *args], hec, {})
         # the bitcode-carrying build natively: the output ours must print (judge()), and the
         # speed of the binary the tool is given (the ratio "ours / native")
@@ -159,24 +162,35 @@ class Bench:
         if p.returncode == 0:
             for f in inputs:
                 shutil.copy(hec / f, rec / f)
-            cache = self.out / "cache" / "ours" / prog
+            cache = self.cache / "ours" / prog
             env = {"PROTEUS_CACHE_DIR": str(cache)}
             ours = ([str(rec / "main_all"), *args], rec, env)
             cold.append(("ours_cold", "ours-cold", ours[0], rec, {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.cold.json")},
                          cache))
             warm.append(("ours_warm", "ours-warm", *ours))
         # Proteus: its annotated build, its cache in a fresh directory (it makes the last level only)
-        pcache = self.out / "cache" / "proteus" / prog
+        pcache = self.cache / "proteus" / prog
         penv = {"LD_LIBRARY_PATH": f"{up / 'lib'}:{os.environ.get('LD_LIBRARY_PATH', '')}", "PROTEUS_CACHE_DIR": str(pcache)}
         pexe = [str(up / "bin" / f"{prog}.exe"), *args]
         cold.append(("proteus_cold", "proteus-cold", pexe, up / "src" / prog, penv, pcache, True))
         warm.append(("proteus_warm", "proteus-warm", pexe, up / "src" / prog, penv))
         # cold first, each beside a plain run; the last cold run of each JIT leaves its cache
         # to the warm rounds
-        self.rounds(prog, res, cold, cold_reps)
-        if ours is not None:
-            res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
-        self.save()
+        if phase != "warm":
+            if phase == "cold":   # the warm rounds run natively in another call: once here, ours' reference
+                res["native"] = self.series(prog, "native", native[2], hec, {}, 1)
+            self.rounds(prog, res, cold, cold_reps)
+            if ours is not None:
+                res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
+            self.save()
+        if phase == "cold":
+            judge(res)
+            return
+        if phase == "warm":   # a cache the cold call left on this machine, or one run to fill it
+            for key, label, cmd, cwd, env, fresh, *make in cold[1:]:
+                if not (fresh.is_dir() and any(fresh.iterdir())):
+                    r = self.run_once(prog, label.replace("cold", "fill"), cmd, cwd, env, 0, fresh, *make)
+                    res[key.replace("cold", "fill")] = {"rc": r["rc"], "wall_s": r["wall_s"]}
         self.rounds(prog, res, warm, reps)
         self.save()
         if self.a.kernel_trace_lib and self.a.gpu_time_rounds:
@@ -345,13 +359,20 @@ def render(paths: list[str], out: Path) -> int:
     for path in paths:
         part = json.loads(Path(path).read_text())
         doc["stamp"] = doc["stamp"] or part["stamp"]
-        # a part rendered before keeps its calls; a later part's programs replace an earlier's
-        names = set(part["programs"]) | set(part.get("extra", {}))
+        # a part rendered before keeps its calls; a later part's programs replace an earlier's,
+        # but the warm rounds of a program join its cold ones from another call (--phase)
+        joins = {p for p, res in part["programs"].items()
+                 if {res.get("phase"), doc["programs"].get(p, {}).get("phase")} == {"cold", "warm"}}
+        names = (set(part["programs"]) | set(part.get("extra", {}))) - joins
         for call in doc["calls"]:
             call["programs"] = [p for p in call["programs"] if p not in names]
         doc["calls"] += part.get("calls") or [{**part["stamp"], "programs": sorted(part["programs"]) + sorted(part.get("extra", {}))}]
         for section in ("programs", "extra"):
             for name, res in part.get(section, {}).items():
+                if name in joins and section == "programs":   # the warm call's series win (native: 3 runs, not 1)
+                    old = doc["programs"][name]
+                    res = {**old, **res} if res["phase"] == "warm" else {**res, **old}
+                    res["phase"] = "cold+warm"
                 judge(res)
                 doc[section][name] = res
         doc.setdefault("skipped_for_time", []).extend(p for p in part.get("skipped_for_time", []) if p not in doc["programs"])
@@ -372,7 +393,7 @@ def stamp(a: argparse.Namespace) -> dict:
     return {"commit": a.commit or first(["git", "rev-parse", "HEAD"]),
             "gpu": first(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]),
             "reps": a.reps, "reps_for": getattr(a, "reps_for", {}), "cold_reps": getattr(a, "cold_reps", 0),
-            "cold_reps_for": getattr(a, "cold_reps_for", {}), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "cold_reps_for": getattr(a, "cold_reps_for", {}), "phase": getattr(a, "phase", "both"), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "hecbench": a.hecbench_commit, "proteus_bundle": (Path(a.proteus) / "VERSIONS").read_text().strip()
             if (Path(a.proteus) / "VERSIONS").exists() else "unknown"}
 
@@ -389,13 +410,15 @@ def markdown(doc: dict) -> str:
               + "".join(f" ({p} {n})" for p, n in (c.get("reps_for") or {}).items() if p in c["programs"])
               + (f", {c['cold_reps']} cold" if c.get("cold_reps") else "")
               + "".join(f" ({p} {n} cold)" for p, n in (c.get("cold_reps_for") or {}).items() if p in c["programs"])
-              + f": {', '.join(c['programs'])}" for c in calls]
+              + f": {', '.join(c['programs'])}" + (f" ({c['phase']} rounds only)" if c.get("phase", "both") != "both" else "")
+              for c in calls]
     lines += ["",
              "| program | metric | plain | native (bitcode build) | ours warm | Proteus warm | ours / plain | Proteus / plain | ours / native | ours cold e2e s (plain / ours) | Proteus cold e2e s (plain / Proteus) | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for prog, r in doc["programs"].items():
         if "plain" not in r:
-            lines.append(f"| {prog} | {r.get('error', 'not run')} |" + " |" * 13)
+            said = r.get("error") or ("cold rounds only (the warm ones in another call)" if r.get("phase") == "cold" else "not run")
+            lines.append(f"| {prog} | {said} |" + " |" * 13)
             continue
         for name, _, better in PROGRAMS[prog][1]:
             cells = []
@@ -492,6 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold-reps", default="", metavar="N[,PROG=N...]",
                     help="cold rounds, where they differ from --reps (a host-bound program's end to end "
                          "needs more rounds than its kernel time)")
+    ap.add_argument("--phase", choices=("both", "cold", "warm"), default="both",
+                    help="cold or warm rounds only (a program too long for one call: the cold call leaves "
+                         "its caches in --cache-dir for the warm one, which fills them itself when they are gone)")
+    ap.add_argument("--cache-dir", default="", help="the JITs' caches (default OUT/cache)")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--budget-s", type=float, default=420, help="start no program after this many seconds")
     ap.add_argument("--grace-s", type=float, default=100, help="and start no run this long after that")

@@ -4,6 +4,7 @@ figures it reads, the ratios it reports and the output check (it runs once per G
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 from pathlib import Path
 
@@ -269,3 +270,47 @@ def test_cold_rounds_may_be_more_and_are_paired_by_round(tmp_path):
     with pytest.raises(SystemExit) as exc:
         pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out), "--cold-reps", "2"])
     assert exc.value.code == 2
+
+
+def test_a_program_split_into_cold_and_warm_calls_is_joined(tmp_path):
+    """--phase: sw4ck's rounds outlast a device call, so its cold rounds run in one call and its
+    warm ones in the next, each beside plain runs of its own; the warm call fills a cache that
+    did not survive, and --render joins the two into one row."""
+    hec, up, cache = tmp_path / "hec", tmp_path / "up", tmp_path / "cache"
+    for path, rate in ((hec / "rsbench" / "main_plain", "10"), (hec / "rsbench" / "main_all", "15"),
+                       (up / "bin" / "rsbench.exe", "12")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # a JIT run leaves an entry in its cache, as both JITs do
+        path.write_text('#!/bin/sh\n[ -n "$PROTEUS_CACHE_DIR" ] && mkdir -p "$PROTEUS_CACHE_DIR" && echo "$0" >> "$PROTEUS_CACHE_DIR/entry"\n'
+                        "cat <<'X'\n" + RSBENCH.format(t="1", rate=rate, check=1) + "X\n")
+        path.chmod(0o755)
+    (up / "src" / "rsbench").mkdir(parents=True)
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/"\n')
+    tool.chmod(0o755)
+    args = ["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--programs", "rsbench", "--cache-dir", str(cache)]
+    assert pc.main([*args, "--out", str(tmp_path / "c"), "--phase", "cold", "--commit", "one"]) == 0
+    c = json.loads((tmp_path / "c" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert set(c) >= {"plain_cold", "ours_cold", "proteus_cold", "native"} and "ours_warm" not in c
+    assert len(c["native"]["runs"]) == 1 and c["ours_cold"]["all_ok"]  # ours judged against a native run of its own call
+    assert "cold rounds only" in (tmp_path / "c" / "proteus-compare.md").read_text()
+    assert pc.main([*args, "--out", str(tmp_path / "w"), "--phase", "warm", "--commit", "two"]) == 0
+    w = json.loads((tmp_path / "w" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert "ours_fill" not in w and "plain_cold" not in w and len(w["native"]["runs"]) == 3  # the cold call's caches served
+    shutil.rmtree(cache)
+    assert pc.main([*args, "--out", str(tmp_path / "w2"), "--phase", "warm"]) == 0
+    w2 = json.loads((tmp_path / "w2" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert w2["ours_fill"]["rc"] == 0 and w2["proteus_fill"]["rc"] == 0 and (cache / "ours" / "rsbench" / "entry").exists()
+    assert pc.main(["--render", str(tmp_path / "j"), str(tmp_path / "c" / "proteus-compare.json"),
+                    str(tmp_path / "w" / "proteus-compare.json")]) == 0
+    doc = json.loads((tmp_path / "j" / "proteus-compare.json").read_text())
+    r = doc["programs"]["rsbench"]
+    assert r["phase"] == "cold+warm" and len(r["native"]["runs"]) == 3 and len(r["plain_cold"]["runs"]) == 3
+    md = (tmp_path / "j" / "proteus-compare.md").read_text()
+    calls = [l for l in md.splitlines() if l.startswith("- ")]
+    assert len(calls) == 2 and "commit one" in calls[0] and calls[0].endswith("rsbench (cold rounds only)")
+    assert calls[1].endswith("rsbench (warm rounds only)")
+    row = next(l for l in md.splitlines() if l.startswith("| rsbench"))
+    cells = row.split(" | ")
+    assert cells[6:9] == ["1.50x", "1.20x", "1.00x"] and "x)" in cells[9] and "x)" in cells[10]  # warm ratios, cold e2e
+    assert row.endswith("| yes | yes | yes | - |")
