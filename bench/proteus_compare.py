@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -72,13 +73,19 @@ def metrics(program: str, text: str) -> dict[str, float]:
 
 
 def run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> dict:
-    t0 = time.perf_counter()
+    """One run: exit code, wall time, and the host CPU time it used (user + system, its threads
+    and children together: what a JIT's own threads cost beside the app's)."""
+    def cpu() -> float:
+        u = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return u.ru_utime + u.ru_stime
+    c0, t0 = cpu(), time.perf_counter()
     try:
         p = subprocess.run(cmd, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
         rc, out, err = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
         rc, out, err = "timeout", (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), ""
-    return {"rc": rc, "wall_s": round(time.perf_counter() - t0, 3), "stdout": out, "stderr_tail": err[-2000:]}
+    return {"rc": rc, "wall_s": round(time.perf_counter() - t0, 3), "cpu_s": round(cpu() - c0, 3), "stdout": out,
+            "stderr_tail": err[-2000:]}
 
 
 def summary(values: list[float]) -> dict | None:
@@ -292,6 +299,7 @@ class Bench:
 def summarized(runs: list[dict]) -> dict:
     keys = {k for r in runs for k in r["metrics"]}
     return {"runs": runs, "wall_s": summary([r["wall_s"] for r in runs if r["rc"] == 0]),
+            "cpu_s": summary([r["cpu_s"] for r in runs if r["rc"] == 0 and "cpu_s" in r]),
             "metrics": {k: summary([r["metrics"][k] for r in runs if k in r["metrics"]]) for k in sorted(keys)}}
 
 
@@ -450,6 +458,12 @@ def markdown(doc: dict) -> str:
                           f"Proteus {r['proteus_warm']['wall_s']['median']:.2f}"
                           for p, r in doc["programs"].items()
                           if all(r.get(k, {}).get("wall_s") for k in ("plain", "ours_warm", "proteus_warm")))]
+    cpu = [f"{p}: " + ", ".join(f"{label} {r[k]['cpu_s']['median']:.2f}" for k, label in
+                                (("plain", "plain"), ("native", "native"), ("ours_warm", "ours"), ("proteus_warm", "Proteus"))
+                                if (r.get(k) or {}).get("cpu_s"))
+           for p, r in doc["programs"].items() if (r.get("plain") or {}).get("cpu_s")]
+    if cpu:
+        lines += ["", "Host CPU, warm (user + system s of the process and its children, median): " + "; ".join(cpu)]
     for p, r in doc["programs"].items():
         for name, _, better in PROGRAMS[p][1]:
             m, base = (r.get("ours_alt_warm", {}).get("metrics") or {}).get(name), (r.get("plain", {}).get("metrics") or {}).get(name)

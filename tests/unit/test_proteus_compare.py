@@ -53,6 +53,7 @@ def test_figures_ratios_and_output_check(tmp_path):
     assert row.endswith("| yes | yes | NO | - |")  # native = plain, ours = native, Proteus = plain
     assert "ours warm with PROTEUS_OCCUPANCY_STEP=0: 1.25e+07 (1.25e+07-1.25e+07), 1.25x plain" in md
     assert len(r["native"]["runs"]) == 3  # the bitcode build is timed like the plain one
+    assert "Host CPU, warm (user + system s of the process and its children, median): rsbench: plain " in md
 
 
 def test_masking_keeps_results_and_hides_times():
@@ -314,3 +315,11 @@ def test_a_program_split_into_cold_and_warm_calls_is_joined(tmp_path):
     cells = row.split(" | ")
     assert cells[6:9] == ["1.50x", "1.20x", "1.00x"] and "x)" in cells[9] and "x)" in cells[10]  # warm ratios, cold e2e
     assert row.endswith("| yes | yes | yes | - |")
+
+
+def test_a_run_counts_the_host_cpu_of_the_process_and_its_children(tmp_path):
+    spin = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"
+    busy = pc.run(["sh", "-c", f"({spin}) & {spin}; wait"], tmp_path, {}, 60)  # two processes busy at once
+    idle = pc.run(["sh", "-c", "sleep 0.3"], tmp_path, {}, 60)
+    assert busy["cpu_s"] > 0.75 * busy["wall_s"] and busy["cpu_s"] > 0.1
+    assert idle["cpu_s"] < 0.1 < idle["wall_s"]
