@@ -298,6 +298,8 @@ def test_a_program_split_into_cold_and_warm_calls_is_joined(tmp_path):
     assert pc.main([*args, "--out", str(tmp_path / "w"), "--phase", "warm", "--commit", "two"]) == 0
     w = json.loads((tmp_path / "w" / "proteus-compare.json").read_text())["programs"]["rsbench"]
     assert "ours_fill" not in w and "plain_cold" not in w and len(w["native"]["runs"]) == 3  # the cold call's caches served
+    row = next(l for l in (tmp_path / "w" / "proteus-compare.md").read_text().splitlines() if l.startswith("| rsbench"))
+    assert row.endswith("| yes | yes | yes | - |")  # outputs judged on the series this call ran
     shutil.rmtree(cache)
     assert pc.main([*args, "--out", str(tmp_path / "w2"), "--phase", "warm"]) == 0
     w2 = json.loads((tmp_path / "w2" / "proteus-compare.json").read_text())["programs"]["rsbench"]
