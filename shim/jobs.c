@@ -145,6 +145,18 @@ void stop_workers(void) {
   pthread_mutex_unlock(&q_lock);
 }
 
+/* PROTEUS_ASYNC_THREADS, as config.py reads it (which refuses what is neither auto nor 1 to the
+ * max), on a process that may run on `cpus` CPUs */
+int compile_threads(const char *t, long cpus) {
+  while (t && (*t == ' ' || *t == '\t')) t++;
+  if (t && *t && strncasecmp(t, "auto", 4)) {
+    int n = atoi(t);
+    return n < 1 ? 1 : n > MAX_COMPILE_THREADS ? MAX_COMPILE_THREADS : n;
+  }
+  long n = cpus / CPUS_PER_COMPILE_THREAD;
+  return n < 1 ? 1 : n > AUTO_COMPILE_THREADS_MAX ? AUTO_COMPILE_THREADS_MAX : (int)n;
+}
+
 void read_async_env(void) {   /* jit_lock held */
   if (g_async >= 0) return;
   const char *raw = getenv(ENV_ASYNC_COMPILATION), *t = getenv(ENV_ASYNC_THREADS);
@@ -157,8 +169,9 @@ void read_async_env(void) {   /* jit_lock held */
   g_async = !a[0] || !strcasecmp(a, "auto") ? ASYNC_AUTO
             : !strcasecmp(a, "1") || !strcasecmp(a, "true") || !strcasecmp(a, "yes") || !strcasecmp(a, "on") ? ASYNC_ON
             : ASYNC_OFF;
-  g_async_threads = t && atoi(t) > 0 ? atoi(t) : 1;
-  if (g_async_threads > 64) g_async_threads = 64;
+  cpu_set_t set;
+  g_async_threads = compile_threads(t, sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                                 : sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 /* The first queued job starts the compile threads. The compiler's first use (about 0.2 s, or

@@ -133,6 +133,11 @@ enum {
 #define FMT_VALIDATE_SKIPPED "is"
 #define FMT_VALIDATE_REFUSAL "i"
 
+/* PROTEUS_ASYNC_THREADS: auto (unset) is a thread per CPUS_PER_COMPILE_THREAD CPUs, 1 to the max */
+#define CPUS_PER_COMPILE_THREAD 4
+#define AUTO_COMPILE_THREADS_MAX 4
+#define MAX_COMPILE_THREADS 64
+
 /* PROTEUS_* variables the shim reads itself */
 #define ENV_DISABLE "PROTEUS_DISABLE"
 #define ENV_TRACE_OUTPUT "PROTEUS_TRACE_OUTPUT"

@@ -301,6 +301,7 @@ typedef struct job {
 } job;
 
 HIDDEN extern int g_async, g_async_threads;
+HIDDEN int compile_threads(const char *value, long cpus);
 HIDDEN extern pthread_mutex_t q_lock;
 HIDDEN extern pthread_cond_t q_cond;
 HIDDEN extern job *q_head, *q_tail;

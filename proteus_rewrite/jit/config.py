@@ -125,7 +125,7 @@ class Config:
     # meanwhile (upstream's two); auto (ours, the default): in the background, and a launch that
     # asks again for a variant still compiling waits for it.
     async_compilation: str = "auto"  # PROTEUS_ASYNC_COMPILATION
-    async_threads: int = 1  # PROTEUS_ASYNC_THREADS
+    async_threads: int = 1  # PROTEUS_ASYNC_THREADS (from_env: auto_compile_threads() when unset)
     # ours: the run time compiles in a process of its own (jit/process.py); 0: in the app's
     compile_process: bool = True  # PROTEUS_COMPILE_PROCESS
     # ours: time each new variant against the original on live launches before keeping it, and
@@ -166,9 +166,13 @@ class Config:
         mode = {"true": "1", "yes": "1", "on": "1", "false": "0", "no": "0", "off": "0"}.get(mode, mode)
         if mode not in ASYNC_MODES:
             raise SpecializeError(f"PROTEUS_ASYNC_COMPILATION={env['PROTEUS_ASYNC_COMPILATION']!r}: expected 0, 1 or auto")
-        threads = int(_number(env, "PROTEUS_ASYNC_THREADS", 1, integer=True))
-        if not 1 <= threads <= 64:
-            raise SpecializeError(f"PROTEUS_ASYNC_THREADS={env['PROTEUS_ASYNC_THREADS']!r}: expected 1 to 64")
+        if (env.get("PROTEUS_ASYNC_THREADS") or "auto").strip().lower() == "auto":
+            threads = auto_compile_threads()
+        else:
+            threads = int(_number(env, "PROTEUS_ASYNC_THREADS", 1, integer=True))
+        if not 1 <= threads <= MAX_COMPILE_THREADS:
+            raise SpecializeError(f"PROTEUS_ASYNC_THREADS={env['PROTEUS_ASYNC_THREADS']!r}: "
+                                  f"expected auto or 1 to {MAX_COMPILE_THREADS}")
         tuned = _tuned(env.get("PROTEUS_TUNED_KERNELS"), codegen, notes)
         config = cls(
             tracker=_bool(env, "PROTEUS_TRACKER", True),
@@ -232,6 +236,25 @@ def _pass_names(env: Mapping[str, str]) -> tuple[str, ...]:
         raise SpecializeError(f"PROTEUS_SKIP_PASSES={env['PROTEUS_SKIP_PASSES']!r}: {bad[0]!r} is not a pass name "
                               "as LLVM's pipelines spell them (e.g. indvars, licm)")
     return names
+
+
+# PROTEUS_ASYNC_THREADS unset or auto: a compile thread per CPUS_PER_COMPILE_THREAD CPUs the process
+# may run on, 1 to AUTO_COMPILE_THREADS_MAX (the shim reads the same from shim/protocol.h). A
+# thread's compiler process (about 150 MB) starts only when a variant finds the others busy. With
+# one, sw4ck's ten variants (1.5-2.1 s each) compiled one after another through its whole cold
+# run, and its exit waited 2.3 s for the last ones (H100, 3d4a82e).
+CPUS_PER_COMPILE_THREAD = 4
+AUTO_COMPILE_THREADS_MAX = 4
+MAX_COMPILE_THREADS = 64
+
+
+def auto_compile_threads(cpus: int | None = None) -> int:
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    return max(1, min(AUTO_COMPILE_THREADS_MAX, cpus // CPUS_PER_COMPILE_THREAD))
 
 
 def _number(env, name: str, default: float, integer: bool = False) -> float:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ..jit.config import AUTO_COMPILE_THREADS_MAX, CPUS_PER_COMPILE_THREAD, MAX_COMPILE_THREADS
+
 # ---------------------------------------------------------------- byte layouts
 
 # runtime.kernel_info's answer: this header, then u32 sizes[nparams], u8 fold[nparams], then
@@ -213,6 +215,11 @@ def header() -> str:
         "/* runtime functions the shim calls: their names, and their arguments' formats */",
         *[f'#define CALL_{call.name.upper()} "{call.name.replace("_hip", "").replace("_ahead", "")}"' for call in CALLS],
         *[f'#define FMT_{call.name.upper()} {chr(34) + call.format + chr(34) if call.format else "NULL"}' for call in CALLS],
+        "",
+        "/* PROTEUS_ASYNC_THREADS: auto (unset) is a thread per CPUS_PER_COMPILE_THREAD CPUs, 1 to the max */",
+        f"#define CPUS_PER_COMPILE_THREAD {CPUS_PER_COMPILE_THREAD}",
+        f"#define AUTO_COMPILE_THREADS_MAX {AUTO_COMPILE_THREADS_MAX}",
+        f"#define MAX_COMPILE_THREADS {MAX_COMPILE_THREADS}",
         "",
         "/* PROTEUS_* variables the shim reads itself */",
         *[f'#define ENV_{v[len("PROTEUS_"):]} "{v}"' for v in SHIM_ENV],

@@ -131,6 +131,7 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
         "driver_version": session._state.driver_version,
         "unknown_handle_launches": unknown_launches,  # launches of kernels the shim never saw registered
         "async_compilation": session._state.config.async_compilation,
+        "async_threads": session._state.config.async_threads,
         "seconds": round(time.time() - session._state.started, 3),
         **_wait_sections(waits),
         "stores": [t.app.name for t in session._state.tables],

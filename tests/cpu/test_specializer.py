@@ -268,7 +268,7 @@ def test_textual_pipeline_is_applied(table):
         ({"PROTEUS_PTX_COMPILER": "nvcc"}, "PROTEUS_PTX_COMPILER"),
         ({"PROTEUS_TUNED_KERNELS": "/nonexistent.json"}, "cannot read"),
         ({"PROTEUS_ASYNC_COMPILATION": "2"}, "expected 0, 1 or auto"),
-        ({"PROTEUS_ASYNC_THREADS": "0"}, "expected 1 to 64"),
+        ({"PROTEUS_ASYNC_THREADS": "0"}, "expected auto or 1 to 64"),
         ({"PROTEUS_ASYNC_THREADS": "many"}, "PROTEUS_ASYNC_THREADS='many'"),
         ({"PROTEUS_SKIP_PASSES": "indvars,Loop Unroll"}, "'Loop Unroll' is not a pass name"),
     ],
@@ -282,6 +282,14 @@ def test_bad_configuration_is_a_clear_error(env, message):
                                          ("1", "1"), ("yes", "1")])
 def test_async_compilation_modes(value, mode):
     assert Config.from_env({} if value is None else {"PROTEUS_ASYNC_COMPILATION": value}).async_compilation == mode
+
+
+def test_compile_threads_default_to_a_quarter_of_the_cpus_up_to_four(monkeypatch):
+    from proteus_rewrite.jit.config import auto_compile_threads
+    assert [auto_compile_threads(n) for n in (1, 2, 7, 8, 12, 16, 128)] == [1, 1, 1, 2, 3, 4, 4]
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(12)))  # taskset, a cgroup's cpuset
+    assert Config.from_env({}).async_threads == Config.from_env({"PROTEUS_ASYNC_THREADS": " Auto "}).async_threads == 3
+    assert Config.from_env({"PROTEUS_ASYNC_THREADS": "6"}).async_threads == 6
 
 
 def test_skipped_passes_default_to_indvars_and_cannot_come_back_in_a_process(table):

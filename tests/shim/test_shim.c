@@ -348,6 +348,10 @@ static void test_async_env(void) {
     EXPECT(g_async == want[i]);
   }
   unsetenv("PROTEUS_ASYNC_COMPILATION");
+  /* PROTEUS_ASYNC_THREADS: unset or auto, a thread per 4 CPUs, 1 to 4; a number, 1 to 64 */
+  EXPECT(compile_threads(NULL, 2) == 1 && compile_threads(NULL, 9) == 2 && compile_threads("", 16) == 4);
+  EXPECT(compile_threads(" AUTO", 128) == 4 && compile_threads("3", 2) == 3 && compile_threads("0", 16) == 1);
+  EXPECT(compile_threads("999", 16) == 64);
 }
 
 /* GPU time samples: the 2nd launch, every 64th until 16 samples, then every 4,096th; the
