@@ -369,19 +369,24 @@ def render(paths: list[str], out: Path) -> int:
         part = json.loads(Path(path).read_text())
         doc["stamp"] = doc["stamp"] or part["stamp"]
         # a part rendered before keeps its calls; a later part's programs replace an earlier's,
-        # but the warm rounds of a program join its cold ones from another call (--phase)
-        joins = {p for p, res in part["programs"].items()
-                 if {res.get("phase"), doc["programs"].get(p, {}).get("phase")} == {"cold", "warm"}}
-        names = (set(part["programs"]) | set(part.get("extra", {}))) - joins
+        # but a --phase part replaces only the rounds it ran (cold or warm) of a program
+        joins = {p: res["phase"] for p, res in part["programs"].items()
+                 if res.get("phase") in ("cold", "warm") and p in doc["programs"]}
+        names = (set(part["programs"]) | set(part.get("extra", {}))) - set(joins)
         for call in doc["calls"]:
-            call["programs"] = [p for p in call["programs"] if p not in names]
+            call["programs"] = [p for p in call["programs"] if p not in names and p.split(" (")[0] not in names]
+            if call.get("phase", "both") == "both":   # what is left of its rounds, said on its line
+                call["programs"] = [f"{p} ({'cold' if joins[p] == 'warm' else 'warm'} rounds)" if p in joins else p
+                                    for p in call["programs"]]
         doc["calls"] += part.get("calls") or [{**part["stamp"], "programs": sorted(part["programs"]) + sorted(part.get("extra", {}))}]
         for section in ("programs", "extra"):
             for name, res in part.get(section, {}).items():
-                if name in joins and section == "programs":   # the warm call's series win (native: 3 runs, not 1)
+                if name in joins and section == "programs":
                     old = doc["programs"][name]
-                    res = {**old, **res} if res["phase"] == "warm" else {**res, **old}
-                    res["phase"] = "cold+warm"
+                    warm_native = old.get("native") if joins[name] == "cold" and "plain" in old else None
+                    res = {**old, **res, "phase": "cold+warm"}
+                    if warm_native:   # the warm rounds' native series, not the cold call's one reference run
+                        res["native"] = warm_native
                 judge(res)
                 doc[section][name] = res
         doc.setdefault("skipped_for_time", []).extend(p for p in part.get("skipped_for_time", []) if p not in doc["programs"])
