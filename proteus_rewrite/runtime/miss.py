@@ -142,7 +142,11 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         launch: Launch | None = None   # set by attempt(): the launch the records below describe
         keep_ir = "ir-dump" in session._state.config.trace or session._state.config.dump_ir
         config = session._state.config
-        may_compile = not config.compile_budget or Budget(config.compile_budget, config.compile_grace_ms).allows(stats.compile_ms, gpu_ms)
+        # compile threads (PROTEUS_ASYNC_THREADS) may compile two variants of one kernel at once:
+        # the time the running ones have spent so far counts against its budget too
+        now = time.perf_counter()
+        spent = stats.compile_ms + sum((now - t0) * 1000.0 for t0 in stats.compiling.values())
+        may_compile = not config.compile_budget or Budget(config.compile_budget, config.compile_grace_ms).allows(spent, gpu_ms)
         if isinstance(arch, str) and arch != record.arch:  # HIP: a module built for one processor runs on no other
             raise ProteusError(f"its bitcode was recorded for {record.arch}, this device is a {arch}")
         faults.check("specialize")
@@ -170,7 +174,13 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                 session._state.compiler.ready()
                 missing = exc.key
         if result is None:
-            result = attempt(may_compile and not cached_only, missing)
+            token = object()
+            if may_compile and not cached_only:
+                stats.compiling[token] = time.perf_counter()
+            try:
+                result = attempt(may_compile and not cached_only, missing)
+            finally:
+                stats.compiling.pop(token, None)
     except spec_mod.CompileBudgetSpent as exc:
         if cached_only and may_compile:  # not in a cache: the shim queues it for a compile thread
             if cached_only == protocol.CACHED_ONLY and len(stats.queued) < MAX_QUEUED_RECORDS and exc.key not in stats.queued:

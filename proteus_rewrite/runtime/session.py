@@ -37,6 +37,7 @@ class KernelStats:
     memory_hits: int = 0
     disk_hits: int = 0
     compile_ms: float = 0.0
+    compiling: dict[object, float] = field(default_factory=dict)  # compilations running now: their start (perf_counter)
     failures: dict[str, int] = field(default_factory=dict)
     variants: list[dict] = field(default_factory=list)
     tracker: Tracker | None = None

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import struct
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -350,6 +351,13 @@ def test_a_cache_only_request_says_when_a_variant_needs_compiling(hip_runtime, t
     other = struct.pack("<iif", 1 << 20, 9, 0.5) + bytes(16)
     assert runtime.specialize(kid, other, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) is None
     assert stats.budget_refusals == 1
+    # another compile thread's compilation of this kernel, 5 s along, counts before it is charged
+    runtime.state().config = dataclasses.replace(runtime.state().config, compile_grace_ms=stats.compile_ms + 2000.0)
+    stats.compiling[object()] = time.perf_counter() - 5.0
+    assert runtime.specialize(kid, other, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) is None
+    assert stats.budget_refusals == 2
+    stats.compiling.clear()
+    assert runtime.specialize(kid, other, (4096, 1, 1), (256, 1, 1), b"", "gfx90a", 0.0, 1) == b""
 
 
 def _miss(answer: bytes) -> tuple[int, bytes, bytes]:
