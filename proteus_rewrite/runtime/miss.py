@@ -142,11 +142,14 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
         launch: Launch | None = None   # set by attempt(): the launch the records below describe
         keep_ir = "ir-dump" in session._state.config.trace or session._state.config.dump_ir
         config = session._state.config
-        # compile threads (PROTEUS_ASYNC_THREADS) may compile two variants of one kernel at once:
-        # the time the running ones have spent so far counts against its budget too
-        now = time.perf_counter()
-        spent = stats.compile_ms + sum((now - t0) * 1000.0 for t0 in stats.compiling.values())
-        may_compile = not config.compile_budget or Budget(config.compile_budget, config.compile_grace_ms).allows(spent, gpu_ms)
+        def budget_allows() -> bool:
+            # compile threads (PROTEUS_ASYNC_THREADS) may compile two variants of one kernel at
+            # once: the time the running ones have spent so far counts against its budget too
+            now = time.perf_counter()
+            spent = stats.compile_ms + sum((now - t0) * 1000.0 for t0 in stats.compiling.values())
+            return not config.compile_budget or Budget(config.compile_budget, config.compile_grace_ms).allows(spent, gpu_ms)
+
+        may_compile = budget_allows()
         if isinstance(arch, str) and arch != record.arch:  # HIP: a module built for one processor runs on no other
             raise ProteusError(f"its bitcode was recorded for {record.arch}, this device is a {arch}")
         faults.check("specialize")
@@ -174,6 +177,9 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                 session._state.compiler.ready()
                 missing = exc.key
         if result is None:
+            # asked again: compiler.ready() above let go of the GIL, and another compile thread
+            # may have started on this kernel meanwhile (nothing from here to the mark does)
+            may_compile = may_compile and budget_allows()
             token = object()
             if may_compile and not cached_only:
                 stats.compiling[token] = time.perf_counter()
