@@ -373,11 +373,17 @@ def render(paths: list[str], out: Path) -> int:
         joins = {p: res["phase"] for p, res in part["programs"].items()
                  if res.get("phase") in ("cold", "warm") and p in doc["programs"]}
         names = (set(part["programs"]) | set(part.get("extra", {}))) - set(joins)
+        def left(call: dict, p: str) -> str | None:   # what an older call still holds of a program
+            base = p.split(" (")[0]
+            if base in names:
+                return None
+            if base not in joins:
+                return p
+            if p == base and call.get("phase", "both") == "both":   # what is left of its rounds, said on its line
+                return f"{p} ({'cold' if joins[p] == 'warm' else 'warm'} rounds)"
+            return None if joins[base] in (call.get("phase"), (p[len(base) + 2:].split() or [""])[0]) else p
         for call in doc["calls"]:
-            call["programs"] = [p for p in call["programs"] if p not in names and p.split(" (")[0] not in names]
-            if call.get("phase", "both") == "both":   # what is left of its rounds, said on its line
-                call["programs"] = [f"{p} ({'cold' if joins[p] == 'warm' else 'warm'} rounds)" if p in joins else p
-                                    for p in call["programs"]]
+            call["programs"] = [q for q in (left(call, p) for p in call["programs"]) if q]
         doc["calls"] += part.get("calls") or [{**part["stamp"], "programs": sorted(part["programs"]) + sorted(part.get("extra", {}))}]
         for section in ("programs", "extra"):
             for name, res in part.get(section, {}).items():
@@ -453,7 +459,7 @@ def markdown(doc: dict) -> str:
             cold = [f"{r[k]['wall_s']['median']:.2f}" + (f" ({pw['median'] / r[k]['wall_s']['median']:.2f}x)" if pw else "")
                     if r.get(k, {}).get("wall_s") else "-" for k in ("ours_cold", "proteus_cold")]
             def same(*keys: str) -> str:   # the series this call ran (a --phase call runs half of them)
-                ran = [k for k in keys if k in r]
+                ran = [k for k in keys if r.get(k, {}).get("runs")]
                 return "yes" if ran and all(r[k].get("all_ok", False) for k in ran) else "NO"
             ok = [same("plain", "native"), same("ours_cold", "ours_warm", "ours_traced"), same("proteus_cold", "proteus_warm")]
             c = r.get("cupti")

@@ -323,6 +323,12 @@ def test_a_program_split_into_cold_and_warm_calls_is_joined(tmp_path):
     assert j2["native"] == both["native"] and j2["ours_warm"] == both["ours_warm"] and j2["plain_cold"] == r["plain_cold"]
     calls = [l for l in (tmp_path / "j2" / "proteus-compare.md").read_text().splitlines() if l.startswith("- ")]
     assert calls[0].endswith(": rsbench (warm rounds)") and calls[1].endswith("rsbench (cold rounds only)")
+    # and the warm rounds of a later call too: nothing of the first is left, nor of a cold call replaced
+    assert pc.main(["--render", str(tmp_path / "j3"), str(tmp_path / "b" / "proteus-compare.json"),
+                    str(tmp_path / "c" / "proteus-compare.json"), str(tmp_path / "w" / "proteus-compare.json"),
+                    str(tmp_path / "c" / "proteus-compare.json")]) == 0
+    calls = [l for l in (tmp_path / "j3" / "proteus-compare.md").read_text().splitlines() if l.startswith("- ")]
+    assert len(calls) == 2 and calls[0].endswith("rsbench (warm rounds only)") and calls[1].endswith("rsbench (cold rounds only)")
     cells = row.split(" | ")
     assert cells[6:9] == ["1.50x", "1.20x", "1.00x"] and "x)" in cells[9] and "x)" in cells[10]  # warm ratios, cold e2e
     assert row.endswith("| yes | yes | yes | - |")
