@@ -178,7 +178,7 @@ def specialize(kid: int, args: bytes, grid: tuple, block: tuple, globals_: bytes
                 missing = exc.key
         if result is None:
             # asked again: compiler.ready() above let go of the GIL, and another compile thread
-            # may have started on this kernel meanwhile (nothing from here to the mark does)
+            # may have started on this kernel meanwhile; nothing from here to the mark lets go of it
             may_compile = may_compile and budget_allows()
             token = object()
             if may_compile and not cached_only:
