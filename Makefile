@@ -20,18 +20,31 @@ export PIP_NO_INDEX := 1
 export PIP_FIND_LINKS := $(abspath $(WHEELS))
 endif
 
-.PHONY: demo test samples install venv system-deps wheels lock bench clean
+.PHONY: demo test samples install venv venv-broken system-deps wheels lock bench clean
+
+# A tree copied with its .venv brings the stamp of a venv that may not run here: its python links
+# by path to the interpreter that made it, which this machine may lack, or have in another
+# version that does not read the venv's site-packages. Such a venv is made again from scratch,
+# as is one of another version than a PYTHON given explicitly, which asks for that Python.
+VENV_PYVER := $(shell $(PY) -c 'import os, sys, sysconfig; os.path.isdir(sysconfig.get_path("purelib")) and print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+ifneq ($(filter command line environment,$(origin PYTHON)),)
+VENV_BROKEN := $(if $(filter $(VENV_PYVER),$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)),,1)
+else
+VENV_BROKEN := $(if $(VENV_PYVER),,1)
+endif
 
 # A Python without ensurepip (some distributions ship it apart) makes the venv without pip,
 # and its own pip installs into it (pip --python).
-$(VENV)/.installed: pyproject.toml requirements.lock setup.py $(wildcard shim/*.c shim/*.h)
-	$(PYTHON) -m venv $(VENV) || $(PYTHON) -m venv --without-pip $(VENV)
+$(VENV)/.installed: pyproject.toml requirements.lock setup.py $(wildcard shim/*.c shim/*.h) $(if $(VENV_BROKEN),venv-broken)
+	$(PYTHON) -m venv $(if $(VENV_BROKEN),--clear) $(VENV) || $(PYTHON) -m venv --without-pip $(if $(VENV_BROKEN),--clear) $(VENV)
 	set -e; if [ -x $(VENV)/bin/pip ]; then pip="$(PY) -m pip"; else pip="$(PYTHON) -m pip --python $(PY)"; fi; \
 	$$pip install -q --disable-pip-version-check --require-hashes -r requirements.lock; \
 	$$pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
 venv: $(VENV)/.installed
+
+venv-broken:
 
 system-deps:
 	@if [ "$(SYSTEM_DEPS)" = 1 ]; then scripts/install-deps; fi
@@ -49,7 +62,8 @@ test: samples
 	$(PY) -m pytest
 
 # Wheels of every locked package for another Python (default 3.12, x86-64 Linux), for a
-# machine that reaches no index: copy .whl/ there and run `make test WHEELS=.whl SYSTEM_DEPS=0`.
+# machine that reaches no index: copy .whl/ there and run `make test WHEELS=.whl SYSTEM_DEPS=0`,
+# and PYTHON=python3.12 (the PYVER given here) where its python3 is another version.
 wheels: venv
 	$(PY) scripts/wheels --python-version $(PYVER) --dest .whl
 
