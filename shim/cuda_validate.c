@@ -165,6 +165,9 @@ static const char *shadow_run(check *c, CUfunction fn, void **params, dim3 grid,
   return ctx_sync() == CUDA_SUCCESS ? NULL : "restoring the snapshot failed";
 }
 
+static CUfunction check_variant(kinfo *ki, CUfunction variant, CUfunction original, void **params, dim3 grid, dim3 block,
+                                unsigned shmem, CUstream stream, launch_fn launch);
+
 CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, void **params, dim3 grid, dim3 block,
                           unsigned shmem, CUstream stream, launch_fn launch) {
   if (!ki || !variant) return variant;
@@ -187,6 +190,16 @@ CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, vo
     free(refused);
     return NULL;
   }
+  prof_push("proteus-rewrite validation: %s", ki->name ? ki->name : "?");
+  CUfunction fn = check_variant(ki, variant, original, params, grid, block, shmem, stream, launch);
+  prof_pop();
+  return fn;
+}
+
+/* The check proper: both kernels run on a snapshot of the memory the launch reaches, and their
+ * results are kept for validate_end to compare. */
+static CUfunction check_variant(kinfo *ki, CUfunction variant, CUfunction original, void **params, dim3 grid, dim3 block,
+                                unsigned shmem, CUstream stream, launch_fn launch) {
   double t0 = now_ms();
   check *c = calloc(1, sizeof *c);
   if (!c) return give_up(ki, NULL, "out of host memory");

@@ -94,9 +94,11 @@ void *worker(void *arg) {
     if (j->gen == atomic_load(&j->ki->gen) && real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
       compiled = 1;
       prepare_compiler(j->arch, 0);   /* at once once done; see start_workers */
+      prof_push("proteus-rewrite compile: %s", j->ki->name ? j->ki->name : "?");
       int g = py.GILStateEnsure();
       fn = run_job(j, 0, NULL, &meta);
       py.GILStateRelease(g);
+      prof_pop();
     }
     trial_attach(j->ki, j->e, meta.vid, meta.flags, fn);
     atomic_store_explicit(&j->e->fn, fn, memory_order_release);
@@ -360,6 +362,7 @@ CUfunction miss_variant(const void *handle, void **params, dim3 grid, dim3 block
   job *j = NULL;
   int asked_first = 0;
   uint64_t t0 = now_ns(), t = t0;
+  prof_push("proteus-rewrite miss: %s", ki->name ? ki->name : "?");
   pthread_mutex_lock(&jit_lock);
   stage(MISS_LOCK, &t);
   trial_release();
@@ -445,6 +448,7 @@ again:;
   }
 done:
   pthread_mutex_unlock(&jit_lock);
+  prof_pop();
   atomic_fetch_add(&t_miss_ns, now_ns() - t0);
   atomic_fetch_add(&n_misses, 1);
   *served_out = served;

@@ -171,6 +171,9 @@ typedef struct trial {
 /* What a launch's pick asks its launch to time: a trial's turn, or nothing (t NULL). */
 typedef struct { trial *t; int turn, recorded; } trial_ticket;
 
+/* NVTX ranges for profilers (nvtx.c); a push and its pop on one thread. */
+HIDDEN void prof_push(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+HIDDEN void prof_pop(void);
 HIDDEN extern int g_count_variants;   /* PROTEUS_TRACE_OUTPUT has cache-stats: launches per variant */
 HIDDEN void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUfunction fn);   /* before fn is published */
 HIDDEN CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk);
@@ -235,6 +238,7 @@ HIDDEN extern _Atomic uint64_t n_preloaded;   /* variants loaded from answers ma
 /* cuda_warm.c: the last run's variants, answered ahead, loaded at their first launch */
 HIDDEN void warm_image(const void *image);                  /* a fat binary registered or loaded */
 HIDDEN int warm_scan(void);                                  /* the loaded objects' .nvFatBinSegment: fat binaries new */
+HIDDEN int fatbins_seen(void);                               /* fat binaries known, after a scan */
 HIDDEN int warm_enabled(void);                               /* PROTEUS_PRELOAD */
 HIDDEN void warm_first(void);                                /* the prestart thread, Python up: answers (jit_lock) */
 HIDDEN void warm_start(void);                                /* then answers for images loaded later, until warm_finish */

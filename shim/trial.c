@@ -166,6 +166,7 @@ void turn_begin(trial_ticket *tk, CUstream s) {
   CUcontext ctx = NULL;
   int capturing = 1;
   trial *t = tk->t;
+  prof_push("proteus-rewrite speed trial: %s, turn %d", t->ki->name ? t->ki->name : "?", tk->turn);
   tk->recorded = !atomic_load_explicit(&captures_open, memory_order_relaxed) &&
                  real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == t->ctx &&
                  real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS && !capturing &&
@@ -176,6 +177,7 @@ void turn_end(trial_ticket *tk, CUstream s) {
   trial *t = tk->t;
   int ok = tk->recorded && real_cuEventRecord(t->ev[2 * tk->turn + 1], s) == CUDA_SUCCESS;
   atomic_store_explicit(&t->turn_state[tk->turn], ok ? TURN_RECORDED : TURN_FAILED, memory_order_release);
+  prof_pop();
 }
 
 /* Before any exit handler (lifecycle.c before_exit): the turns still queued on the GPU are waited

@@ -59,7 +59,7 @@ def rewrite(app: str | os.PathLike, data: bytes, outdir: str | os.PathLike, orig
     needed = [e.name for e in binary.dynamic_entries if isinstance(e, lief.ELF.DynamicEntryLibrary)]
     if needed[0] != SHIM_NAME:
         raise InjectError(f"could not make {SHIM_NAME} the first needed library (got {needed[0]})", src)
-    _origin_first(binary)
+    _origin_first(binary, str(src.resolve().parent))
 
     if previous and previous.get("original_sha256"):
         original_sha256 = previous["original_sha256"]  # rewriting a rewritten app: keep naming the true original
@@ -88,12 +88,21 @@ def rewrite(app: str | os.PathLike, data: bytes, outdir: str | os.PathLike, orig
     return dst
 
 
-def _origin_first(binary) -> None:
+def _origin_first(binary, original_dir: str) -> None:
     for tag_cls in (lief.ELF.DynamicEntryRunPath, lief.ELF.DynamicEntryRpath):
         entries = [e for e in binary.dynamic_entries if isinstance(e, tag_cls)]
         if entries:
             entry = entries[0]
-            paths = [p for p in entry.paths if p and p != "$ORIGIN"]
-            entry.paths = ["$ORIGIN", *paths]
+            original = [p for p in entry.paths if p]
+            paths = [p for p in original if p != "$ORIGIN"]
+            # The copy lives elsewhere: `$ORIGIN/../lib` would name a directory beside the copy, where
+            # the app's own libraries (often the ones with its kernels) are not. Their place beside the
+            # original comes first; the relative entries stay for a copy installed in the same layout.
+            anchored = [_at_origin(p, original_dir) for p in original if "ORIGIN" in p]
+            entry.paths = list(dict.fromkeys(["$ORIGIN", *anchored, *paths]))
             return
     binary.add(lief.ELF.DynamicEntryRunPath("$ORIGIN"))
+
+
+def _at_origin(path: str, origin: str) -> str:
+    return os.path.normpath(path.replace("${ORIGIN}", origin).replace("$ORIGIN", origin))

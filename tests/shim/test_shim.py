@@ -33,6 +33,33 @@ def test_hash_table_and_key_unit_tests(tmp_path):
     assert "all passed" in proc.stdout
 
 
+def test_nvtx_ranges_reach_a_profiler(tmp_path):
+    """The shim's NVTX ranges, as a profiler's injection library receives them: the unit tests'
+    speed-trial turns, each push popped on its own thread (the GPU tests see misses, compilations
+    and validation checks of real launches)."""
+    exe = tmp_path / "test_shim"
+    srcs = [str(ROOT / "shim" / n) for n in shim.SOURCES if n != "hip.c"]
+    cc = ["cc", "-std=gnu11", "-O1", "-I", str(ROOT / "shim")]
+    subprocess.run([*cc, str(Path(__file__).parent / "test_shim.c"), *srcs, "-o", str(exe), "-ldl", "-lpthread"],
+                   check=True, capture_output=True)
+    fatbins, inject = tmp_path / "libfake_fatbins.so", tmp_path / "libnvtx_log.so"
+    subprocess.run([*cc, "-shared", "-fPIC", str(Path(__file__).parent / "fake_fatbins.c"), "-o", str(fatbins)], check=True)
+    subprocess.run([*cc, "-shared", "-fPIC", str(ROOT / "tests" / "support" / "nvtx_log.c"), "-o", str(inject)], check=True)
+    log = tmp_path / "nvtx.log"
+    env = dict(os.environ, PROTEUS_TEST_FATBINS=str(fatbins), NVTX_INJECTION64_PATH=str(inject), NVTX_LOG=str(log))
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.split(" ", 2) for line in log.read_text().splitlines()]
+    assert ["domain", "proteus-rewrite"] in [r[1:] for r in lines if r[1] == "domain"]
+    pushed = [r[2] for r in lines if r[1] == "push"]
+    assert any(p.startswith("proteus-rewrite speed trial: ") for p in pushed), pushed
+    depth: dict[str, int] = {}
+    for tid, what, *_ in lines:
+        depth[tid] = depth.get(tid, 0) + (what == "push") - (what == "pop")
+        assert depth[tid] >= 0, "a pop without its push"
+    assert set(depth.values()) == {0}, depth
+
+
 def test_exports_only_the_interposed_symbols(libproteus):
     out = subprocess.run(["nm", "-D", "--defined-only", str(libproteus)], capture_output=True, text=True).stdout
     exported = {line.split()[-1] for line in out.splitlines() if " T " in line}
