@@ -117,6 +117,8 @@ OWN_ENV: Mapping[str, str] = {
     "PROTEUS_FAULT_INJECT": "tests: make a step fail",
     "PROTEUS_DEBUG": "the CLI prints tracebacks",
     "PROTEUS_COMMIT": "benchmarks: the tool's commit when there is no .git",
+    "PROTEUS_CLANG": "build wrapper (proteus-clang++): the clang++ it runs",
+    "PROTEUS_CUDA_ARCH": "build wrapper (proteus-clang++): the GPU architecture when the command names none",
 }
 
 _BY_NAME = {v.name: v for v in UPSTREAM_ENV}

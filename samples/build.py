@@ -6,14 +6,11 @@
     python3 samples/build.py --arch sm_80    # another GPU architecture
     python3 samples/build.py loop_count two_tu --out /tmp/apps
 
-clang-19 predates CUDA 13, so the build makes two fixes at build time, inside the output
-directory (nothing outside it is touched):
-  1. empty stand-ins for headers clang's CUDA wrapper includes but CUDA 13 lacks
-     (texture_fetch_functions.h, texture_indirect_functions.h, curand_mtgp32_kernel.h);
-  2. a --cuda-path tree whose bin/fatbinary translates clang's `--image=profile=sm_90,file=X`
-     into CUDA 13's `--image3=kind=elf,sm=90,file=X` (compute_90 -> kind=ptx) and can choose
-     the compression mode, with include/, lib64/, nvvm/, ptxas and nvlink linked to the real
-     toolkit.
+clang-19 predates CUDA 13: the two fixes it needs (stand-ins for headers clang's CUDA wrapper
+includes but CUDA 13 lacks, and a --cuda-path tree whose bin/fatbinary translates clang's
+`--image=profile=sm_90,file=X` into CUDA 13's `--image3=kind=elf,sm=90,file=X`) come from the
+package's build wrapper, proteus_rewrite/cc.py (proteus-clang++), made here under
+<out>/compat/ so that nothing outside the output directory is touched.
 Apps are rebuilt only when a source or this script is newer than the binary.
 """
 
@@ -29,8 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# proteus_rewrite's own recipe (fatbin/recipe.py), repeated here so that this script runs
-# without the package; tests/cpu/test_recipe.py checks that the two agree.
+try:
+    from proteus_rewrite import cc
+except ImportError:  # run from a checkout without the package installed
+    sys.path.insert(0, str(HERE.parent))
+    from proteus_rewrite import cc
+# proteus_rewrite's own recipe (fatbin/recipe.py), repeated here; tests/cpu/test_recipe.py
+# checks that the two agree.
 # exact-fp: the recommended recipe with floating-point contraction limited to what the source
 # writes as one expression, so a variant fuses the same multiply-adds as the AOT code
 # (docs/user/build.md: Identical floating-point results).
@@ -38,7 +40,6 @@ RECIPES = {"recommended": ("-Xclang", "-fembed-bitcode=all"),
            "exact-fp": ("-Xclang", "-fembed-bitcode=all", "-ffp-contract=on"),
            "fembed-bitcode": ("-fembed-bitcode",)}
 SRC = HERE / "src"
-STUB_HEADERS = ("texture_fetch_functions.h", "texture_indirect_functions.h", "curand_mtgp32_kernel.h")
 
 
 @dataclass(frozen=True)
@@ -96,48 +97,10 @@ def run(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> Non
 
 
 def make_compat_tree(out: Path, cuda: Path) -> tuple[Path, Path]:
-    """The two CUDA 13 fixes: stand-in headers and a --cuda-path with a translating fatbinary."""
-    stubs = out / "compat" / "stubs"
-    stubs.mkdir(parents=True, exist_ok=True)
-    for name in STUB_HEADERS:
-        (stubs / name).write_text(f"/* empty stand-in for {name}, absent from CUDA 13 */\n")
-    tree = out / "compat" / "cuda"
-    (tree / "bin").mkdir(parents=True, exist_ok=True)
-    for name in ("include", "lib64", "nvvm", "version.json"):
-        _symlink(cuda / name, tree / name)
-    for tool in ("ptxas", "nvlink"):
-        _symlink(cuda / "bin" / tool, tree / "bin" / tool)
-    wrapper = tree / "bin" / "fatbinary"
-    wrapper.write_text(FATBINARY_WRAPPER.format(python=sys.executable, real=cuda / "bin" / "fatbinary"))
-    wrapper.chmod(0o755)
-    return tree, stubs
-
-
-def _symlink(target: Path, link: Path) -> None:
-    if link.is_symlink() or link.exists():
-        if link.is_symlink() and os.readlink(link) == str(target):
-            return
-        link.unlink()
-    link.symlink_to(target)
-
-
-FATBINARY_WRAPPER = '''#!{python}
-"""clang-19 -> CUDA 13 fatbinary flag translation (written by samples/build.py)."""
-import os, sys
-args = []
-for a in sys.argv[1:]:
-    if a.startswith("--image=profile="):
-        spec = dict(kv.split("=", 1) for kv in a[len("--image="):].split(","))
-        profile = spec.pop("profile")
-        kind = "elf" if profile.startswith("sm_") else "ptx"
-        args.append("--image3=kind=%s,sm=%s,file=%s" % (kind, profile.split("_", 1)[1], spec["file"]))
-    else:
-        args.append(a)
-mode = os.environ.get("SAMPLES_FATBIN_COMPRESS_MODE")
-if mode:
-    args.append("--compress-mode=" + mode)
-os.execv("{real}", ["fatbinary"] + args)
-'''
+    """The CUDA 13 fixes, proteus-clang++'s own, under out/compat/: (the --cuda-path tree, the
+    directory of stand-in headers)."""
+    compat = cc.compat_tree(cuda, out / "compat")
+    return compat.root, compat.stubs
 
 
 def _libcuda_stub(objdir: Path, host_obj: Path) -> Path:
@@ -171,9 +134,6 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
     libs += ["-lcudart"] if app.cudart == "dynamic" else ["-lcudart_static", "-ldl", "-lrt", "-lpthread"]
     if not app.pie:
         libs.append("-no-pie")
-    env = dict(os.environ)
-    if app.compress:
-        env["SAMPLES_FATBIN_COMPRESS_MODE"] = app.compress
 
     if app.compiler == "nvcc":
         run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(src), *map(str, sources), "-o", str(tmp)])
@@ -181,15 +141,17 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
         # CUDA 13 keeps cooperative_groups' dependencies (cuda/std/...) under include/cccl
         flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(src), "-I", str(cuda / "include" / "cccl"),
                  "-O3", "-std=c++17", *RECIPES[app.recipe], "-Wno-unknown-cuda-version"]
+        if app.compress:
+            flags += ["-Xcuda-fatbinary", f"--compress-mode={app.compress}"]
         flags += [f"--cuda-gpu-arch={a}" for a in archs]
         if app.compiler == "driver":
             objdir = out / f".{name}.objs"
             objdir.mkdir(exist_ok=True)
             host_src, dev_src = sources
             cubin, fatbin = objdir / "kernels.cubin", objdir / "kernels.fatbin"
-            run([args.clang, *flags, "--cuda-device-only", "-c", str(dev_src), "-o", str(cubin)], env=env)
+            run([args.clang, *flags, "--cuda-device-only", "-c", str(dev_src), "-o", str(cubin)])
             run([str(tree / "bin" / "fatbinary"), "-64", "--create", str(fatbin),
-                 f"--image=profile={args.arch},file={cubin}"], env=env)
+                 f"--image=profile={args.arch},file={cubin}"])
             asm = objdir / "fatbin.s"
             asm.write_text('.section .nv_fatbin,"a"\n.balign 8\n.globl proteus_sample_fatbin\n'
                            f'proteus_sample_fatbin:\n.incbin "{fatbin}"\n.section .note.GNU-stack,"",@progbits\n')
@@ -204,7 +166,7 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
             objs = []
             for s in clang_srcs:
                 obj = objdir / (s.stem + ".o")
-                run([args.clang, *flags, "-c", str(s), "-o", str(obj)], env=env)
+                run([args.clang, *flags, "-c", str(s), "-o", str(obj)])
                 objs.append(str(obj))
             obj = objdir / (nvcc_src.stem + ".o")
             run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(src), "-c", str(nvcc_src), "-o", str(obj)])
@@ -216,13 +178,13 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
             objs = []
             for s in sources:
                 obj = objdir / (s.stem + ".o")
-                run([args.clang, *flags, "-fgpu-rdc", "-c", str(s), "-o", str(obj)], env=env)
+                run([args.clang, *flags, "-fgpu-rdc", "-c", str(s), "-o", str(obj)])
                 objs.append(str(obj))
             dlink = objdir / "dlink.o"
             run([str(cuda / "bin" / "nvcc"), "-dlink", *[f"-arch={a}" for a in archs], *objs, "-o", str(dlink)])
             run([args.clang, *objs, str(dlink), *libs, "-o", str(tmp)])
         else:
-            run([args.clang, *flags, *map(str, sources), *libs, "-o", str(tmp)], env=env)
+            run([args.clang, *flags, *map(str, sources), *libs, "-o", str(tmp)])
     tmp.replace(exe)
     stamp.write_text(config)
     return f"{name}: built ({app.note})"
