@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         for recipe in RECIPES:
             exe = env.build_root / recipe / name
             hecbench_build.host_object(exe, "x").parent.mkdir(parents=True, exist_ok=True)
-            for cmd in [*hecbench_build.host_commands(program, src, exe, env), hecbench_build.compile_command(program, recipe, src, exe, env)]:
+            for cmd in [*hecbench_build.host_commands(program, recipe, src, exe, env), hecbench_build.compile_command(program, recipe, src, exe, env)]:
                 r = subprocess.run(cmd, cwd=src, capture_output=True, text=True)
                 if r.returncode:
                     failed.append(f"{recipe}/{name}: {hecbench_build.first_error(r.stderr)}")

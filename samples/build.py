@@ -53,6 +53,7 @@ class App:
     rdc: bool = False  # separate compilation (-fgpu-rdc) + nvcc -dlink device link
     pie: bool = True  # False: a position-dependent executable (-no-pie)
     recipe: str = "recommended"  # how bitcode is embedded: "recommended" or "fembed-bitcode" (clang's driver flag)
+    lib_sources: tuple[str, ...] = ()  # built into lib<name>.so beside the app, which loads it through $ORIGIN
     note: str = field(default="", compare=False)
 
 
@@ -82,6 +83,12 @@ APPS: dict[str, App] = {
     "templates": App(("templates.cu",), note="templates, struct by value, __launch_bounds__"),
     "annotated": App(("annotated.cu",), note='annotate("jit", 2, 3)'),
     "launch_paths": App(("launch_paths.cu",), note="NULL-argument launch, >48 KiB dynamic shared memory, function attributes"),
+    "shared_lib": App(("shared_lib_main.cpp",), lib_sources=("shared_lib_kernels.cu",),
+                      note="every kernel in a shared library (static cudart there); the executable has no GPU code"),
+    "shared_lib_dynamic": App(("shared_lib_main.cpp",), lib_sources=("shared_lib_kernels.cu",), cudart="dynamic",
+                              note="the same, the library on the dynamic cudart"),
+    "two_tu_shared": App(("two_tu_main.cu",), lib_sources=("two_tu_kernels.cu",), cudart="dynamic",
+                         note="a kernel in the executable, two in its shared library"),
     "graph_params": App(("graph_params.cu",), note="kernels as graph nodes: captured, added by hand, given new scalars by SetParams and by a graph update"),
 }
 
@@ -122,7 +129,7 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
     stamp = out / f".{name}.stamp"  # what the binary was built with: an --arch change rebuilds it
     config = f"{args.arch} {args.clang} {args.cuda_path} {' '.join(RECIPES[app.recipe])}\n"
     sources = [src / s for s in app.sources]
-    inputs = sources + [src / "common.h", Path(__file__)]  # (driver_api.cpp does not use common.h; harmless)
+    inputs = sources + [src / s for s in app.lib_sources] + [src / "common.h", Path(__file__)]  # (driver_api.cpp does not use common.h; harmless)
     if (exe.exists() and stamp.exists() and stamp.read_text() == config
             and exe.stat().st_mtime > max(p.stat().st_mtime for p in inputs)):
         return f"{name}: up to date"
@@ -183,6 +190,12 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
             dlink = objdir / "dlink.o"
             run([str(cuda / "bin" / "nvcc"), "-dlink", *[f"-arch={a}" for a in archs], *objs, "-o", str(dlink)])
             run([args.clang, *objs, str(dlink), *libs, "-o", str(tmp)])
+        elif app.lib_sources:
+            lib = out / f"lib{name}.so"
+            run([args.clang, *flags, "-fPIC", "-shared", *[str(src / s) for s in app.lib_sources], *libs, "-o", str(lib)])
+            cuda_srcs = [str(s) for s in sources if s.suffix == ".cu"]
+            host = [*flags, *cuda_srcs, *libs] if cuda_srcs else ["-O2", *map(str, sources)]
+            run([args.clang, *host, "-L", str(out), f"-l{name}", "-Wl,-rpath,$ORIGIN", "-o", str(tmp)])
         else:
             run([args.clang, *flags, *map(str, sources), *libs, "-o", str(tmp)])
     tmp.replace(exe)

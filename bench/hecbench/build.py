@@ -88,25 +88,38 @@ def _fetch(program: dict, mirror: Path, commit: str, src_root: Path) -> Path:
 
 def compile_command(program: dict, recipe: str, src: Path, exe: Path, env: "BuildEnv") -> list[str]:
     """One clang invocation: every .cu (and any .cpp the program's Makefile builds as CUDA) as
-    CUDA, then the host-only C/C++ files, linked against the static CUDA runtime."""
+    CUDA, then the host-only C/C++ files, linked against the static CUDA runtime (shared-lib:
+    into the program's library, shared_library(exe), instead)."""
     objects = [str(host_object(exe, s)) for s in program.get("cxx_sources", [])]
+    shared = ["-fPIC", "-shared"] if recipe == corpus.SHARED_LIB else []
     return [env.clang, "-x", "cuda", f"--cuda-gpu-arch={env.arch}", f"--cuda-path={env.tree}",
             "-I", str(env.stubs), "-I", str(env.cuda / "include" / "cccl"), "-I", str(src),
-            "-O3", "-std=c++17", "-Wno-unknown-cuda-version", *recipe_flags(recipe, env.sb),
+            "-O3", "-std=c++17", "-Wno-unknown-cuda-version", *recipe_flags(recipe, env.sb), *shared,
             *program["flags"], *[str(src / s) for s in program["sources"]],
             *(["-x", "none", *objects] if objects else []),
-            "-L", str(env.cuda / "lib64"), *LIBS, "-o", str(exe)]
+            "-L", str(env.cuda / "lib64"), *LIBS, "-o", str(shared_library(program, exe) if shared else exe)]
+
+
+def shared_library(program: dict, exe: Path) -> Path:
+    return exe.parent / f"lib{program['name']}.so"
+
+
+def launcher_command(program: dict, exe: Path, env: "BuildEnv") -> list[str]:
+    """shared-lib: an executable with no code of its own; its main is the library's, found beside
+    it through $ORIGIN."""
+    return [env.clang, "-o", str(exe), "-L", str(exe.parent), f"-l{program['name']}", "-Wl,-rpath,$ORIGIN"]
 
 
 def host_object(exe: Path, source: str) -> Path:
     return exe.parent / ".objs" / (Path(source).name + ".o")
 
 
-def host_commands(program: dict, src: Path, exe: Path, env: "BuildEnv") -> list[list[str]]:
+def host_commands(program: dict, recipe: str, src: Path, exe: Path, env: "BuildEnv") -> list[list[str]]:
     """Host-only files (nvcc builds a .cpp as plain C++) compiled on their own: as C++ they do
     not get CUDA mode's include paths, and the CUDA files must not get the toolkit's include
     directory ahead of clang's wrapper headers."""
-    return [[env.clang, "-x", "c++", "-O3", "-std=c++17", "-I", str(src), "-I", str(env.cuda / "include"),
+    pic = ["-fPIC"] if recipe == corpus.SHARED_LIB else []
+    return [[env.clang, "-x", "c++", "-O3", "-std=c++17", *pic, "-I", str(src), "-I", str(env.cuda / "include"),
              *program["flags"], "-c", str(src / s), "-o", str(host_object(exe, s))]
             for s in program.get("cxx_sources", [])]
 
@@ -136,7 +149,9 @@ def build_one(program: dict, recipe: str, src: Path, env: "BuildEnv") -> dict:
     out = env.build_root / recipe / program["name"]
     out.mkdir(parents=True, exist_ok=True)
     exe, tmp, stamp = out / "main", out / ".main.tmp", out / ".stamp"
-    cmds = [*host_commands(program, src, tmp, env), compile_command(program, recipe, src, tmp, env)]
+    cmds = [*host_commands(program, recipe, src, tmp, env), compile_command(program, recipe, src, tmp, env)]
+    if recipe == corpus.SHARED_LIB:
+        cmds.append(launcher_command(program, tmp, env))
     key = hashlib.sha256(json.dumps([cmds, env.clang_version, source_digest(src)]).encode()).hexdigest()
     previous = json.loads(stamp.read_text()) if stamp.exists() else None
     if previous and previous.get("key") == key and (exe.exists() or previous["entry"]["status"] != "ok"):

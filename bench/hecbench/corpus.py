@@ -16,7 +16,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROGRAMS_JSON = HERE / "programs.json"
 SUITES = ("paper", "corpus")
-RECIPES = ("plain", "recommended", "exact-fp", "fembed-bitcode")
+RECIPES = ("plain", "recommended", "exact-fp", "fembed-bitcode", "shared-lib")
+# shared-lib: the exact-fp recipe with every object of the program (main included) in a shared
+# library, lib<name>.so, and `main` a launcher with no code of its own, whose main the library
+# defines: the layout of applications that keep their kernels in libraries.
+SHARED_LIB = "shared-lib"
 MASKED = "<masked>"
 # The corpus is drawn from names a..m; n..z stay untouched as an independent check.
 CORPUS_FIRST_LETTERS = "abcdefghijklm"

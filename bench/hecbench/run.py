@@ -50,7 +50,7 @@ MODES = ("sync-cold", "default-cold", "default-warm")
 # its first launch; runtime/validate.py), in a fresh cache of its own
 VALIDATE = "validate"
 EXTRA_MODES: tuple[str, ...] = ()
-TOOL_RECIPES = ("recommended", "exact-fp", "fembed-bitcode")
+TOOL_RECIPES = ("recommended", "exact-fp", "fembed-bitcode", "shared-lib")
 DEFAULT_RTOL = 1e-6  # numbers this close count as "close", not "differs"
 TAIL = 4000  # characters of stdout kept per run
 _print_lock = threading.Lock()
@@ -73,6 +73,7 @@ class Context:
     recipes: tuple[str, ...]
     doc: dict
     manifest: dict
+    kernel_trace: str | None = None  # a CUPTI injection library (tests/support/kernel_trace.c) for the tool's runs
 
 
 # --- running one command ------------------------------------------------------------------
@@ -158,12 +159,28 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
             env["PROTEUS_ASYNC_COMPILATION"] = "0"
         if mode == VALIDATE:
             env["PROTEUS_VALIDATE"] = "1"
+        trace = scratch / recipe / f"kernels-{mode}.txt"
+        if ctx.kernel_trace:  # the driver's account of what ran, beside the shim's report
+            trace.unlink(missing_ok=True)
+            env.update({"CUDA_INJECTION64_PATH": ctx.kernel_trace, "CUPTI_KERNEL_TRACE_FILE": str(trace)})
         run = run_cmd(cmd, cwd, env, ctx)
+        if ctx.kernel_trace:
+            run["kernels_run"] = kernels_run(trace)
         run["report"] = read_report(report)
         if mode == VALIDATE:
             run["validation"] = validation_counts(report)
         result[mode] = run
     return result
+
+
+def kernels_run(trace: Path) -> dict | None:
+    """Kernel launches the GPU executed, by CUPTI: variants (named `...$proteus$...`) and originals."""
+    try:
+        names = [line.split("\t", 1)[0] for line in trace.read_text().splitlines() if line and not line.startswith("#")]
+    except OSError:
+        return None
+    variants = sum("$proteus$" in n for n in names)
+    return {"variants": variants, "originals": len(names) - variants}
 
 
 def read_report(path: Path) -> dict | None:
@@ -212,7 +229,7 @@ def compare_runs(program: dict, native: dict, native2: dict | None, run: dict, c
         native_unstable = a != a2
     cmp = corpus.compare(a, b, program.get("rtol", DEFAULT_RTOL), unstable, native_unstable)
     return {"verdict": verdict(native, run, cmp), "max_rel": cmp.max_rel, "diff": cmp.diff,
-            "ignored_lines": sorted(unstable)}
+            "ignored_lines": sorted(unstable), "kernels_run": run.get("kernels_run"), "report": run.get("report")}
 
 
 def run_program(program: dict, ctx: Context) -> dict:
@@ -345,16 +362,42 @@ def markdown(results: list[dict], header: dict) -> str:
              "DIFF; CRASH = another exit code; TIMEOUT; REWRITE-FAILED; native-timeout / native-failed = nothing to compare "
              "with; `-` = not built.", ""]
     lines += summary(results) + [""]
-    lines += ["| program | suite | tags | specialized (sync-cold) | recommended | exact-fp | fembed-bitcode | note |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["| program | suite | tags | specialized (sync-cold) | recommended | exact-fp | fembed-bitcode | shared-lib | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rec, fem = r["verdicts"].get("recommended"), r["verdicts"].get("fembed-bitcode")
         cells = [r["name"], r["suite"], ", ".join(r["tags"]), share_text((rec or {}).get("sync-cold")),
                  _modes_cell(rec), _modes_cell(r["verdicts"].get("exact-fp"), r["builds"].get("exact-fp")),
-                 _modes_cell(fem, r["builds"].get("fembed-bitcode")), r["note"].replace("|", "\\|")]
+                 _modes_cell(fem, r["builds"].get("fembed-bitcode")),
+                 _modes_cell(r["verdicts"].get("shared-lib"), r["builds"].get("shared-lib")), r["note"].replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += kernels_table(results)
     lines += validation_table(results)
     return "\n".join(lines) + "\n"
+
+
+def kernels_table(results: list[dict]) -> list[str]:
+    """--kernel-trace: per program and recipe, the launches the GPU ran as variants and as
+    originals in each mode, by CUPTI, beside the launches the shim's report says it specialized."""
+    rows = []
+    for r in results:
+        for recipe, verdicts in r["verdicts"].items():
+            cells = []
+            for mode in MODES:
+                v = (verdicts or {}).get(mode) or {}
+                k = v.get("kernels_run")
+                if k is None:
+                    cells.append("-")
+                    continue
+                rep = v.get("report") or {}
+                cells.append(f"{k['variants']} / {k['originals']} ({rep.get('specialized_launches', '-')} by the report)")
+            if any(c != "-" for c in cells):
+                rows.append(f"| {r['name']} | {recipe} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "## What the GPU ran (CUPTI)", "",
+            "Kernel launches executed as variants / as originals, from CUPTI's activity records (--kernel-trace).", "",
+            "| program | recipe | " + " | ".join(MODES) + " |", "|---|---|" + "---|" * len(MODES), *rows]
 
 
 def validation_table(results: list[dict]) -> list[str]:
@@ -446,6 +489,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run each build under PROTEUS_VALIDATE (a fourth mode, 'validate')")
     parser.add_argument("--modes", default=",".join(MODES),
                         help="the tool's modes to run, comma-separated (default: all three)")
+    parser.add_argument("--kernel-trace", metavar="LIB",
+                        help="CUPTI injection library (tests/support/kernel_trace.c, built): each tool run records the "
+                             "kernels the GPU ran, variants and originals")
     parser.add_argument("--native-only", action="store_true",
                         help="native runs only: check the programs themselves (time, stability) without the tool")
     args = parser.parse_args(argv)
@@ -467,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
         tool[0] = str(Path(tool[0]).resolve())
     out = Path(args.out).resolve()
     ctx = Context(work, out, tool, str(Path(args.exe).resolve()) if args.exe else None, args.timeout,
-                  args.dry_run, args.native_only, recipes, doc, manifest)
+                  args.dry_run, args.native_only, recipes, doc, manifest,
+                  str(Path(args.kernel_trace).resolve()) if args.kernel_trace else None)
     runnable = [p for p in programs if any(built(ctx, p["name"], r) for r in corpus.RECIPES)]
     skipped = sorted(set(p["name"] for p in programs) - set(p["name"] for p in runnable))
     if skipped:
