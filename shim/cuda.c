@@ -394,6 +394,82 @@ static CUresult w_cuKernelGetFunction(CUfunction *f, CUkernel k) {
   return r;
 }
 
+/* ------------------------------------------------------------------ no usable GPU
+ *
+ * A static CUDA runtime that finds no driver, or whose cuInit fails, names no fat binary to the
+ * shim: without this, the shim would know of no kernel and write no report, and `validate`
+ * could not tell a run without a GPU from an app that failed. The runtime asks dlsym (or
+ * cuGetProcAddress) for cuInit, so the app's own answer is seen, and named while the driver is
+ * certainly still loaded. */
+static pthread_mutex_t no_gpu_lock = PTHREAD_MUTEX_INITIALIZER;
+static int app_init = -1;            /* no_gpu_lock: the app's cuInit, 0 once it succeeded; -1 never called */
+static char init_error[160];         /* no_gpu_lock: the failure's name, as the driver gives it */
+
+static CUresult w_cuInit(unsigned flags) {
+  CUresult r = real_cuInit(flags);
+  pthread_mutex_lock(&no_gpu_lock);
+  if (r == CUDA_SUCCESS) app_init = 0;
+  else if (app_init != 0) {
+    const char *name = NULL;
+    if (!real_cuGetErrorName) *(void **)&real_cuGetErrorName = cuda_sym("cuGetErrorName");
+    if (!real_cuGetErrorName || real_cuGetErrorName(r, &name) != CUDA_SUCCESS || !name) name = "error";
+    snprintf(init_error, sizeof init_error, "cuInit failed: %s (%d)", name, r);
+    app_init = r;
+  }
+  pthread_mutex_unlock(&no_gpu_lock);
+  return r;
+}
+
+/* Whether this process is a CUDA app: a kernel the CUDA runtime or driver named, else a fat
+ * binary among its loaded objects (a program that is none, under LD_PRELOAD, writes no report). */
+static int cuda_app(void) {
+  for (kinfo *k = all_kernels; k; k = k->next_all)
+    if (k->owner_kind != OWNER_HIP_RUNTIME && k->owner_kind != OWNER_HIP_MODULE) return 1;
+  return !all_kernels && fatbins_seen() > 0;
+}
+
+static int launched_any(void) {
+  for (kinfo *k = all_kernels; k; k = k->next_all)
+    if (atomic_load(&k->launches) || atomic_load(&k->graph_nodes)) return 1;
+  return 0;
+}
+
+const char *no_gpu_reason(int may_init) {
+  static char why[512];
+  static _Atomic int decided;
+  read_env();
+  if (atomic_load(&decided) || !getenv(ENV_REPORT) || g_disable || !cuda_app()) return why;   /* (disabled: the report says so) */
+  pthread_mutex_lock(&no_gpu_lock);
+  int init = app_init;
+  if (init > 0) snprintf(why, sizeof why, "%s", init_error);
+  pthread_mutex_unlock(&no_gpu_lock);
+  if (init >= 0) {
+    atomic_store(&decided, 1);
+    return why;
+  }
+  /* The app never asked through us: a driver-API app, or no driver to ask. */
+  init_real_dlsym();
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h && !(h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) {
+    const char *e = dlerror();
+    snprintf(why, sizeof why, "the CUDA driver cannot be loaded (%s)", e ? e : "libcuda.so.1");
+    atomic_store(&decided, 1);
+    return why;
+  }
+  /* Asked only where nothing was launched, and only before the exit handlers: after them a
+   * driver the app loaded may be torn down already. */
+  if (!may_init || launched_any()) return why;
+  CUresult (*init_fn)(unsigned) = (CUresult (*)(unsigned))real_dlsym(h, "cuInit");
+  CUresult (*name_of)(CUresult, const char **) = (CUresult (*)(CUresult, const char **))real_dlsym(h, "cuGetErrorName");
+  CUresult r = init_fn ? init_fn(0) : CUDA_SUCCESS;
+  const char *name = NULL;
+  if (r != CUDA_SUCCESS && (!name_of || name_of(r, &name) != CUDA_SUCCESS || !name)) name = "error";
+  if (r != CUDA_SUCCESS) snprintf(why, sizeof why, "cuInit failed: %s (%d)", name, r);
+  atomic_store(&decided, 1);
+  return why;
+}
+
+
 /* Every entry point the driver hands out passes through here. */
 static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long flags) {
   int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
@@ -416,6 +492,7 @@ static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long 
   WRAP_PROC("cuModuleUnload", cuModuleUnload); WRAP_PROC("cuLibraryUnload", cuLibraryUnload);
   WRAP_PROC("cuFuncSetAttribute", cuFuncSetAttribute); WRAP_PROC("cuFuncSetCacheConfig", cuFuncSetCacheConfig);
   WRAP_PROC("cuKernelSetAttribute", cuKernelSetAttribute); WRAP_PROC("cuKernelSetCacheConfig", cuKernelSetCacheConfig);
+  WRAP_PROC("cuInit", cuInit);
   if (!strncmp(sym, "cuGraph", 7)) return graph_proc(sym, real, ver, ptsz);
   if (!strcmp(sym, "cuModuleGetGlobal")) real_cuModuleGetGlobal = real;
   if (!strcmp(sym, "cuLibraryGetGlobal")) real_cuLibraryGetGlobal = real;
@@ -450,7 +527,14 @@ static CUresult w_cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsi
 __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name) {
   init_real_dlsym();
   void *p = real_dlsym(handle, name);
-  if (!p || name[0] != 'c' || strncmp(name, "cuGetProcAddress", 16)) return p;
+  if (!p || name[0] != 'c' || name[1] != 'u') return p;
+  if (!strcmp(name, "cuInit")) {
+    read_env();
+    if (g_disable) return p;
+    *(void **)&real_cuInit = p;
+    return (void *)w_cuInit;
+  }
+  if (strncmp(name, "cuGetProcAddress", 16)) return p;
   prestart(1);   /* a static CUDA runtime starting up: the context comes next */
   if (!strcmp(name, "cuGetProcAddress")) { *(void **)&real_cuGetProcAddress = p; return (void *)w_cuGetProcAddress; }
   if (!strcmp(name, "cuGetProcAddress_v2")) { *(void **)&real_cuGetProcAddress_v2 = p; return (void *)w_cuGetProcAddress_v2; }

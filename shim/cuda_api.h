@@ -46,6 +46,8 @@ typedef struct { unsigned magic, version; const void *data; void *filename_or_fa
   X(CUresult, cuDeviceGet, (CUdevice *, int)) \
   X(CUresult, cuDeviceGetAttribute, (int *, int, CUdevice)) \
   X(CUresult, cuDriverGetVersion, (int *)) \
+  X(CUresult, cuInit, (unsigned)) \
+  X(CUresult, cuGetErrorName, (CUresult, const char **)) \
   X(CUresult, cuCtxSetCurrent, (CUcontext)) \
   X(CUresult, cuEventCreate, (void **, unsigned)) \
   X(CUresult, cuEventRecord, (void *, CUstream)) \
@@ -105,6 +107,11 @@ PROTEUS_CUDA_API(PROTEUS_CUDA_DECLARE)
 #undef PROTEUS_CUDA_DECLARE
 
 HIDDEN void *cuda_sym(const char *name);
+/* Why the app had no usable GPU, for its report ("" where it had one, or where that cannot be
+ * told): its own cuInit failed, or the driver cannot be loaded, or, where nothing was launched,
+ * cuInit fails when asked now. may_init: the driver may still be asked, which only holds before
+ * the exit handlers run. */
+HIDDEN const char *no_gpu_reason(int may_init);
 HIDDEN void init_driver_calls(void);
 HIDDEN int current_arch(void);                       /* SM version of the current context's device, 0: none */
 HIDDEN void resolve(kinfo *ki);                      /* a kernel's first launch: jit_lock held */

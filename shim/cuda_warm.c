@@ -151,6 +151,15 @@ int warm_scan(void) {
   return found;
 }
 
+/* How many fat binaries the app has: its loaded objects' and those its runtime named. */
+int fatbins_seen(void) {
+  warm_scan();
+  pthread_mutex_lock(&warm_lock);
+  int n = n_warm_images;
+  pthread_mutex_unlock(&warm_lock);
+  return n;
+}
+
 /* At exit, before any handler: the thread stops, and is out of the driver and Python. */
 void warm_finish(void) {
   pthread_mutex_lock(&warm_lock);

@@ -178,6 +178,7 @@ void before_exit(void) {
   warm_finish();
   stop_workers();
   trial_finish();
+  no_gpu_reason(1);   /* the report's, decided while the driver may still be asked */
 }
 
 typedef int (*main_fn)(int, char **, char **);

@@ -349,6 +349,18 @@ static uint8_t *counters(size_t *len) {
 }
 
 
+/* s as a JSON string: a driver's message may hold anything. */
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
 /* At exit (lifecycle.c's destructor): runtime.finish (end-of-run trace lines, the next run's
  * guess whether it compiles), then PROTEUS_REPORT. */
 void report_at_exit(void) {
@@ -367,7 +379,9 @@ void report_at_exit(void) {
     py.GILStateRelease(g);
   }
   const char *path = getenv(ENV_REPORT);
-  if (!path || !all_kernels) return;
+  if (!path) return;
+  const char *no_gpu = no_gpu_reason(0);
+  if (!all_kernels && !no_gpu[0]) return;
   /* CLOCK_MONOTONIC, as a parent's clock reads it: where a run's time went, from exec to exit */
   unsigned long long timeline[4] = {atomic_load(&t_loaded_ns), atomic_load(&t_main_start_ns), atomic_load(&t_main_end_ns), now_ns()};
   size_t len = 0;
@@ -390,7 +404,8 @@ void report_at_exit(void) {
       [W_SHIM_LOADED] = timeline[0], [W_MAIN_START] = timeline[1], [W_MAIN_END] = timeline[2], [W_REPORT] = timeline[3]};
   _Static_assert(W_COUNT == 26, "FMT_WRITE_REPORT passes 26 figures: keep the call below in step");
   int written = 0;
-  if (py_state > 0 && py.IsInitialized()) {   /* a host Python may already have finalized */
+  int python = py_state > 0 && py.IsInitialized();   /* a host Python may already have finalized */
+  if (python && !no_gpu[0]) {   /* (without a GPU nothing ran that Python would have more to say of) */
     int g = py.GILStateEnsure();
     PyObject *r = py.CallFunction(f_write_report, FMT_WRITE_REPORT, path, (const char *)buf, (ssize_t)len,
                                   (unsigned long long)atomic_load(&unknown_launches), w[0], w[1], w[2], w[3], w[4], w[5],
@@ -399,13 +414,19 @@ void report_at_exit(void) {
     if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
     py.GILStateRelease(g);
   }
-  if (!written) {   /* Python never started (nothing to compile, PROTEUS_DISABLE) or has finalized: counters only */
+  if (!written) {   /* Python never started (nothing to compile, PROTEUS_DISABLE), has finalized, or no GPU: counters only */
     FILE *f = fopen(path, "w");
     if (f) {
-      fprintf(f, "{\"python\": false, \"disabled\": %s, \"unknown_handle_launches\": %llu, "
+      fprintf(f, "{\"pid\": %d, \"python\": %s, \"disabled\": %s, ", (int)getpid(), python ? "true" : "false",
+              g_disable ? "true" : "false");
+      if (no_gpu[0]) {
+        fputs("\"no_gpu\": ", f);
+        json_string(f, no_gpu);
+        fputs(", ", f);
+      }
+      fprintf(f, "\"unknown_handle_launches\": %llu, "
                  "\"timeline_ns\": {\"shim_loaded\": %llu, \"main_start\": %llu, \"main_end\": %llu, \"report\": %llu}, \"kernels\": [",
-              g_disable ? "true" : "false", (unsigned long long)atomic_load(&unknown_launches),
-              timeline[0], timeline[1], timeline[2], timeline[3]);
+              (unsigned long long)atomic_load(&unknown_launches), timeline[0], timeline[1], timeline[2], timeline[3]);
       const char *sep = "";
       for (size_t off = 0; off < len;) {
         uint64_t c[PROTO_COUNTERS_U64]; memcpy(c, buf + off + 4, sizeof c);

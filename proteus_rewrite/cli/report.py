@@ -11,9 +11,10 @@ from rich.table import Table
 
 from ..runtime.report import kernel_rows, read_report
 from .app import EPILOG, main
+from .common import input_path
 
 @main.command(epilog=EPILOG)
-@click.argument("report_file", metavar="REPORT", type=click.Path(dir_okay=False, path_type=str))
+@click.argument("report_file", metavar="REPORT", type=input_path())
 @click.option("--json", "as_json", is_flag=True, help="Print the per-kernel summary as JSON.")
 def report(report_file, as_json):
     """Summarize a PROTEUS_REPORT file: per kernel, how its launches ran and what it cost.
@@ -37,7 +38,9 @@ def report(report_file, as_json):
                                "threads_ms": threads, "compiler_process": proc, "kernels": rows}, indent=2))
         return
     head = [f"{doc.get('tool', 'proteus-rewrite')}, pid {doc.get('pid', '?')}, {doc.get('seconds', '?')} s"]
-    if doc.get("python") is False:
+    if doc.get("no_gpu"):
+        head.append(f"no usable GPU ({doc['no_gpu']}): nothing was specialized")
+    elif doc.get("python") is False:
         head.append("Python never started" + (" (PROTEUS_DISABLE)" if doc.get("disabled") else ""))
     if doc.get("unknown_handle_launches"):
         head.append(f"{doc['unknown_handle_launches']} launches of kernels the shim never saw registered")
