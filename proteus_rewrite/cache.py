@@ -13,11 +13,13 @@ into place, so a reader sees a whole entry or none, whatever other processes do.
 A read verifies the checksum; a damaged entry is deleted and reported as a miss, so it is
 rebuilt, never loaded. The directory is kept under PROTEUS_CACHE_MAX_MB by deleting the
 least recently used entries (a hit refreshes an entry's modification time); its total size is
-kept in `.usage`, updated by every put under the directory's `.lock`.
+kept in `.usage`, updated by every put under the directory's `.lock` (on a file system
+without file locks, unlocked and counted afresh on every put: `_flock`).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -105,7 +107,7 @@ class StorageCache:
         stats = self.stats if counted else LevelStats()
         try:
             raw = p.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a directory that is a file: the put says so
             stats.misses += 1
             return None
         except OSError as exc:
@@ -117,7 +119,10 @@ class StorageCache:
             self.stats.corrupt += 1
             stats.misses += 1
             log.warning("cache entry %s is damaged: deleted, the kernel is compiled again", p)
-            p.unlink(missing_ok=True)
+            try:
+                p.unlink(missing_ok=True)
+            except OSError:  # a read-only cache: the entry stays, and is never loaded
+                pass
             return None
         try:
             os.utime(p)  # least-recently-used order
@@ -146,14 +151,38 @@ class StorageCache:
                 Path(tmp).unlink(missing_ok=True)
                 raise
         except OSError as exc:
-            raise CacheError(f"cannot write a cache entry: {exc.strerror or exc}", self.dir) from None
+            raise CacheError(f"cannot write a cache entry: {self._reason(exc)}", self.dir) from None
         self.stats.puts += 1
+
+    def check_writable(self) -> None:
+        """Raise the CacheError a put would, without storing anything: for a command that is about
+        to compile for the cache (prewarm), which should not find out after compiling."""
+        try:
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.dir)
+            os.close(fd)
+            os.unlink(tmp)
+            lock = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                _flock(lock)
+            finally:
+                os.close(lock)
+        except OSError as exc:
+            raise CacheError(f"cannot write a cache entry: {self._reason(exc)}", self.dir) from None
+
+    def _reason(self, exc: OSError) -> str:
+        # mkdir on a file says "File exists", which does not tell what to change
+        if self.dir.exists() and not self.dir.is_dir():
+            return "not a directory"
+        return exc.strerror or str(exc)
 
     def entries(self) -> list[tuple[Path, os.stat_result]]:
         try:
             it = list(os.scandir(self.dir))
         except FileNotFoundError:
             return []
+        except OSError as exc:
+            raise CacheError(f"cannot read the cache directory: {self._reason(exc)}", self.dir) from None
         out = []
         for de in it:
             if de.name.endswith(SUFFIX):
@@ -171,7 +200,7 @@ class StorageCache:
         the count misses: a damaged entry deleted on read, another tool's files) and to evict."""
         lock = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released with the descriptor, whatever happens
+            locked = _flock(lock)  # released with the descriptor, whatever happens
             try:
                 replaced = os.stat(target).st_size
             except FileNotFoundError:
@@ -181,7 +210,9 @@ class StorageCache:
             usage = os.open(self.dir / USAGE, os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 total = _parse_usage(os.read(usage, 32))
-                if total is None or self._accounted % RECOUNT_EVERY == 0:
+                # unlocked, another process's put may land between the read and the write: count
+                # every time, so that a lost update never outlives the next put
+                if total is None or not locked or self._accounted % RECOUNT_EVERY == 0:
                     total = sum(st.st_size for _, st in self.entries())
                 else:
                     total += size - replaced
@@ -211,13 +242,36 @@ class StorageCache:
 
     def clear(self) -> int:
         n = 0
-        for p, _ in self.entries():
-            p.unlink(missing_ok=True)
-            n += 1
-        for tmp in self.dir.glob(".tmp-*") if self.dir.exists() else ():
-            tmp.unlink(missing_ok=True)
-        (self.dir / USAGE).unlink(missing_ok=True)
+        try:
+            for p, _ in self.entries():
+                p.unlink(missing_ok=True)
+                n += 1
+            for tmp in self.dir.glob(".tmp-*") if self.dir.exists() else ():
+                tmp.unlink(missing_ok=True)
+            (self.dir / USAGE).unlink(missing_ok=True)
+        except OSError as exc:
+            done = f" ({n} removed)" if n else ""
+            raise CacheError(f"cannot delete cache entries: {self._reason(exc)}{done}", self.dir) from None
         return n
+
+
+# What flock answers on a file system that has no locks (some NFS and FUSE mounts): ENOLCK,
+# ENOSYS, EOPNOTSUPP, or EINVAL for a descriptor it cannot lock.
+NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
+
+
+def _flock(fd: int) -> bool:
+    """Lock the cache directory's lock file; False where the file system cannot, and the put
+    goes on unlocked: an entry is still renamed into place whole, only the size total may
+    race, and it is then counted again on each put."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as exc:
+        if exc.errno not in NO_LOCKS:
+            raise
+        log.debug("cache: no file locks here (%s): the entries' total is counted on each put", exc.strerror)
+        return False
+    return True
 
 
 def _parse_usage(raw: bytes) -> int | None:
@@ -233,6 +287,7 @@ class CacheChain:
 
     def __init__(self, levels: list) -> None:
         self.levels = levels
+        self.put_errors: dict[str, int] = {}  # each put failure's message: how many times
 
     def get(self, key: str, counted: bool = True) -> tuple[Entry, str] | None:
         """counted=False: not a kernel's variant (a policy, a verdict): the levels' hit and miss
@@ -250,7 +305,9 @@ class CacheChain:
             try:
                 level.put(entry, enforce_cap)
             except CacheError as exc:  # a full or read-only disk must not stop the JIT
-                log.warning("%s", exc)
+                if str(exc) not in self.put_errors:  # once: every later put fails alike
+                    log.warning("%s", exc)
+                self.put_errors[str(exc)] = self.put_errors.get(str(exc), 0) + 1
 
     def stats(self) -> dict[str, LevelStats]:
         return {level.name: level.stats for level in self.levels}

@@ -66,6 +66,13 @@ class SpecializeError(ProteusError):
     exit_code = 9
 
 
+class ConfigError(SpecializeError):
+    """A PROTEUS_* variable holds a value it cannot take. A SpecializeError to the run time, which
+    runs the app unspecialized with one error line; to the command line, a usage error."""
+
+    exit_code = 2
+
+
 class CacheError(ProteusError):
     """The code cache could not be read or written."""
 
@@ -84,8 +91,20 @@ class ValidationError(ProteusError):
     exit_code = 12
 
 
-# What each exit code means, for --help and the README.
+class NoGpuError(ProteusError):
+    """A command that runs the app (validate) found no usable GPU: the CUDA driver missing, or
+    cuInit failing. Not ValidationError's code: nothing was compared, so nothing differed."""
+
+    exit_code = 13
+
+
+# Every code the command line exits with and what it means: for --help, docs/user/usage.md's
+# table and the test that keeps the three the same.
+USAGE = 2
 EXIT_CODES = {
+    0: "ok",
+    1: "internal error, or prewarm: a variant failed",
+    USAGE: "usage: a bad argument, option or PROTEUS_* value",
     InputError.exit_code: "input missing or unreadable",
     NotCudaBinaryError.exit_code: "not a GPU executable",
     FormatError.exit_code: "corrupt or truncated binary",
@@ -96,4 +115,5 @@ EXIT_CODES = {
     CacheError.exit_code: "cache error",
     InjectError.exit_code: "shim or rewrite failed",
     ValidationError.exit_code: "validation found a difference",
+    NoGpuError.exit_code: "no usable GPU to run the app on",
 }

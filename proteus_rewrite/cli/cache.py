@@ -11,9 +11,22 @@ from rich.table import Table
 
 from ..fatbin import kernels as kernels_mod
 from ..fatbin.table import arch_name
-from .app import main
+from .app import EPILOG, main
+from .common import cache_dir_path
 
-@main.group()
+# Each cache command's own examples, then every command's (and the exit codes), as the other
+# commands end their --help.
+CACHE_EPILOG = """\b
+Cache examples:
+  proteus-rewrite cache ls              entries, most recently used first
+  proteus-rewrite cache ls --json       the same, machine-readable
+  proteus-rewrite cache stats --dir DIR another cache directory's size against its cap
+  proteus-rewrite cache clear           delete every entry
+
+""" + EPILOG
+
+
+@main.group(epilog=CACHE_EPILOG)
 def cache():
     """The on-disk JIT cache (PROTEUS_CACHE_DIR, default: the user cache directory)."""
 
@@ -26,11 +39,11 @@ def storage(directory: str | None):
     return StorageCache(directory or cfg.cache_dir, cfg.cache_max_mb)
 
 
-_dir_option = click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=str),
+_dir_option = click.option("--dir", "directory", type=cache_dir_path(),
                            help="Cache directory (default: PROTEUS_CACHE_DIR or the user cache directory).")
 
 
-@cache.command("ls")
+@cache.command("ls", epilog=CACHE_EPILOG)
 @_dir_option
 @click.option("--json", "as_json", is_flag=True)
 def cache_ls(directory, as_json):
@@ -55,7 +68,7 @@ def cache_ls(directory, as_json):
     click.echo(f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'} in {store.dir}")
 
 
-@cache.command("stats")
+@cache.command("stats", epilog=CACHE_EPILOG)
 @_dir_option
 def cache_stats(directory):
     """Entries, size and cap of the cache."""
@@ -67,7 +80,7 @@ def cache_stats(directory):
     click.echo(f"size       {total / 1e6:.2f} MB of {store.max_bytes / 2**20:g} MiB (PROTEUS_CACHE_MAX_MB)")
 
 
-@cache.command("clear")
+@cache.command("clear", epilog=CACHE_EPILOG)
 @_dir_option
 def cache_clear(directory):
     """Delete every cached kernel."""

@@ -13,18 +13,56 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import __version__, store
-from ..errors import NoBitcodeError, ProteusError
+from ..errors import InputError, NoBitcodeError, ProteusError, StoreError
 from ..fatbin import kernels as kernels_mod
 from ..fatbin.kernels import KernelTable
 from ..fatbin.table import arch_name, best_for_arch
 from .app import err_console
+
+
+def input_path() -> click.Path:
+    """The type of an input file's argument: the command reads it itself, so that a missing,
+    unreadable or wrong kind of file is one line and exit 3 (InputError), not click's usage error."""
+    return click.Path(path_type=str, readable=False)
+
+
+def cache_dir_path() -> click.Path:
+    """The type of --dir / --cache-dir: the cache itself says what is wrong with one (CacheError),
+    whether it came from the option or from PROTEUS_CACHE_DIR."""
+    return click.Path(path_type=str, readable=False)
+
+
+def require_file(path: str) -> None:
+    """An InputError unless `path` is a file this process can read (for a command that only
+    hands it on, as validate does to the app it runs)."""
+    if os.path.isdir(path):
+        raise InputError("is a directory, not an executable", path)
+    try:
+        with open(path, "rb"):
+            pass
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", path) from None
+
+
+def store_paths(path: str) -> list[str]:
+    """Every .kstore of a directory written by proteus-rewrite (the app's, and one per shared
+    library with kernels), or the one store or app named."""
+    if os.path.isdir(path):
+        found = sorted(str(p) for p in Path(path).glob(f"*{store.SUFFIX}"))
+        if not found:
+            raise StoreError(f"no {store.SUFFIX} file in the directory (not written by proteus-rewrite?)", path)
+        return found
+    return [path]
+
 
 def store_path(path: str) -> str:
     """A directory written by proteus-rewrite stands for the .kstore inside it."""
     if os.path.isdir(path):
         found = sorted(Path(path).glob(f"*{store.SUFFIX}"))
         if len(found) != 1:
-            raise ProteusError(f"expected one {store.SUFFIX} file in the directory, found {len(found)}", path)
+            raise StoreError(f"expected one {store.SUFFIX} file in the directory, found {len(found)}", path)
         return str(found[0])
     return path
 

@@ -10,15 +10,15 @@ import click
 from ..errors import InputError, ProteusError
 from ..runtime.report import read_report
 from .app import EPILOG, err_console, main
-from .common import find_kernel, load, store_path
+from .common import cache_dir_path, find_kernel, input_path, load, store_paths
 
 log = logging.getLogger("proteus_rewrite")
 
 @main.command(epilog=EPILOG)
-@click.argument("store_or_app", metavar="STORE", type=click.Path(path_type=str))
-@click.option("--from", "reports", multiple=True, required=True, type=click.Path(dir_okay=False, path_type=str),
+@click.argument("store_or_app", metavar="STORE", type=input_path())
+@click.option("--from", "reports", multiple=True, required=True, type=input_path(),
               help="A PROTEUS_REPORT file of an earlier run (repeatable).")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str),
+@click.option("--cache-dir", type=cache_dir_path(),
               help="Where to put the variants (default: PROTEUS_CACHE_DIR or the user cache directory, as at run time).")
 def prewarm(store_or_app, reports, cache_dir):
     """Compile the variants an earlier run used into the disk cache, so the next run starts warm.
@@ -26,89 +26,103 @@ def prewarm(store_or_app, reports, cache_dir):
     That includes the variants the run asked for but had not compiled in the background when it
     ended (a kernel launched just before exit).
 
-    STORE is the directory proteus-rewrite wrote (or its .kstore, or the app). Run this with the
+    STORE is the directory proteus-rewrite wrote (all its stores: the app's and those of its
+    libraries), or one .kstore, or the app. Run this with the
     same PROTEUS_* settings, Python packages and GPU driver as the runs it prepares: they are
-    part of every variant's cache key. Kernels that use device variables are keyed by their
-    addresses, which the report records; a run that gets other addresses compiles anew.
+    part of every variant's cache key. Kernels that use device variables are prewarmed like any
+    other: the key holds the variables' names, and each run sets their addresses in the image
+    it loads.
     """
     from .. import jit
     from ..cache import make_chain
 
-    table = load(store_path(store_or_app))
     config = jit.Config.from_env()
-    chain = make_chain(True, cache_dir or config.cache_dir, config.cache_max_mb)
     todo, learned = [], {}
     for path in reports:
         doc = read_report(path)
         try:
-            todo += [(k["name"], v["launch"], doc.get("driver_version") or None) for k in doc["kernels"]
+            todo += [(k["name"], v["launch"], doc.get("driver_version") or None, path) for k in doc["kernels"]
                      for v in k.get("variants", []) if "launch" in v]
             # queued for a compile thread when that run ended (PROTEUS_ASYNC_COMPILATION 1 or auto)
-            todo += [(k["name"], spec, doc.get("driver_version") or None) for k in doc["kernels"]
+            todo += [(k["name"], spec, doc.get("driver_version") or None, path) for k in doc["kernels"]
                      for spec in k.get("not_compiled", [])]
             for k in doc["kernels"]:
                 for slot in (k.get("tracker") or {}).get("stopped_folding", []):
                     learned.setdefault(k["name"], []).append(str(slot))
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None
-    by_name = {}
-    for k in table.kernels:
-        by_name.setdefault(k.name, []).append(k)
-    counts = {"compiled": 0, "memory": 0, "disk": 0, "not in this store": 0, "failed": 0, "tracker decisions": 0}
+    tables = [load(p) for p in store_paths(store_or_app)]
+    chain = make_chain(True, cache_dir or config.cache_dir, config.cache_max_mb)
+    disk = chain.levels[-1]
+    disk.check_writable()  # a cache that takes nothing is said at once, not after compiling every variant
+    by_name: dict[str, list] = {}  # a kernel's name -> (its store, its record) for each store that has it
+    for table in tables:
+        for k in table.kernels:
+            by_name.setdefault(k.name, []).append((table, k))
+    counts = {"compiled": 0, "memory": 0, "disk": 0, "not in this store": 0, "failed": 0, "not stored": 0,
+              "tracker decisions": 0}
+    # The next run starts with the tracker's slots unfolded, so the variants it asks for are the
+    # recorded launches with them as run-time values; that run may have exited before compiling them.
+    # Every launch is read before anything is compiled or stored: a malformed one stops the command.
+    launches, seen = [], set()
+    for name, spec, driver, path in todo:
+        spec = without(spec, learned.get(name, ()))
+        try:
+            arch = spec["arch"] if isinstance(spec["arch"], str) else int(spec["arch"])  # gfx90a (HIP) or 90
+            # the first store with a record of it for this arch: an app and its libraries rarely share a name
+            table, record = next(((t, r) for t in tables if any(t is u for u, _ in by_name.get(name, ()))
+                                  and (r := _find(t, name, arch)) is not None), (None, None))
+            if record is None:
+                counts["not in this store"] += 1
+                continue
+            if not isinstance(spec["args"], dict):
+                raise TypeError("its args are not an object")
+            grid, block = tuple(spec.get("grid") or ()), tuple(spec.get("block") or ())
+            if not all(len(d) == 3 and all(isinstance(v, int) and v > 0 for v in d) for d in (grid, block)):
+                raise ValueError("grid and block need three positive integers each")
+            raw = tuple(bytes.fromhex(spec["args"][str(p.index)]) if str(p.index) in spec["args"] else bytes(p.size)
+                        for p in record.params)
+            launch = jit.Launch(raw, grid, block, arch,
+                                {g: int(a) for g, a in spec.get("globals", {}).items()},
+                                frozenset(p.index for p in record.params if str(p.index) not in spec["args"]),
+                                frozenset(spec.get("unknown_dims", ())))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"a variant of {name} is malformed ({type(exc).__name__}: {exc})", path) from None
+        if (name, repr(spec)) not in seen:
+            seen.add((name, repr(spec)))
+            launches.append((table, record, launch, driver))
     if config.tracker:  # what the value tracker learned: the next run starts from it, as after that run
         from ..policy import policy_key, save_learned
 
-        sha = {f.index: f.sha256 for f in table.fatbins}
         for name, slots in learned.items():
-            for record in by_name.get(name, []):
-                key = policy_key(sha[record.fatbin], record.name, record.arch, config.tracker_threshold, config.tracker_ratio)
+            for table, record in by_name.get(name, []):
+                key = policy_key(table.fatbin(record.fatbin).sha256, record.name, record.arch, config.tracker_threshold, config.tracker_ratio)
+                failures = sum(chain.put_errors.values())
                 save_learned(chain, key, record.arch, list(dict.fromkeys(slots)), record.demangled)
-                counts["tracker decisions"] += 1
-    # The next run starts with those slots unfolded, so the variants it asks for are the recorded
-    # launches with them as run-time values; that run may have exited before compiling them.
-    todo = [(name, without(spec, learned.get(name, ())), driver) for name, spec, driver in todo]
-    seen = set()
-    with click.progressbar(todo, label="prewarming", file=sys.stderr, show_pos=True) as bar:
-        for name, spec, driver in bar:
-            try:
-                arch = spec["arch"] if isinstance(spec["arch"], str) else int(spec["arch"])  # gfx90a (HIP) or 90
-                record = find_kernel(table, name, arch) if name in by_name else None
-                if record is None:
-                    counts["not in this store"] += 1
-                    continue
-                if not isinstance(spec["args"], dict):
-                    raise TypeError("its args are not an object")
-                grid, block = tuple(spec.get("grid") or ()), tuple(spec.get("block") or ())
-                if not all(len(d) == 3 and all(isinstance(v, int) and v > 0 for v in d) for d in (grid, block)):
-                    raise ValueError("grid and block need three positive integers each")
-                raw = tuple(bytes.fromhex(spec["args"][str(p.index)]) if str(p.index) in spec["args"] else bytes(p.size)
-                            for p in record.params)
-                launch = jit.Launch(raw, grid, block, arch,
-                                    {g: int(a) for g, a in spec.get("globals", {}).items()},
-                                    frozenset(p.index for p in record.params if str(p.index) not in spec["args"]),
-                                    frozenset(spec.get("unknown_dims", ())))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ProteusError(f"a variant of {name} is malformed ({type(exc).__name__}: {exc})", reports[0]) from None
-            if (name, repr(spec)) in seen:
-                continue
-            seen.add((name, repr(spec)))
+                counts["not stored" if sum(chain.put_errors.values()) > failures else "tracker decisions"] += 1
+    with click.progressbar(launches, label="prewarming", file=sys.stderr, show_pos=True) as bar:
+        for table, record, launch, driver in bar:
             try:
                 result = jit.specialize(table, record, launch, config, chain, driver_version=driver)
-                counts[result.source] += 1
             except ProteusError as exc:
                 counts["failed"] += 1
                 log.warning("%s: %s", record.demangled, exc)
-    if not counts["failed"] and not counts["not in this store"]:
+                continue
+            counts[result.source] += 1
+            # the cache warns once and goes on, as a run does; here an entry not on disk is a failure
+            if not disk.path(result.key).is_file():
+                counts["not stored"] += 1
+    if not counts["failed"] and not counts["not in this store"] and not counts["not stored"]:
         # the next run compiles nothing, as after a run that compiled nothing: its prestart thread
         # leaves the compiler cold (policy.compiles_likely)
         from ..cache import Entry
         from ..policy import RUN_KIND, encode_run, run_key
 
-        chain.put(Entry(run_key([f.sha256 for f in table.fatbins]), RUN_KIND, 0, encode_run(0),
+        chain.put(Entry(run_key([f.sha256 for t in tables for f in t.fatbins]), RUN_KIND, 0, encode_run(0),
                         {"kernel": "(the app's last run)"}))
     err_console.print("prewarm: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v) + f" -> {chain.levels[-1].dir}",
                       markup=False)
-    if counts["failed"]:
+    if counts["failed"] or counts["not stored"] or chain.put_errors:
         sys.exit(1)
 
 
@@ -121,3 +135,8 @@ def without(spec, slots) -> dict:
             "unknown_dims": sorted({*map(str, dims), *(s for s in slots if s in ("block", "grid"))})}
 
 
+def _find(table, name: str, arch):
+    try:
+        return find_kernel(table, name, arch)
+    except (ProteusError, click.BadParameter):  # no bitcode for that arch in this store: another may have it
+        return None

@@ -12,8 +12,9 @@ from pathlib import Path
 import click
 
 from .. import store
-from ..errors import InputError, ValidationError
+from ..errors import InputError, NoGpuError, ValidationError
 from .app import EPILOG, err_console, main
+from .common import cache_dir_path, input_path, require_file
 
 
 def run_validation(exe: str, args: tuple[str, ...], ulps: float, max_mb: int, cache_dir: str | None,
@@ -41,6 +42,8 @@ def run_validation(exe: str, args: tuple[str, ...], ulps: float, max_mb: int, ca
         if not report.exists():
             raise ValidationError(f"the app wrote no report (it exited {rc} before the run time started?)", exe)
         doc = json.loads(report.read_text())
+    if doc.get("no_gpu"):  # the shim's word: nothing ran to compare, whatever the app's exit code says
+        raise NoGpuError(f"no usable GPU: {doc['no_gpu']}", exe)
     doc["app_rc"] = rc
     return doc
 
@@ -70,19 +73,19 @@ def print_summary(doc: dict) -> None:
 
 def denied_kernels(doc: dict, table) -> dict[str, dict]:
     """The store's kernels whose variants differed, by mangled name, with what was found."""
-    by_demangled = {k.demangled: k.name for k in table.kernels}
-    return {by_demangled.get(o["kernel"], o["kernel"]): {"reason": o.get("reason", ""), "folded": o.get("folded", {})}
-            for o in summarize(doc)[1]}
+    by_demangled = {k.demangled: k.name for k in table.kernels} | {k.name: k.name for k in table.kernels}
+    return {by_demangled[o["kernel"]]: {"reason": o.get("reason", ""), "folded": o.get("folded", {})}
+            for o in summarize(doc)[1] if o["kernel"] in by_demangled}
 
 
 @main.command(epilog=EPILOG, context_settings={"ignore_unknown_options": True})
-@click.argument("app", type=click.Path(exists=True, dir_okay=False, path_type=str))
+@click.argument("app", type=input_path())
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--ulps", type=float, default=0.0, show_default=True,
+@click.option("--ulps", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Accept float results that differ by at most this many units in the last place.")
-@click.option("--max-mb", type=int, default=2048, show_default=True,
+@click.option("--max-mb", type=click.IntRange(min=1), default=2048, show_default=True,
               help="Skip (and report) launches whose allocations hold more than this.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=str),
+@click.option("--cache-dir", type=cache_dir_path(),
               help="JIT cache, and the deny list in it, to use (default: PROTEUS_CACHE_DIR or the default cache, "
                    "where later runs read the deny list).")
 def validate(app: str, args: tuple[str, ...], ulps: float, max_mb: int, cache_dir: str | None) -> None:
@@ -92,8 +95,15 @@ def validate(app: str, args: tuple[str, ...], ulps: float, max_mb: int, cache_di
     its results are compared with the original kernel's, bit for bit (or within --ulps).
     The app goes on from the original's results, so its output is the native one. A variant
     that differs is denied (the deny list is in the cache directory; `proteus-rewrite APP
-    --validate` puts it into the store). Exits 12 when a variant differed or the app failed.
+    --validate` puts it into the store). Exits 12 when a variant differed or the app failed,
+    13 when there was no usable GPU to run it on.
     """
+    from ..cache import StorageCache
+    from ..jit import Config
+
+    require_file(app)
+    config = Config.from_env()  # the app's run time would only warn, and validate nothing
+    StorageCache(cache_dir or config.cache_dir).check_writable()  # where the deny list goes
     doc = run_validation(app, args, ulps, max_mb, cache_dir)
     print_summary(doc)
     if doc["app_rc"] != 0:

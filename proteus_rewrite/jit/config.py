@@ -13,7 +13,7 @@ skipped, the rest of the file kept, and a one-line note says why.
 Notes (`Config.notes`) are one-line messages for settings that do nothing here or were
 skipped; the run time prints each once. Values that change the generated code or the cache
 (PROTEUS_OPT_LEVEL=4, PROTEUS_SPECIALIZE_ARGS=maybe, an unreadable tuned file) still raise
-SpecializeError, as upstream stops on them too: guessing would compile and cache code the user
+ConfigError (a SpecializeError), as upstream stops on them too: guessing would compile and cache code the user
 did not ask for, and the run time then runs the app unspecialized with one error line. Values of
 the diagnostic switches (traces, timers) are noted and fall back to the default instead.
 """
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .. import compat
-from ..errors import SpecializeError
+from ..errors import ConfigError
 
 OPT_LEVELS = ("0", "1", "2", "3", "s", "z")
 ASYNC_MODES = ("0", "1", "auto")
@@ -54,7 +54,7 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
         return default
     value = _parse_bool(raw)
     if value is None:
-        raise SpecializeError(f"{name}={raw!r}: expected 0 or 1")
+        raise ConfigError(f"{name}={raw!r}: expected 0 or 1")
     return value
 
 
@@ -161,17 +161,17 @@ class Config:
             if not 0 < max_mb < float("inf"):
                 raise ValueError
         except ValueError:
-            raise SpecializeError(f"PROTEUS_CACHE_MAX_MB={env['PROTEUS_CACHE_MAX_MB']!r}: expected a positive number of megabytes") from None
+            raise ConfigError(f"PROTEUS_CACHE_MAX_MB={env['PROTEUS_CACHE_MAX_MB']!r}: expected a positive number of megabytes") from None
         mode = (env.get("PROTEUS_ASYNC_COMPILATION") or "auto").strip().lower()
         mode = {"true": "1", "yes": "1", "on": "1", "false": "0", "no": "0", "off": "0"}.get(mode, mode)
         if mode not in ASYNC_MODES:
-            raise SpecializeError(f"PROTEUS_ASYNC_COMPILATION={env['PROTEUS_ASYNC_COMPILATION']!r}: expected 0, 1 or auto")
+            raise ConfigError(f"PROTEUS_ASYNC_COMPILATION={env['PROTEUS_ASYNC_COMPILATION']!r}: expected 0, 1 or auto")
         if (env.get("PROTEUS_ASYNC_THREADS") or "auto").strip().lower() == "auto":
             threads = auto_compile_threads()
         else:
             threads = int(_number(env, "PROTEUS_ASYNC_THREADS", 1, integer=True))
         if not 1 <= threads <= MAX_COMPILE_THREADS:
-            raise SpecializeError(f"PROTEUS_ASYNC_THREADS={env['PROTEUS_ASYNC_THREADS']!r}: "
+            raise ConfigError(f"PROTEUS_ASYNC_THREADS={env['PROTEUS_ASYNC_THREADS']!r}: "
                                   f"expected auto or 1 to {MAX_COMPILE_THREADS}")
         tuned = _tuned(env.get("PROTEUS_TUNED_KERNELS"), codegen, notes)
         config = cls(
@@ -204,13 +204,13 @@ class Config:
 def _codegen_from_env(env: Mapping[str, str]) -> CodegenConfig:
     opt = (env.get("PROTEUS_OPT_LEVEL") or "3").strip()
     if opt not in OPT_LEVELS:
-        raise SpecializeError(f"PROTEUS_OPT_LEVEL={opt!r}: expected one of {', '.join(OPT_LEVELS)}")
+        raise ConfigError(f"PROTEUS_OPT_LEVEL={opt!r}: expected one of {', '.join(OPT_LEVELS)}")
     cg_opt = (env.get("PROTEUS_CODEGEN_OPT_LEVEL") or "3").strip()
     if cg_opt not in ("0", "1", "2", "3"):
-        raise SpecializeError(f"PROTEUS_CODEGEN_OPT_LEVEL={cg_opt!r}: expected 0 to 3")
+        raise ConfigError(f"PROTEUS_CODEGEN_OPT_LEVEL={cg_opt!r}: expected 0 to 3")
     compiler = env.get("PROTEUS_PTX_COMPILER", "auto") or "auto"
     if compiler not in PTX_COMPILERS:
-        raise SpecializeError(f"PROTEUS_PTX_COMPILER={compiler!r}: expected one of {', '.join(PTX_COMPILERS)}")
+        raise ConfigError(f"PROTEUS_PTX_COMPILER={compiler!r}: expected one of {', '.join(PTX_COMPILERS)}")
     return CodegenConfig(
         specialize_args=_bool(env, "PROTEUS_SPECIALIZE_ARGS", True),
         specialize_launch_bounds=_bool(env, "PROTEUS_SPECIALIZE_LAUNCH_BOUNDS", True),
@@ -233,7 +233,7 @@ def _pass_names(env: Mapping[str, str]) -> tuple[str, ...]:
     names = tuple(sorted({n.strip() for n in env["PROTEUS_SKIP_PASSES"].split(",") if n.strip()}))
     bad = [n for n in names if not re.fullmatch(r"[a-z][a-z0-9-]*", n)]
     if bad:
-        raise SpecializeError(f"PROTEUS_SKIP_PASSES={env['PROTEUS_SKIP_PASSES']!r}: {bad[0]!r} is not a pass name "
+        raise ConfigError(f"PROTEUS_SKIP_PASSES={env['PROTEUS_SKIP_PASSES']!r}: {bad[0]!r} is not a pass name "
                               "as LLVM's pipelines spell them (e.g. indvars, licm)")
     return names
 
@@ -267,7 +267,7 @@ def _number(env, name: str, default: float, integer: bool = False) -> float:
             raise ValueError
     except ValueError:
         kind = "a non-negative integer" if integer else "a non-negative number"
-        raise SpecializeError(f"{name}={text!r}: expected {kind}") from None
+        raise ConfigError(f"{name}={text!r}: expected {kind}") from None
     return value
 
 
@@ -302,11 +302,11 @@ def _tuned(path: str | None, env_codegen: CodegenConfig, notes: list[str]) -> di
         with open(path) as f:
             doc = json.load(f)
     except OSError as exc:
-        raise SpecializeError(f"PROTEUS_TUNED_KERNELS: cannot read: {exc.strerror or exc}", path) from None
+        raise ConfigError(f"PROTEUS_TUNED_KERNELS: cannot read: {exc.strerror or exc}", path) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise SpecializeError(f"PROTEUS_TUNED_KERNELS: not JSON ({exc})", path) from None
+        raise ConfigError(f"PROTEUS_TUNED_KERNELS: not JSON ({exc})", path) from None
     if not isinstance(doc, dict):
-        raise SpecializeError("PROTEUS_TUNED_KERNELS: the top level must be an object {kernel: {...}}", path)
+        raise ConfigError("PROTEUS_TUNED_KERNELS: the top level must be an object {kernel: {...}}", path)
     # Upstream's keys left out take upstream's defaults; this tool's own settings stay the environment's.
     base = CodegenConfig(ptx_compiler=env_codegen.ptx_compiler, specialize_alignment=env_codegen.specialize_alignment,
                          cap_registers=env_codegen.cap_registers, occupancy_step=env_codegen.occupancy_step)
