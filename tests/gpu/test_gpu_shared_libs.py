@@ -41,14 +41,15 @@ def test_kernels_of_a_shared_library_run_specialized(samples, tmp_path, app, how
         assert res.returncode == 0, (mode, res.stderr)
         assert checksums(res.stdout) == checksums(native.stdout), mode
         assert "warning" not in res.stderr and "Traceback" not in res.stderr, (mode, res.stderr)
+        if mode == "default-cold":  # its few launches may all run as built while their variants compile (then stored)
+            continue
         names = cupti.kernels_run(ran)
         doc = json.loads(report.read_text())
         lib_kernels = {"polynomial", "smooth", "histogram", "normalize"}
         ran_variants = {n.split("$proteus$")[0] for n in cupti.variants(names)}
         assert any(k in n for n in ran_variants for k in lib_kernels), (mode, names)  # the library's own kernels
-        if mode != "default-cold":  # cold, the first launches may run as built while their variants compile
-            assert not cupti.originals(names), (mode, names)
-            assert all(k["specialized_launches"] == k["launches"] > 0 for k in doc["kernels"]), (mode, doc["kernels"])
+        assert not cupti.originals(names), (mode, names)
+        assert all(k["specialized_launches"] == k["launches"] > 0 for k in doc["kernels"]), (mode, doc["kernels"])
         if mode == "warm":
             assert all(k["specializations"] == 0 for k in doc["kernels"]), doc["kernels"]
 
@@ -60,11 +61,12 @@ def test_nvtx_ranges_show_what_the_jit_did(samples, recorded_loop_count, tmp_pat
     log = tmp_path / "nvtx.log"
     base = {"LD_PRELOAD": str(recorded_loop_count / "libproteus.so"), "NVTX_INJECTION64_PATH": str(inject),
             "NVTX_LOG": str(log)}
-    # a miss compiled on a compile thread, then checked against the original on its first launch
-    for extra in ({"PROTEUS_CACHE_DIR": str(tmp_path / "c1"), "PROTEUS_ASYNC_COMPILATION": "1"},
-                  {"PROTEUS_CACHE_DIR": str(tmp_path / "c2"), "PROTEUS_VALIDATE": "1", **SYNC},
-                  {"PROTEUS_CACHE_DIR": str(tmp_path / "c3"), "PROTEUS_SPEED_CHECK": "1"}):
-        res = run_app(samples / "launch_overhead", ("2000",), {**base, **extra})
+    # a miss compiled on a compile thread; one checked against the original on its first launch;
+    # one timed against the original (a speed trial takes a few turns of 20,000 launches)
+    for extra, launches in (({"PROTEUS_CACHE_DIR": str(tmp_path / "c1"), "PROTEUS_ASYNC_COMPILATION": "1"}, "2000"),
+                            ({"PROTEUS_CACHE_DIR": str(tmp_path / "c2"), "PROTEUS_VALIDATE": "1", **SYNC}, "2000"),
+                            ({"PROTEUS_CACHE_DIR": str(tmp_path / "c3"), "PROTEUS_SPEED_CHECK": "1", **SYNC}, "20000")):
+        res = run_app(samples / "launch_overhead", (launches,), {**base, **extra})
         assert res.returncode == 0, res.stderr
     lines = [line.split(" ", 2) for line in log.read_text().splitlines()]
     pushed = {r[2].split(":")[0] for r in lines if r[1] == "push"}
