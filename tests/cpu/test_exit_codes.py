@@ -168,7 +168,7 @@ def test_8_kernel_store(report, tmp_path):
     (tmp_path / "empty").mkdir()
     proc = cli("prewarm", str(tmp_path / "empty"), "--from", str(report), "--cache-dir", str(tmp_path / "c"))
     assert proc.returncode == 8
-    one_line(proc, str(tmp_path / "empty"), "expected one .kstore file in the directory, found 0")
+    one_line(proc, str(tmp_path / "empty"), "no .kstore file in the directory (not written by proteus-rewrite?)")
 
 
 def test_9_specialization(recorded):
