@@ -20,7 +20,7 @@ Examples:
   proteus-rewrite ./app -o /tmp/jit     record into /tmp/jit/
   proteus-rewrite inspect ./app         list the kernels and their bitcode
   proteus-rewrite inspect ./app --json  the same, machine-readable
-  proteus-rewrite specialize proteus-out/app/app.kstore axpy_loop \
+  proteus-rewrite specialize proteus-out/app/app.kstore axpy_loop \\
       --arg 0=1048576 --arg 1=8 --arg 2=0.5 --block 256 --emit ptx
   proteus-rewrite cache stats           what the on-disk JIT cache holds
   PROTEUS_REPORT=run.json LD_PRELOAD=proteus-out/app/libproteus.so ./app

@@ -187,7 +187,7 @@ def require_bitcode(table: KernelTable, app: str) -> None:
     if not table.kernels_with_bitcode:
         raise NoBitcodeError(
             f"none of its {len(table.kernels)} kernels carries LLVM bitcode (built by nvcc, or without "
-            "embedded bitcode?); rebuild with clang: clang++ -x cuda --cuda-gpu-arch=sm_XX -Xclang -fembed-bitcode=all ...",
+            "embedded bitcode?); rebuild with proteus-clang++ (the README's build recipe: clang with -Xclang -fembed-bitcode=all)",
             app,
         )
 
