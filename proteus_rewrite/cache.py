@@ -195,7 +195,7 @@ class StorageCache:
     def _place_and_account(self, tmp: str, target: Path, size: int) -> None:
         """Rename the entry into place and keep the directory's total in USAGE, both under the
         directory's lock, so that every process's puts add up exactly. Summing every entry's
-        size instead takes 12 ms at 1,000 entries and 58 ms at 5,000 (bench/cache_bench.py);
+        size instead takes 12 ms at 1,000 entries and 58 ms at 5,000 (docs/dev/findings/cache.md);
         it is done only without a usable USAGE, every RECOUNT_EVERY puts of this process (what
         the count misses: a damaged entry deleted on read, another tool's files) and to evict."""
         lock = os.open(self.dir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)

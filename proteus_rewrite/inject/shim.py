@@ -92,9 +92,8 @@ def compile_package() -> None:
     """The package's modules as bytecode, for the shim's interpreter. It starts while the app
     starts, and a launch that comes first waits for it (a warm run's variant needs it). Where no
     .pyc was written (an editable install, or PYTHONDONTWRITEBYTECODE, which the embedded
-    interpreter inherits from the app), every start compiled all of them from source: on the
-    H100 host the runtime's import took 190-275 ms that way, most of a 250-350 ms start, and
-    adam's first launch waited 23-73 ms of it inside its timed loop. Only stale files are
+    interpreter inherits from the app), every start compiles all of them from source, which
+    more than doubles the start (docs/dev/findings/startup-and-exit.md). Only stale files are
     compiled; a package the user cannot write to keeps what its installer compiled."""
     import compileall
     compileall.compile_dir(str(Path(__file__).resolve().parents[1]), quiet=2)

@@ -6,14 +6,13 @@ through one of three compilers (PROTEUS_PTX_COMPILER; "auto", the default, is pt
 toolkit's ptxas is found that the driver is not older than, else nvJitLink, else the driver
 inside an app where nvJitLink cannot be loaded; specializer._resolve_compiler says why):
   nvjitlink  in-process, through cuda-bindings (libnvJitLink from the CUDA toolkit or the
-             nvidia-nvjitlink wheel). On the H100, specialization plus load took 17.0 ms
-             median per kernel (driver JIT 19.4 ms, ptxas 22.6 ms; two earlier runs ranked
-             nvJitLink and the driver either way: bench/results/shim-2026-11-22-h100.json),
-             and its cubin loads without any JIT on later runs. On the 2-core build machine,
-             14.6 ms vs 21.3 ms for ptxas (bench/results/specialize-2026-11-22.json)
+             nvidia-nvjitlink wheel). About as quick as the driver's JIT and quicker than
+             ptxas, and its cubin loads without any JIT on later runs
   ptxas      the toolkit's ptxas in a subprocess, compiling the PTX as a whole program (nvJitLink
-             compiles it as relocatable code: longer SASS for calls and loops, 6% on wsm5)
+             compiles it as relocatable code: longer SASS around calls and in loops, so slower
+             variants); a few ms more per kernel, paid once, in the run that compiles
   driver     no offline step: the PTX goes to cuModuleLoadData, which JIT-compiles it
+What each costs and makes: docs/dev/findings/ptx-compiler.md.
 """
 
 from __future__ import annotations
@@ -136,8 +135,8 @@ def locate_nvjitlink() -> Library | None:
     interpreter and the compiler processes run without site handling (python -S), where
     site.getsitepackages() names the base Python's directories, not the venv's. The record of
     the wheel names the file, so nothing is guessed from the wheel's layout. Not
-    importlib.metadata: importing it took 51 ms of the shim's 73 ms on a warm H100 run, and
-    the cache key asks this on every process's warm path."""
+    importlib.metadata: importing it costs most of the shim's start on a warm run, and the cache
+    key asks this on every process's warm path (docs/dev/findings/startup-and-exit.md)."""
     if _pinned_nvjitlink is not None:
         return Library(_pinned_nvjitlink, None)
     for entry in sys.path:

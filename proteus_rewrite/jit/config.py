@@ -88,7 +88,7 @@ class CodegenConfig:
     cap_registers: bool = True  # PROTEUS_CAP_REGISTERS (ours): at most the registers that keep the AOT code's occupancy
     occupancy_step: bool = True  # PROTEUS_OCCUPANCY_STEP (ours): try one more block per SM (targets.step_occupancy)
     # PROTEUS_SKIP_PASSES (ours): passes of LLVM's pipeline not run. LLVM 22's IndVarSimplify
-    # raised register pressure past LLVM 19's (docs/dev/findings-codegen.md).
+    # raises register pressure past LLVM 19's (docs/dev/findings/registers.md).
     skip_passes: tuple[str, ...] = DEFAULT_SKIPPED
 
     def key_fields(self) -> dict:
@@ -240,9 +240,9 @@ def _pass_names(env: Mapping[str, str]) -> tuple[str, ...]:
 
 # PROTEUS_ASYNC_THREADS unset or auto: a compile thread per CPUS_PER_COMPILE_THREAD CPUs the process
 # may run on, 1 to AUTO_COMPILE_THREADS_MAX (the shim reads the same from shim/protocol.h). A
-# thread's compiler process (about 150 MB) starts only when a variant finds the others busy. With
-# one, sw4ck's ten variants (1.5-2.1 s each) compiled one after another through its whole cold
-# run, and its exit waited 2.3 s for the last ones (H100, 3d4a82e).
+# thread's compiler process (about 150 MB) starts only when a variant finds the others busy. One
+# thread compiles a program's variants one after another: where each takes seconds, the cold run
+# ends before they land and its exit waits for them (docs/dev/findings/compile-threads.md).
 CPUS_PER_COMPILE_THREAD = 4
 AUTO_COMPILE_THREADS_MAX = 4
 MAX_COMPILE_THREADS = 64

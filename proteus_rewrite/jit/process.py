@@ -1,11 +1,10 @@
 """The run time's compiler, in a process of its own.
 
 Inside the app, LLVM and nvJitLink cost more than their compilations: their ~130 MB of resident
-library pages (bench/results/exitcost-2026-11-23-vm.json: 21 -> 150 MB) are torn down at every exit (a warm run that loaded the compiler spent ~3 ms more outside
-its work than one that did not, H100: bench/results/policy-2026-11-23-h100-changing_scalars-
-compiler-loaded.md), a compile thread holds the GIL that the app's misses wait for, and an LLVM
-assertion (llvmlite's build keeps them) would abort the app itself. Here a crash is one failed
-variant, and the app runs the original kernel.
+library pages are torn down at every exit, a compile thread holds the GIL that the app's misses
+wait for, and an LLVM assertion (llvmlite's build keeps them) would abort the app itself
+(docs/dev/findings/compiler-process.md). Here a crash is one failed variant, and the app runs
+the original kernel.
 
 The app keeps everything else: the tracker, the caches, the keys. A request carries what
 specializer.compile_variant takes (the kernel's record, its plan, the configuration, the
@@ -301,11 +300,10 @@ class Compilers:
 def child_environment(environ, path: list[str]) -> dict[str, str]:
     """A compiler process's environment: the app's, without the shim in LD_PRELOAD (it would
     start in the compiler too), with this interpreter's module path, and no GPU: nvJitLink
-    initializes the driver, which opened the GPU's device files in the compiler (H100,
-    scratch check of /proc/PID/fd), and with the GPU held open by another process the app's
-    own exit skipped the driver's teardown (about 40 ms shorter than native): that cost went
-    to the compiler's exit, after the app's, where the next GPU process would meet it. It
-    compiles the same without a device."""
+    initializes the driver, which opens the GPU's device files in the compiler, and with the GPU
+    held open by another process the app's own exit skips the driver's teardown; that cost goes
+    to the compiler's exit, after the app's, where the next GPU process would meet it
+    (docs/dev/findings/compiler-process.md). It compiles the same without a device."""
     env = dict(environ)
     env["CUDA_VISIBLE_DEVICES"] = ""
     preload = [p for p in env.get("LD_PRELOAD", "").replace(":", " ").split() if not os.path.basename(p).startswith("libproteus")]

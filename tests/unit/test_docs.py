@@ -24,7 +24,7 @@ def anchors(page: Path) -> set[str]:
 
 
 def test_github_anchor_rule():
-    page = ROOT / "docs/dev/findings.md"
+    page = ROOT / "docs/dev/findings/preload.md"
     assert "loading-a-warm-runs-variants-ahead-proteus_preload" in anchors(page)
 
 
