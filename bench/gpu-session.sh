@@ -5,7 +5,7 @@
 #
 #   bench/gpu-session.sh tests     the README's install (bench/gpu-env.sh), the GPU tests, and
 #                                  beside them upstream Proteus's tests/gpu programs
-#                                  (bench/upstream_tests) natively and under the tool
+#                                  (bench/corpora/upstream_tests) natively and under the tool
 #   bench/gpu-session.sh compare   the paper's six programs: plain, ours, Proteus
 #                                  (bench/proteus_compare.py), alone on the GPU; PHASE=cold, then
 #                                  PHASE=warm with one CACHE_DIR, for a program that outlasts a call
@@ -19,7 +19,7 @@ pack() { (cd "$OUT" && tar -cJf /tmp/results.tar.xz --exclude=results.tar.xz . &
 trap pack EXIT
 kernel_trace_lib() {   # the CUPTI injection library the GPU tests use, built once here
   mkdir -p /tmp/cupti
-  python -c "from tests.support import cupti; print(cupti.injection_library('/tmp/cupti'))" 2>>"$OUT/cupti.log"
+  python -c "from bench.lib import cupti; print(cupti.injection_library('/tmp/cupti'))" 2>>"$OUT/cupti.log"
 }
 
 case $stage in
@@ -30,9 +30,10 @@ tests)
   lib=$(kernel_trace_lib)
   if [ -f .gpu/upstream-tests.tar.xz ]; then   # beside the tests: correctness only, no timing
     mkdir -p /tmp/ut && tar -xJf .gpu/upstream-tests.tar.xz -C /tmp/ut
-    # the scripts as committed, over the tarball's (its binaries are what it is carried for)
-    cp bench/upstream_tests/run.py bench/upstream_tests/checks.py /tmp/ut/upstream_tests/ && cp bench/harness.py /tmp/ut/
-    (timeout 480 python /tmp/ut/upstream_tests/run.py -j 6 --tool "$PWD/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace-lib "$lib"} \
+    # the runner as committed, on the tarball's programs.json and builds (what it is carried for)
+    ut=$(dirname "$(find /tmp/ut -name programs.json -path '*upstream_tests*' | head -1)")
+    (timeout 480 python -m bench.corpora.upstream_tests.run --work "$ut/work" --programs "$ut/programs.json" -j 6 \
+       --tool "$PWD/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace-lib "$lib"} \
        --out "$OUT/upstream-tests" > "$OUT/upstream-tests.log" 2>&1) &
   fi
   timeout 400 python -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest-gpu.log" 2>&1
@@ -47,7 +48,7 @@ compare)
   [ -d /tmp/pu/proteus-upstream ] || tar -xJf .gpu/bundle.tar.xz -C /tmp/pu
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
   lib=$(kernel_trace_lib)
-  python bench/proteus_compare.py --hec /tmp/h/hec --proteus /tmp/pu/proteus-upstream --tool "$PWD/.venv/bin/proteus-rewrite" \
+  python -m bench.proteus_compare --hec /tmp/h/hec --proteus /tmp/pu/proteus-upstream --tool "$PWD/.venv/bin/proteus-rewrite" \
     --out "$OUT/compare" --budget-s "${BUDGET_S:-330}" --grace-s "${GRACE_S:-90}" --timeout "${RUN_TIMEOUT:-90}" --hecbench-commit "${HECBENCH_COMMIT:-unknown}" \
     ${lib:+--kernel-trace-lib "$lib"} ${PROGRAMS:+--programs $PROGRAMS} ${ALT:+--alt $ALT} ${EXTRA:+--extra $EXTRA} \
     ${PHASE:+--phase $PHASE} ${CACHE_DIR:+--cache-dir $CACHE_DIR} ${REPS:+--reps $REPS} ${COLD_REPS:+--cold-reps $COLD_REPS} ${GPU_ROUNDS:+--gpu-time-rounds $GPU_ROUNDS}

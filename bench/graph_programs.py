@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Real programs that run kernels as CUDA graph nodes, built for tests/gpu/test_gpu_graphs.py.
 
 NVIDIA's cuda-samples jacobiCudaGraphs (a hand-built graph whose kernel node is given new
@@ -7,10 +6,10 @@ cudaGraphExecUpdate every iteration), simpleCudaGraphs (cudaGraphAddKernelNode b
 capture, cloned graphs) and graphMemoryNodes (memory nodes around kernel nodes), plus HeCBench
 graphExecution (stream capture, replayed). Fetched from git mirrors at pinned commits, never
 copied into this repository; built by clang-19 in two recipes, `plain` and `recommended`, with
-the project's own build code (bench/hecbench/build.py).
+the project's own build code (bench/corpora/hecbench/build.py).
 
-    python3 bench/graph_programs.py --out bench/work/graphs            # build
-    python3 bench/graph_programs.py --out bench/work/graphs --pack .gpu/graphs.tar.xz
+    python -m bench.graph_programs --out bench/work/graphs            # build
+    python -m bench.graph_programs --out bench/work/graphs --pack .gpu/graphs.tar.xz
 
 On the GPU host: GRAPH_PROGRAMS=<unpacked folder> python -m pytest -m gpu tests/gpu/test_gpu_graphs.py
 """
@@ -23,9 +22,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE / "hecbench"), str(HERE), str(HERE.parent / "samples")]
-import build as hecbench_build  # noqa: E402  (bench/hecbench/build.py)
+from bench.corpora.hecbench import build as hecbench_build
 
 CUDA_SAMPLES = ("/work/.mirror/NVIDIA+cuda-samples/repo", "c94ff366aed18c797b8a85dfaac7817b0228b420")
 HECBENCH = ("/work/.mirror/zjin-lcf+HeCBench/repo", "f27000a5188f8ac79bd43fc95a1b3f890c18823d")
@@ -76,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         for recipe in RECIPES:
             exe = env.build_root / recipe / name
             hecbench_build.host_object(exe, "x").parent.mkdir(parents=True, exist_ok=True)
-            for cmd in [*hecbench_build.host_commands(program, recipe, src, exe, env), hecbench_build.compile_command(program, recipe, src, exe, env)]:
+            for cmd in [*hecbench_build.host_commands(program, recipe, src, exe, env),
+                        hecbench_build.compile_command(program, recipe, src, exe, env)]:
                 r = subprocess.run(cmd, cwd=src, capture_output=True, text=True)
                 if r.returncode:
                     failed.append(f"{recipe}/{name}: {hecbench_build.first_error(r.stderr)}")

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Bar chart of a bench/run.py result: end-to-end speedup over native per workload and mode,
 with the Proteus paper's V100 warm-cache figure for reference, and the warm kernel speedups.
 
-    python3 bench/plot.py bench/results/2026-11-23-h100.json     # writes ...-h100.png beside it
-    python3 bench/plot.py RESULT.json -o chart.png
+    python -m bench.plot bench/results/2026-11-23-h100.json     # writes ...-h100.png beside it
+    python -m bench.plot RESULT.json -o chart.png
 
 Needs matplotlib (pip install matplotlib); the GPU machine does not, so run it afterwards.
 """
@@ -46,7 +45,8 @@ def plot(doc: dict, out: Path) -> Path:
     ax.set_xticks(range(len(apps)), apps)
     ax.set_ylabel("speedup over native (end to end)")
     env = doc.get("environment", {})
-    ax.set_title(f"proteus-rewrite on {env.get('gpu')}, {doc.get('date')} (median of {max((doc['apps'][a].get('reps', 0) for a in apps), default=0)} runs)")
+    reps = max((doc['apps'][a].get('reps', 0) for a in apps), default=0)
+    ax.set_title(f"proteus-rewrite on {env.get('gpu')}, {doc.get('date')} (median of {reps} runs)")
     ax.legend(fontsize=8, ncol=3, loc="upper left")
     ax.set_ylim(0, max([1.2] + [doc["apps"][a]["speedup"].get(m, 0) * 1.15 for a in apps for m, _, _ in MODES]
                        + [v * 1.15 for v in paper.values()]))

@@ -11,14 +11,14 @@ made in the same invocation:
      what noise alone reads as. On request (--sample-modes): warm with the compiler loaded
      anyway, cold with the compiler in the app's process, and cold with the tracker's saved
      decisions only (what its learning misses cost).
-  2. The benchmark workloads (bench/apps/), cold cache: the default (auto), synchronous, asynchronous.
+  2. The benchmark workloads (bench/corpora/apps/), cold cache: the default (auto), synchronous, asynchronous.
   3. The benchmark workloads: cold cache vs a cache prewarmed with `proteus-rewrite prewarm`
      from an earlier run's report.
 
-    python3 bench/policy_bench.py [--out DIR] [--reps 5] [--scales bench/results/<run>.json]
+    python -m bench.policy_bench [--out DIR] [--reps 5] [--scales bench/results/<run>.json]
                                   [--only changing_scalars --sample-modes 'disabled;cold;warm' --configs ...]
 
-Needs samples/build/ and bench/apps/build/ (samples/build.py, bench/apps/build.py) and a GPU.
+Needs samples/build/ and bench/corpora/apps/build/ (samples/build.py, bench/corpora/apps/build.py) and a GPU.
 Writes policy-<date>-<gpu>.json and .md to --out (default bench/results). Every run's output
 is compared with the native run's: a mismatch is recorded next to the numbers.
 """
@@ -40,11 +40,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run as suite  # noqa: E402  (bench/run.py: app runs, statistics, recording, versions)
+from bench import run as suite  # app runs, statistics, recording, versions
+from bench.lib.paths import RESULTS, ROOT, SAMPLES_BUILD
 
-ROOT = suite.ROOT
-SAMPLES = ROOT / "samples" / "build"
+SAMPLES = SAMPLES_BUILD
 def changing_configs(launches: int) -> dict[str, tuple[str, ...]]:
     """changing_scalars' arguments (launches, distinct values, threads[, elements, check every])
     per configuration. The first two update 4,096 elements per launch and check them all on the
@@ -372,12 +371,16 @@ def markdown(doc: dict) -> str:
              "thread (PROTEUS_ASYNC_COMPILATION=0, upstream's synchronous mode); warm = a cache an earlier run "
              "filled; warm, compiler loaded = the same cache, the compiler warmed up at start nonetheless "
              "(PROTEUS_ASYNC_COMPILATION=0: what a cold run pays for the compiler's presence beyond its misses and "
-             "compilations); cold, in-process compiler = PROTEUS_COMPILE_PROCESS=0 (LLVM and nvJitLink in the app's process, as before 4158404); cold, tracker learned = an empty cache but for the value tracker's decisions from an earlier run (one miss where cold has the tracker's T + 2: what learning costs); cold, async = PROTEUS_ASYNC_COMPILATION=1 (upstream's: never waits for a variant); the default, "
+             "compilations); cold, in-process compiler = PROTEUS_COMPILE_PROCESS=0 (LLVM and nvJitLink in the app's "
+             "process, as before 4158404); cold, tracker learned = an empty cache but for the value tracker's decisions "
+             "from an earlier run (one miss where cold has the tracker's T + 2: what learning costs); cold, async = "
+             "PROTEUS_ASYNC_COMPILATION=1 (upstream's: never waits for a variant); the default, "
              "auto, compiles in the background too but waits for a variant asked for again while the GPU is busy; "
              "prewarmed = a cache `proteus-rewrite prewarm` "
              "filled from an earlier run's report.", "",
              "## changing_scalars", "",
-             "| configuration | mode | native s | speedup | paired | paired: context / work | variants compiled | specialized launches | mismatches |",
+             "| configuration | mode | native s | speedup | paired | paired: context / work | variants compiled "
+             "| specialized launches | mismatches |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in doc["changing_scalars"].items():
         for mode in (m for m in r["modes"] if m != "native"):
@@ -452,7 +455,8 @@ def markdown(doc: dict) -> str:
               "those the shim kept for the value tracker without a call into Python; the misses by stage: "
               "the compile lock / resolving a kernel / waiting for Python's GIL (held by the prestart or a compile thread) / "
               "the value tracker / the caches or a compilation / queueing.", "",
-              "| run | mode | misses (ms) | miss count | by stage (ms) | waited for a variant (ms; launches) | Python start | compiler warm-up | exit | variants compiled | disk hits | specialized |",
+              "| run | mode | misses (ms) | miss count | by stage (ms) | waited for a variant (ms; launches) | Python start "
+              "| compiler warm-up | exit | variants compiled | disk hits | specialized |",
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for section in ("changing_scalars", "workloads"):
         for name, r in doc[section].items():
@@ -462,7 +466,8 @@ def markdown(doc: dict) -> str:
                 w = c["wait_ms"]
                 share = c.get("specialized_share")
                 st = c.get("miss_stages") or {}
-                stages = " / ".join("—" if st.get(f) is None else str(st[f]) for f in ("lock", "resolve", "gil", "track", "specialize", "queue")) if st else "—"
+                stages = (" / ".join("—" if st.get(f) is None else str(st[f])
+                                     for f in ("lock", "resolve", "gil", "track", "specialize", "queue")) if st else "—")
                 kept = f" ({c['deferred']})" if c.get("deferred") else ""
                 lines.append(f"| {name} | {mode} | {w.get('misses')} | {c.get('misses')}{kept} | {stages} | "
                              f"{w.get('compiling') or 0}; {c.get('compiling_waits') or 0}"
@@ -481,7 +486,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="results directory (default bench/results)")
+    ap.add_argument("--out", default=str(RESULTS), help="results directory (default bench/results)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions of every mode of the workloads (default 5)")
     ap.add_argument("--sample-reps", type=int, default=30,
                     help="repetitions of every mode of changing_scalars, whose 0.5 s runs vary by 10-40%% (default 30)")
@@ -523,14 +528,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"policy_bench: unknown mode, configuration or workload: {', '.join(bad) or '(none given)'}", file=sys.stderr)
         return 2
     if not (SAMPLES / "changing_scalars").exists() or not suite.APPS_DIR.is_dir():
-        print("policy_bench: build the samples and the workloads first (samples/build.py, bench/apps/build.py)", file=sys.stderr)
+        print("policy_bench: build the samples and the workloads first (samples/build.py, python -m bench.corpora.apps.build)",
+              file=sys.stderr)
         return 2
-    results = sorted(p for p in (ROOT / "bench" / "results").glob("20*-*.json") if "nocap" not in p.name)
+    results = sorted(p for p in RESULTS.glob("20*-*.json") if "nocap" not in p.name)
     scales_from = Path(args.scales) if args.scales else (results[-1] if results else None)
     scales = json.loads(scales_from.read_text())["scales"] if scales_from else {a: 0.3 for a in suite.ALL_APPS}
     env = suite.environment()
     doc = {"benchmark": "specialization policy", "date": datetime.date.today().isoformat(),
-           "command": "python3 bench/policy_bench.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "command": "python -m bench.policy_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
            "environment": env, "scales_from": str(scales_from), "reps": args.reps, "sample_reps": args.sample_reps,
            "workload_modes": list(wmodes)}
     if apps:

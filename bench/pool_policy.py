@@ -5,7 +5,7 @@ series of 20-50 repetitions reads anywhere from 0.93 to 1.01 for the same code o
 host-bound configurations (a run's host loop varies by 15% from one run to the next); the
 pooled figure is the one to hold against a bar.
 
-    python3 bench/pool_policy.py --out bench/results/policy-<date>-<gpu>-pooled \\
+    python -m bench.pool_policy --out bench/results/policy-<date>-<gpu>-pooled \\
         --group "before X" a.json b.json --group "from X" c.json ...
 
 Writes OUT.json and OUT.md. A series whose mode lost a repetition (a failed or mismatched run)
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"pool_policy: {bad[0]}", file=sys.stderr)
             return 2
         groups.append((label, files))
-    doc = {"benchmark": "pool_policy", "command": "python3 bench/pool_policy.py " + " ".join(
+    doc = {"benchmark": "pool_policy", "command": "python -m bench.pool_policy " + " ".join(
         a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:])), "groups": pool(groups)}
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """proteus-rewrite beside upstream Proteus on the Proteus paper's six HeCBench programs, in one
 run on one GPU: each program's plain build (no bitcode flag), the same program built with the
 recommended recipe and run under proteus-rewrite, and Proteus's annotated build
@@ -15,9 +14,9 @@ from the driver's records. --extra PROG=BUILD runs another build of a program (h
 natively and under the tool, cold with PROTEUS_ASYNC_COMPILATION=0 and warm, for output identity
 only. Standard library only: it runs on the GPU host.
 
-    python3 bench/proteus_compare.py --hec DIR --proteus DIR --tool .venv/bin/proteus-rewrite --out OUT
-    python3 bench/proteus_compare.py --render OUT A.json B.json   # one report from several calls
-    python3 bench/proteus_compare.py ... --phase cold --cache-dir /tmp/c   # then --phase warm, same cache
+    python -m bench.proteus_compare --hec DIR --proteus DIR --tool .venv/bin/proteus-rewrite --out OUT
+    python -m bench.proteus_compare --render OUT A.json B.json   # one report from several calls
+    python -m bench.proteus_compare ... --phase cold --cache-dir /tmp/c   # then --phase warm, same cache
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.support import cupti  # noqa: E402  (the CUPTI library's trace format, read in one place)
+from bench.lib import cupti  # the CUPTI library's trace format, read in one place
 
 # name: (arguments, [(metric, regex of its value, "lower" or "higher" is better)], input files)
 # The arguments are upstream run.sh's (runs.txt), but feynman-kac's: 1, not 10 (about 12 s).
@@ -236,8 +234,9 @@ class Bench:
                 break
             for key, label, cmd, cwd, env in commands[i % len(commands):] + commands[:i % len(commands)]:
                 trace = d / f"{prog}.{label}.{i}.txt"
-                r = self.run_once(prog, f"{label}-gpu", cmd, cwd, {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib,
-                                                                  "CUPTI_KERNEL_TRACE_FILE": str(trace), "CUPTI_KERNEL_TRACE_TIMES": "1"}, i)
+                traced = {**env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib, "CUPTI_KERNEL_TRACE_FILE": str(trace),
+                          "CUPTI_KERNEL_TRACE_TIMES": "1"}
+                r = self.run_once(prog, f"{label}-gpu", cmd, cwd, traced, i)
                 try:
                     records = cupti.kernel_times(trace) if r["rc"] == 0 else []
                 except (OSError, RuntimeError):   # no trace, or not a timed one: the run counts for nothing
@@ -413,7 +412,8 @@ def stamp(a: argparse.Namespace) -> dict:
     return {"commit": a.commit or first(["git", "rev-parse", "HEAD"]),
             "gpu": first(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]),
             "reps": a.reps, "reps_for": getattr(a, "reps_for", {}), "cold_reps": getattr(a, "cold_reps", 0),
-            "cold_reps_for": getattr(a, "cold_reps_for", {}), "phase": getattr(a, "phase", "both"), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "cold_reps_for": getattr(a, "cold_reps_for", {}), "phase": getattr(a, "phase", "both"),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "hecbench": a.hecbench_commit, "proteus_bundle": (Path(a.proteus) / "VERSIONS").read_text().strip()
             if (Path(a.proteus) / "VERSIONS").exists() else "unknown"}
 
@@ -433,7 +433,9 @@ def markdown(doc: dict) -> str:
               + f": {', '.join(c['programs'])}" + (f" ({c['phase']} rounds only)" if c.get("phase", "both") != "both" else "")
               for c in calls]
     lines += ["",
-             "| program | metric | plain | native (bitcode build) | ours warm | Proteus warm | ours / plain | Proteus / plain | ours / native | ours cold e2e s (plain / ours) | Proteus cold e2e s (plain / Proteus) | native = plain | ours = native | Proteus = plain | variant launches (CUPTI) |",
+             "| program | metric | plain | native (bitcode build) | ours warm | Proteus warm | ours / plain | Proteus / plain "
+             "| ours / native | ours cold e2e s (plain / ours) | Proteus cold e2e s (plain / Proteus) | native = plain "
+             "| ours = native | Proteus = plain | variant launches (CUPTI) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for prog, r in doc["programs"].items():
         if "plain" not in r:
@@ -496,7 +498,8 @@ def markdown(doc: dict) -> str:
         if "plain" not in g:
             continue
         base = g["plain"]["median"]
-        parts = [f"{label} {g[k]['median']:.2f} ({g[k]['min']:.2f}-{g[k]['max']:.2f})" + ("" if k == "plain" else f", {base / g[k]['median']:.3f}x")
+        parts = [f"{label} {g[k]['median']:.2f} ({g[k]['min']:.2f}-{g[k]['max']:.2f})"
+                 + ("" if k == "plain" else f", {base / g[k]['median']:.3f}x")
                  for k, label in (("plain", "plain"), ("native", "native"), ("ours_warm", "ours"), ("proteus_warm", "Proteus")) if k in g]
         lines.append(f"\n{p}, kernel time on the GPU (CUPTI: the sum of its kernels per run, ms; {g['plain']['n']} traced rounds, "
                      f"warm; ratios over plain): " + "; ".join(parts))
@@ -554,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="every program also runs warm with these settings of ours (the series ours_alt_warm)")
     ap.add_argument("--extra", nargs="*", default=[], metavar="PROG=BUILD",
                     help="another build of a program, natively and under the tool, for output identity")
-    ap.add_argument("--kernel-trace-lib", default="", help="a CUPTI injection library (tests/support/kernel_trace.c)")
+    ap.add_argument("--kernel-trace-lib", default="", help="a CUPTI injection library (bench/lib/kernel_trace.c)")
     ap.add_argument("--gpu-time-rounds", type=int, default=0, metavar="N",
                     help="after the warm rounds, N rounds of them traced with CUPTI: kernel time on the GPU")
     ap.add_argument("--commit", default=os.environ.get("PROTEUS_COMMIT", ""))

@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """The benchmark suite on the GPU: native vs JIT (off, cold, warm) per workload and per kernel.
 
-    python3 bench/run.py [--reps 5] [--apps adam,wsm5] [--scale 1] [--out bench/results] [--time-budget 520]
+    python -m bench.run [--reps 5] [--apps adam,wsm5] [--scale 1] [--out bench/results] [--time-budget 520]
 
-For each workload of bench/apps/build/ (built elsewhere by bench/apps/build.py):
+For each workload of bench/corpora/apps/build/ (built elsewhere by `python -m bench.corpora.apps.build`):
   1. record it with proteus-rewrite into a scratch directory;
   2. calibrate (unless --calibrate 0 or --app-scale pins it): one native run at a fifth of the
      work gives the GPU time per unit of --scale; the app's scale is set so that its kernels
@@ -25,10 +24,10 @@ Also: per-kernel GPU time (the apps' `kernel_ms` lines, CUDA events) per mode; e
 PROTEUS_REPORT (compile ms per kernel, variants and their folded values); compile time per
 stage (plan, ir, optimize, ptx, cubin) for every variant the cold run compiled, taken from the
 report when it carries them, otherwise by specializing the same variant again in this process;
-the hit-path launch overhead (bench/shim_bench.py's launch_overhead, on bench/apps/build/launch_overhead);
+the hit-path launch overhead (bench/shim_bench.py's launch_overhead, on bench/corpora/apps/build/launch_overhead);
 GPU, driver, CUDA, LLVM and tool versions.
 Writes <out>/<date>-<gpu>.json (after every workload, so a run cut short leaves its results)
-and <out>/<date>-<gpu>.md; bench/plot.py draws the chart from the JSON.
+and <out>/<date>-<gpu>.md; `python -m bench.plot` draws the chart from the JSON.
 """
 
 from __future__ import annotations
@@ -44,19 +43,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-# provenance.py and suite_report.py sit beside this file, whose folder is on sys.path (a
-# script's own, or put there by the scripts that import it)
-from provenance import (cpu_arguments, cpu_results, environment, git_commit,  # noqa: E402
-                        gpu_tag, publish_cpu_results, write_cpu_results)
-from suite_report import PAPER_WARM, STAGES, markdown, write  # noqa: E402
+from bench.lib.paths import APPS_BUILD as APPS_DIR
+from bench.lib.paths import RESULTS, ROOT, SAMPLES_BUILD
+from bench.lib.provenance import environment, gpu_tag
+from bench.lib.suite_report import PAPER_WARM, STAGES, markdown, write
 
-# Unused here, handed on: exit_cost.py, hitpath_bench.py and miss_bench.py take their results'
-# header from this module (`import run as suite`).
-__all__ = ["cpu_arguments", "cpu_results", "git_commit", "publish_cpu_results", "write_cpu_results"]
-
-APPS_DIR = ROOT / "bench" / "apps" / "build"
 ALL_APPS = ["adam", "rsbench", "wsm5", "feynman_kac", "lulesh", "sw4ck"]
 MODES = ["native", "disabled", "off", "cold", "warm"]
 OFF_ENV = {"PROTEUS_SPECIALIZE_ARGS": "0", "PROTEUS_SPECIALIZE_LAUNCH_BOUNDS": "0", "PROTEUS_SPECIALIZE_DIMS": "0"}
@@ -326,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="pin one app's scale (no calibration for it); repeatable")
     ap.add_argument("--calibrate", type=float, default=1.2, metavar="SECONDS",
                     help="scale each app so its kernels take this long natively (default 1.2; 0: off)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="results directory (default bench/results)")
+    ap.add_argument("--out", default=str(RESULTS), help="results directory (default bench/results)")
     ap.add_argument("--tag", default=None, help="file name tag (default: from the GPU name, e.g. h100)")
     ap.add_argument("--time-budget", type=float, default=520.0,
                     help="seconds for the whole run (default 520); repetitions are cut to fit, and that is recorded")
@@ -359,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     date = time.strftime("%Y-%m-%d")
     base = f"{date}-{args.tag or gpu_tag(env)}"
     doc = {"benchmark": "bench/run.py: native vs proteus-rewrite JIT per workload",
-           "command": "python3 bench/run.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "command": "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv),
            "date": date, "environment": env, "partial": True,
            "settings": {"reps": args.reps, "scale": args.scale, "calibrate_s": args.calibrate, "pinned": pinned,
                         "time_budget_s": args.time_budget, "modes": MODES, "off_env": OFF_ENV},
@@ -371,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     scales, calib = {}, {}
     for app in apps:
         if not (APPS_DIR / app).exists():
-            doc["apps"][app] = {"error": f"{APPS_DIR / app} not found (run bench/apps/build.py)"}
+            doc["apps"][app] = {"error": f"{APPS_DIR / app} not found (run python -m bench.corpora.apps.build)"}
             continue
         if app in pinned or args.calibrate <= 0:
             scales[app] = pinned.get(app, args.scale)
@@ -384,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             doc["apps"][app] = {"error": f"calibration: {exc}"}
     doc["calibration"] = calib
     doc["scales"] = scales
-    doc["reproduce"] = ("python3 bench/run.py --calibrate 0 " + " ".join(f"--app-scale {a}={s:g}" for a, s in scales.items())
+    doc["reproduce"] = ("python -m bench.run --calibrate 0 " + " ".join(f"--app-scale {a}={s:g}" for a, s in scales.items())
                         + f" --reps {args.reps}")
     reserve = 25.0 if args.launch_repeat else 5.0
 
@@ -405,16 +396,15 @@ def main(argv: list[str] | None = None) -> int:
         write(doc, out, base)
 
     if args.launch_repeat:
-        # bench/shim_bench.py's microbenchmark, on the launch_overhead apps that bench/apps/build.py
+        # bench/shim_bench.py's microbenchmark, on the launch_overhead apps that bench/corpora/apps/build.py
         # builds beside the workloads (samples/build/ as a fallback)
-        where = next((d for d in (APPS_DIR, ROOT / "samples" / "build")
+        where = next((d for d in (APPS_DIR, SAMPLES_BUILD)
                       if (d / "launch_overhead").exists() and (d / "launch_overhead_dynamic").exists()), None)
         if where is None:
-            doc["launch_overhead"] = {"skipped": "launch_overhead not built (run bench/apps/build.py)"}
+            doc["launch_overhead"] = {"skipped": "launch_overhead not built (run python -m bench.corpora.apps.build)"}
         else:
             try:
-                sys.path.insert(0, str(ROOT / "bench"))
-                import shim_bench
+                from bench import shim_bench
 
                 shim_bench.SAMPLES = where
                 doc["launch_overhead"] = shim_bench.launch_overhead(work, args.launch_repeat, args.launches)

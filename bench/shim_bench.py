@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """The shim on the GPU, as ratios against the native run in the same machine session.
 
-    python3 bench/shim_bench.py [--repeat 5] [--launches 100000]
+    python -m bench.shim_bench [--repeat 5] [--launches 100000]
 
 1. Hit-path launch overhead: launch_overhead (static cudart) and launch_overhead_dynamic
    run 100,000 launches of a tiny kernel; ns per launch native, under the shim with
@@ -29,10 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from bench.lib.paths import RESULTS, ROOT, SAMPLES_BUILD
 
-SAMPLES = ROOT / "samples" / "build"
+SAMPLES = SAMPLES_BUILD
 E2E_APPS = ["loop_count", "loop_count_dynamic", "device_globals", "multi_kernel", "two_tu", "two_tu_rdc", "templates",
             "annotated", "driver_api"]
 
@@ -60,7 +58,8 @@ def checksums(out: str) -> dict:
 
 
 def stats(xs: list[float]) -> dict:
-    return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4), "runs": [round(x, 4) for x in xs]}
+    return {"median": round(statistics.median(xs), 4), "min": round(min(xs), 4), "max": round(max(xs), 4),
+            "runs": [round(x, 4) for x in xs]}
 
 
 def launch_overhead(work: Path, repeat: int, launches: int) -> dict:
@@ -189,11 +188,11 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--launches", type=int, default=100000)
     ap.add_argument("--launch-repeat", type=int, default=15)
-    ap.add_argument("--results", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--results", default=str(RESULTS))
     ap.add_argument("--tag", default="h100")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="proteus-bench-"))
-    doc = {"benchmark": "libproteus.so on the GPU", "command": "python3 bench/shim_bench.py " + " ".join(sys.argv[1:]),
+    doc = {"benchmark": "libproteus.so on the GPU", "command": "python -m bench.shim_bench " + " ".join(sys.argv[1:]),
            "date": time.strftime("%Y-%m-%d"), "environment": environment(), "repeat": args.repeat}
     doc["launch_overhead"] = launch_overhead(work, args.launch_repeat, args.launches)
     doc["end_to_end"] = end_to_end(work, args.repeat)

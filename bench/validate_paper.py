@@ -5,23 +5,19 @@ against its original kernel (every launch waiting for its variant, a fresh cache
 masked, bench/proteus_compare.py), the checks' outcomes from the report, and the wall time
 against the native run's.
 
-    python bench/validate_paper.py --hec DIR --tool proteus-rewrite --out OUT [--programs ...]
+    python -m bench.validate_paper --hec DIR --tool proteus-rewrite --out OUT [--programs ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("proteus_compare", HERE / "proteus_compare.py")
-pc = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pc)
+from bench import proteus_compare as pc
 
 
 def one(prog: str, hec: Path, tool: str, out: Path, timeout: float) -> dict:

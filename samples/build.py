@@ -5,6 +5,7 @@
     python3 samples/build.py                 # all apps for sm_90 into samples/build/
     python3 samples/build.py --arch sm_80    # another GPU architecture
     python3 samples/build.py loop_count two_tu --out /tmp/apps
+    python3 -m samples.build                 # the same, from the repository's top without the package installed
 
 clang-19 predates CUDA 13: the two fixes it needs (stand-ins for headers clang's CUDA wrapper
 includes but CUDA 13 lacks, and a --cuda-path tree whose bin/fatbinary translates clang's
@@ -25,12 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from proteus_rewrite import cc  # installed (make venv), or from the checkout with `python -m samples.build`
+
 HERE = Path(__file__).resolve().parent
-try:
-    from proteus_rewrite import cc
-except ImportError:  # run from a checkout without the package installed
-    sys.path.insert(0, str(HERE.parent))
-    from proteus_rewrite import cc
 # proteus_rewrite's own recipe (fatbin/recipe.py), repeated here; tests/cpu/test_recipe.py
 # checks that the two agree.
 # exact-fp: the recommended recipe with floating-point contraction limited to what the source
@@ -89,7 +87,8 @@ APPS: dict[str, App] = {
                               note="the same, the library on the dynamic cudart"),
     "two_tu_shared": App(("two_tu_main.cu",), lib_sources=("two_tu_kernels.cu",), cudart="dynamic",
                          note="a kernel in the executable, two in its shared library"),
-    "graph_params": App(("graph_params.cu",), note="kernels as graph nodes: captured, added by hand, given new scalars by SetParams and by a graph update"),
+    "graph_params": App(("graph_params.cu",),
+                        note="kernels as graph nodes: captured, added by hand, given new scalars by SetParams and by a graph update"),
 }
 
 
@@ -124,12 +123,13 @@ def _libcuda_stub(objdir: Path, host_obj: Path) -> Path:
 
 
 def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src: Path = SRC) -> str:
-    """Build one app from `src` (default samples/src/) into `out`; bench/apps/build.py reuses this."""
+    """Build one app from `src` (default samples/src/) into `out`; bench/corpora/apps/build.py reuses this."""
     exe = out / name
     stamp = out / f".{name}.stamp"  # what the binary was built with: an --arch change rebuilds it
     config = f"{args.arch} {args.clang} {args.cuda_path} {' '.join(RECIPES[app.recipe])}\n"
     sources = [src / s for s in app.sources]
-    inputs = sources + [src / s for s in app.lib_sources] + [src / "common.h", Path(__file__)]  # (driver_api.cpp does not use common.h; harmless)
+    # (driver_api.cpp does not use common.h; harmless)
+    inputs = sources + [src / s for s in app.lib_sources] + [src / "common.h", Path(__file__)]
     if (exe.exists() and stamp.exists() and stamp.read_text() == config
             and exe.stat().st_mtime > max(p.stat().st_mtime for p in inputs)):
         return f"{name}: up to date"

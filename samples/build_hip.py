@@ -32,14 +32,20 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# samples/build.py's helpers: beside this file, which is sys.path[0] when it runs as a script,
+# and in the samples package when it is imported (`from samples import build_hip`).
+if __package__:
+    from .build import log, run
+else:
+    from build import log, run
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from build import log, run  # noqa: E402  (samples/build.py: the CUDA samples' helpers)
 
 SRC = HERE / "hip"
 DEFAULT_ARCHS = ("gfx90a", "gfx940")
@@ -165,6 +171,19 @@ def missing_tools(clang: str) -> list[str]:
     if not os.path.exists(os.path.join(DEVICE_LIBS, "ockl.bc")):
         missing.append(f"{DEVICE_LIBS}/ockl.bc (rocm-device-libs)")
     return missing
+
+
+def build_for_tests(clang: str = "clang++-19") -> tuple[str, str]:
+    """Every app built (those up to date are kept) by this script in a child process, as the
+    tests and the fuzz targets need them: ("ok", ""), ("missing", which tools are) or
+    ("failed", the build's output)."""
+    missing = missing_tools(clang)
+    if missing:
+        return "missing", f"HIP samples need {', '.join(missing)} (scripts/install-deps installs them)"
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve())], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return "failed", f"building the HIP samples failed:\n{proc.stdout}{proc.stderr}"
+    return "ok", ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,7 @@ show its kernel table, and, when a GPU is present, run each app natively and the
 LD_PRELOAD=libproteus.so (twice: an empty JIT cache, then a warm one), and check that every
 checksum matches the native run.
 
-    python3 scripts/demo.py [--build samples/build] [--out proteus-out] [--log FILE]
+    python3 -m scripts.demo [--build samples/build] [--out proteus-out] [--log FILE]
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from proteus_rewrite import gpu
+from samples.build import APPS
 
-from proteus_rewrite import gpu  # noqa: E402
-from samples.build import APPS  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def proteus(*args: str) -> subprocess.CompletedProcess:

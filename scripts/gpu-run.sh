@@ -9,6 +9,6 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40 || status=1
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  python bench/shim_bench.py --results "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -45 || status=1
+  python -m bench.shim_bench --results "$OUT" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -45 || status=1
 fi
 exit $status

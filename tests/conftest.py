@@ -11,7 +11,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples" / "build"
-sys.path.insert(0, str(ROOT))
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 
 from proteus_rewrite import cache as cache_mod
 from proteus_rewrite.cache import Entry, StorageCache, make_chain
@@ -108,7 +107,6 @@ def test_unwritable_cache_does_not_stop_specialization(table, tmp_path):
 
 def _worker(args):
     directory, worker = args
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from proteus_rewrite.fatbin import extract
     from proteus_rewrite.jit import Config, Launch, specialize
     from proteus_rewrite.jit.launch import parse_value
@@ -138,7 +136,6 @@ def test_eight_processes_fill_one_cache_directory_without_a_damaged_entry(sample
 
 def _filler(args):
     directory, worker = args
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from proteus_rewrite.cache import Entry, StorageCache
 
     store = StorageCache(directory, max_mb=0.1)
@@ -159,7 +156,7 @@ def test_sixteen_processes_keep_the_cap_and_its_count_exact(tmp_path):
 
 
 def test_puts_keep_a_count_instead_of_reading_every_entry(tmp_path, monkeypatch):
-    """Summing every entry's size takes 12 ms at 1,000 entries (bench/cache_bench.py): a put
+    """Summing every entry's size takes 12 ms at 1,000 entries (bench/micro/cache_bench.py): a put
     adds to .usage instead, recounting only when it is missing or damaged."""
     store = StorageCache(tmp_path, max_mb=1)
     scans = []
@@ -202,8 +199,9 @@ def test_stores_and_caches_are_read_as_data_never_as_code():
             assert path.name in ("common.py", "process.py") and text.count("pickle.loads(") == 1, path
 
 def test_size_cap_takes_fractions_of_a_megabyte_and_rejects_nonsense():
-    from proteus_rewrite.errors import SpecializeError
     import pytest
+
+    from proteus_rewrite.errors import SpecializeError
     assert Config.from_env({"PROTEUS_CACHE_MAX_MB": "0.25"}).cache_max_mb == 0.25
     for bad in ("0", "-1", "lots", "inf"):
         with pytest.raises(SpecializeError, match="PROTEUS_CACHE_MAX_MB"):

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 import hashlib
 import json
+import re
 
 from proteus_rewrite import __version__, store
 

@@ -140,7 +140,7 @@ def test_a_variant_contracts_floating_point_operations_as_the_aot_compile_did(tm
 
 
 def _aot_ptx(path) -> str:
-    from proteus_rewrite.fatbin import container, hostelf, ptx as ptx_mod
+    from proteus_rewrite.fatbin import container, hostelf
     from proteus_rewrite.fatbin.entry import Kind
 
     elf = hostelf.parse(open(path, "rb").read())

@@ -155,7 +155,8 @@ def test_partial_bitcode_warns_and_keeps_the_layout_of_kernels_without_it(table)
     (warning,) = t.warnings
     assert "2 of 3 kernels have no embedded bitcode" in warning
     hist = next(k for k in t.kernels if k.name == "_Z9histogramPKfiPji")
-    assert [(p.kind, p.size, p.offset) for p in hist.params] == [("unknown", 8, 0), ("unknown", 4, 8), ("unknown", 8, 16), ("unknown", 4, 24)]
+    assert [(p.kind, p.size, p.offset) for p in hist.params] == [("unknown", 8, 0), ("unknown", 4, 8), ("unknown", 8, 16),
+                                                                  ("unknown", 4, 24)]
 
 
 def test_nvcc_build_has_kernels_but_no_bitcode(table):

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from bench.lib.synthetic import container_bytes, host_elf_with_fatbin, raw_entry
 from proteus_rewrite.errors import FormatError
 from proteus_rewrite.fatbin import container, cubin, entry, extract, hostelf, ptx
-
-from ..support.helpers import container_bytes, host_elf_with_fatbin, raw_entry
 
 
 def _section(path):

@@ -143,7 +143,8 @@ def test_every_ccob_version_and_method_is_read(version, method):
     first, second = offload_bundle.parse_section(section)
     assert (first.compression, first.ccob_version, first.stored_size) == (("zlib", "zstd")[method], version, len(packed))
     e = first.entries[1]
-    assert (e.kind, e.triple, e.target_id, e.arch, e.data) == ("hipv4", "amdgcn-amd-amdhsa", "gfx942:sramecc+:xnack-", "gfx942", b"\x7fELF" * 9)
+    assert (e.kind, e.triple, e.target_id, e.arch, e.data) == ("hipv4", "amdgcn-amd-amdhsa", "gfx942:sramecc+:xnack-", "gfx942",
+                                                               b"\x7fELF" * 9)
     assert second.offset % 4096 == 0 and second.compression == "none" and second.entries == first.entries
 
 

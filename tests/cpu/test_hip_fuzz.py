@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from ..support.fuzz_targets import HIP_TARGETS, TARGETS, run_one
+from bench.lib.fuzz_targets import HIP_TARGETS, TARGETS, run_one
+
 from ..support.hip_samples import hip_samples
 
 

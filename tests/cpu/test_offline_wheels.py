@@ -24,9 +24,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from ..support.scripts import ROOT, load_script
+from scripts import locked_wheels as lw
 
-lw = load_script(ROOT / "scripts" / "locked_wheels.py", "locked_wheels")
+ROOT = Path(__file__).resolve().parents[2]
 
 INDEX = "https://pypi.org/simple"
 LOCK = (ROOT / "requirements.lock").read_text()

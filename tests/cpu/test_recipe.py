@@ -5,18 +5,18 @@ an optimized module, and gets one warning naming the fix. Both are specialized."
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
-from proteus_rewrite.fatbin import extract, recipe
+from proteus_rewrite.fatbin import container, extract, hostelf, recipe
+from proteus_rewrite.fatbin import ptx as ptx_mod
 from proteus_rewrite.fatbin.entry import Kind
-from proteus_rewrite.fatbin import container, hostelf, ptx as ptx_mod
 from proteus_rewrite.jit import Config, Launch, pipeline, specializer
 from proteus_rewrite.jit.launch import parse_value
+from samples import build as samples_build
 
 from ..conftest import run_cli
-from ..support.clang import build_cuda, samples_build
+from ..support.clang import build_cuda
 
 
 def _aot_ptx_targets(path) -> set[str]:
@@ -30,7 +30,7 @@ def _aot_ptx_targets(path) -> set[str]:
 
 
 def test_the_samples_build_with_the_recipe_the_tool_recommends():
-    assert samples_build().RECIPES["recommended"] == recipe.RECOMMENDED_FLAGS
+    assert samples_build.RECIPES["recommended"] == recipe.RECOMMENDED_FLAGS
 
 
 def test_a_shuffle_sample_built_as_recommended_is_a_real_sm_90_build_and_specializes(samples):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 
@@ -58,6 +58,7 @@ def test_the_runtime_the_shim_imports_is_left_compiled(samples, tmp_path, monkey
     host): without .pyc files every app start compiled the runtime from source, 190-275 ms there,
     which a first launch can wait for. Rewriting an app leaves them written and fresh."""
     import importlib.util
+
     import proteus_rewrite.runtime.trace as module
     pyc = importlib.util.cache_from_source(module.__file__)
     if os.path.exists(pyc):

@@ -16,7 +16,7 @@ import pytest
 from proteus_rewrite import store
 from proteus_rewrite.fatbin import libraries
 
-from ..conftest import run_cli
+from ..conftest import ROOT, run_cli
 
 
 def runpath(exe) -> list[str]:
@@ -130,8 +130,6 @@ def test_an_object_file_is_pointed_at_what_it_is_linked_into(tmp_path):
 
 
 def samples_src(name: str):
-    from ..support.scripts import ROOT
-
     return ROOT / "samples" / "src" / name
 
 

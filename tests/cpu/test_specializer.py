@@ -12,9 +12,9 @@ import pytest
 from proteus_rewrite.cache import CacheChain, StorageCache
 from proteus_rewrite.errors import SpecializeError
 from proteus_rewrite.fatbin import elf64
-from proteus_rewrite.jit import Config, Launch, codegen, occupancy, relink, specialize, specializer, targets
-from proteus_rewrite.jit.launch import ir_constant, parse_value
 from proteus_rewrite.fatbin.kernels import ParamRecord
+from proteus_rewrite.jit import Config, Launch, codegen, occupancy, relink, specialize, specializer, targets
+from proteus_rewrite.jit.launch import ir_constant
 
 from ..support.launches import PTR_X, PTR_Y, kernel, launch_for  # noqa: F401  (other tests import them here too)
 

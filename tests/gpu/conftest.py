@@ -1,10 +1,10 @@
-"""GPU-test fixtures: the driver's own record of which kernels ran (tests/support/cupti.py)."""
+"""GPU-test fixtures: the driver's own record of which kernels ran (bench/lib/cupti.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ..support import cupti
+from bench.lib import cupti
 
 
 @pytest.fixture(scope="session")

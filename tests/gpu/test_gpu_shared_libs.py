@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.lib import cupti
+
 from ..conftest import run_cli
-from ..support import cupti
 from ..support.apps import run_app
 from .test_gpu_shim import SYNC, checksums
 

@@ -10,9 +10,10 @@ import subprocess
 
 import pytest
 
+from bench.lib import cupti
+
 from ..conftest import run_cli
 from ..support.apps import run_app
-from ..support import cupti
 
 pytestmark = pytest.mark.gpu
 
@@ -200,7 +201,8 @@ def test_an_app_that_runs_python_itself_uses_its_own_interpreter(samples, record
             "n = 4096\n"
             "v = np.arange(n, dtype=np.uint64)\n"
             "dv = ctx.alloc(v)\n"
-            "ctx.launch(fn, (16, 1, 1), (256, 1, 1), [struct.pack('<Q', n), struct.pack('<I', 5), struct.pack('<q', -42), dv.to_bytes(8, 'little')])\n"
+            "ctx.launch(fn, (16, 1, 1), (256, 1, 1), [struct.pack('<Q', n), struct.pack('<I', 5), struct.pack('<q', -42), "
+            "dv.to_bytes(8, 'little')])\n"
             "print('done', ctx.read(dv, v)[:2])\n")
     env = dict(os.environ, **shim_env(recorded["loop_count"], tmp_path / "c", tmp_path / "r.json"),
                PYTHONPATH=os.pathsep.join([str(samples.parent.parent), os.environ.get("PYTHONPATH", "")]))
@@ -254,7 +256,8 @@ def test_stripped_rewritten_executable_runs_specialized(samples, tmp_path):
     shutil.copy(samples / "loop_count", src)
     subprocess.run(["strip", "--strip-all", str(src)], check=True)
     assert run_cli(str(src), "-o", str(tmp_path / "dir")).returncode == 0
-    proc = run(tmp_path / "dir" / "loop_count", {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), "PROTEUS_REPORT": str(tmp_path / "r.json"), **SYNC})
+    proc = run(tmp_path / "dir" / "loop_count",
+               {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), "PROTEUS_REPORT": str(tmp_path / "r.json"), **SYNC})
     assert proc.returncode == 0 and checksums(proc.stdout) == checksums(run(samples / "loop_count").stdout)
     assert all(k["specialized_launches"] > 0 for k in json.loads((tmp_path / "r.json").read_text())["kernels"])
 

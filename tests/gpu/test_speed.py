@@ -9,9 +9,10 @@ import json
 
 import pytest
 
+from bench.lib import cupti
+
 from ..conftest import run_cli
 from ..support.apps import run_app
-from ..support import cupti
 
 pytestmark = pytest.mark.gpu
 

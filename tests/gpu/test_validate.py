@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from bench.lib import cupti
 from proteus_rewrite import store
 
 from ..conftest import run_cli
 from ..support.apps import run_app
-from ..support import cupti
 
 pytestmark = pytest.mark.gpu
 

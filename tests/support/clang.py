@@ -6,20 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-from .scripts import ROOT, load_script
+from samples import build as sb
 
+ROOT = Path(__file__).resolve().parents[2]
 CLANG = os.environ.get("CLANG", "clang++-19")
 CUDA = Path(os.environ.get("CUDA_PATH", "/usr/local/cuda"))
-
-
-@lru_cache(maxsize=None)
-def samples_build():
-    return load_script(ROOT / "samples" / "build.py", "samples_build")
 
 
 def need_clang() -> None:
@@ -31,7 +26,6 @@ def build_cuda(sources: list[Path], exe: Path, recipe: str = "recommended", flag
                includes: tuple[Path, ...] = ()) -> Path:
     """clang++ -x cuda for sm_90 with the recipe's bitcode flags (samples/build.py RECIPES), static cudart."""
     need_clang()
-    sb = samples_build()
     tree, stubs = sb.make_compat_tree(ROOT / "samples" / "build", CUDA)
     cmd = [CLANG, "-x", "cuda", "--cuda-gpu-arch=sm_90", f"--cuda-path={tree}", "-I", str(stubs),
            "-I", str(CUDA / "include" / "cccl"), *[f"-I{p}" for p in includes], "-O3", "-std=c++17",

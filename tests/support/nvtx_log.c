@@ -45,8 +45,7 @@ int InitializeInjectionNvtx2(NvtxGetExportTableFunc_t get) {
   const NvtxExportTableCallbacks *cb = (const NvtxExportTableCallbacks *)get(NVTX_ETID_CALLBACKS);
   NvtxFunctionTable table;
   unsigned size = 0;
-  if (!cb || !cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) || size <= NVTX_CBID_CORE2_DomainRangePop)
-    return 0;
+  if (!cb || !cb->GetModuleFunctionTable(NVTX_CB_MODULE_CORE2, &table, &size) || size <= NVTX_CBID_CORE2_DomainRangePop) return 0;
   *table[NVTX_CBID_CORE2_DomainRangePushEx] = (NvtxFunctionPointer)push;
   *table[NVTX_CBID_CORE2_DomainRangePop] = (NvtxFunctionPointer)pop;
   *table[NVTX_CBID_CORE2_DomainCreateA] = (NvtxFunctionPointer)create;

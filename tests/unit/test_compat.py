@@ -404,7 +404,8 @@ def test_trace_tokens_timers_and_time_trace():
                          "kernel-trace, cache-stats, variants, launches)",)
     assert (cfg.enable_timers, cfg.enable_time_trace, cfg.time_trace_grain_us, cfg.time_trace_path) == (True, True, 100, "out.time-trace")
     default = Config.from_env({})
-    assert (default.enable_timers, default.enable_time_trace, default.time_trace_file, default.time_trace_grain_us) == (False, False, "", 500)
+    assert (default.enable_timers, default.enable_time_trace, default.time_trace_file,
+            default.time_trace_grain_us) == (False, False, "", 500)
     soft = Config.from_env({"PROTEUS_ENABLE_TIMERS": "yes please", "PROTEUS_TIME_TRACE_GRAIN": "0",
                             "PROTEUS_TIME_TRACE_FILE": "t.json"})
     assert (soft.enable_timers, soft.time_trace_grain_us, soft.time_trace_path) == (False, 500, "t.json") and len(soft.notes) == 2

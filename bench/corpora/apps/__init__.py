@@ -1,0 +1,1 @@
+"""The benchmark suite's six workloads (build.py builds them into build/)."""

@@ -1,0 +1,555 @@
+"""Differential testing of proteus-rewrite on the HeCBench corpus, on a GPU host. From the top
+of the tarball that `build.py --pack` makes (or of the repository):
+
+    python3 -m bench.corpora.hecbench.run --out results            # every program that built
+    python3 -m bench.corpora.hecbench.run --only jacobi,wsm5 -j 1  # two programs, one at a time
+    python3 -m bench.corpora.hecbench.run --dry-run                # print the commands; needs no GPU
+
+Binaries in work/build/RECIPE/NAME/main (work/ beside this file), next to their inputs. Per program:
+  - native runs: the plain build, the recommended build (twice: lines where two native runs
+    disagree are the program's own nondeterminism, not the tool's), the fembed-bitcode build;
+  - `proteus-rewrite main -o DIR` of the recommended build (and of the fembed-bitcode build
+    when it exists), then runs under the tool, LD_PRELOAD=DIR/libproteus.so, in three modes:
+      sync-cold     PROTEUS_ASYNC_COMPILATION=0, an empty cache: every launch runs JIT code
+      default-cold  the default policy, an empty cache
+      default-warm  the default policy, the cache default-cold left
+    each compared with the native run of the same binary after masking (programs.json);
+  - PROTEUS_REPORT of every tool run: the share of launches specialized, and failures.
+Writes OUT/hecbench-corpus.json (everything) and OUT/hecbench-corpus.md (a table).
+
+Testing without a GPU: --exe PATH runs PATH in place of every program's binary (same
+arguments, same folder), --tool PATH a stand-in for proteus-rewrite, --nvidia-smi PATH one
+for nvidia-smi.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.corpora.hecbench import corpus
+from bench.lib.harness import report_share
+
+HERE = Path(__file__).resolve().parent
+
+MODES = ("sync-cold", "default-cold", "default-warm")
+# --validate adds a run under PROTEUS_VALIDATE (every variant checked against its original on
+# its first launch; runtime/validate.py), in a fresh cache of its own
+VALIDATE = "validate"
+EXTRA_MODES: tuple[str, ...] = ()
+TOOL_RECIPES = ("recommended", "exact-fp", "fembed-bitcode", "shared-lib")
+DEFAULT_RTOL = 1e-6  # numbers this close count as "close", not "differs"
+TAIL = 4000  # characters of stdout kept per run
+_print_lock = threading.Lock()
+
+
+def log(msg: str) -> None:
+    with _print_lock:
+        print(msg, file=sys.stderr, flush=True)
+
+
+@dataclass
+class Context:
+    work: Path
+    out: Path
+    tool: list[str]
+    exe: str | None
+    timeout: float
+    dry_run: bool
+    native_only: bool
+    recipes: tuple[str, ...]
+    doc: dict
+    manifest: dict
+    kernel_trace: str | None = None  # a CUPTI injection library (bench/lib/kernel_trace.c) for the tool's runs
+
+
+# --- running one command ------------------------------------------------------------------
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment without the tool's variables (a native run must be native),
+    plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROTEUS_") and k != "LD_PRELOAD"}
+    env.update(extra or {})
+    return env
+
+
+def run_cmd(cmd: list[str], cwd: Path, env_extra: dict[str, str], ctx: Context) -> dict:
+    """Run one command; the record keeps the command, its environment additions, return
+    code, seconds, and the ends of stdout and stderr (all of stdout for comparison)."""
+    record = {"cmd": shlex.join(cmd), "cwd": str(cwd), "env": env_extra}
+    if ctx.dry_run:
+        env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in env_extra.items())
+        with _print_lock:
+            print(f"(cd {shlex.quote(str(cwd))} && {env_text + ' ' if env_text else ''}{shlex.join(cmd)})", flush=True)
+        return {**record, "rc": 0, "seconds": 0.0, "stdout": "", "stderr_tail": "", "dry_run": True}
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=clean_env(env_extra), capture_output=True,
+                              timeout=ctx.timeout, errors="replace", text=True)
+        rc, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        rc = "timeout"
+        out = _text(exc.stdout)
+        err = _text(exc.stderr)
+    except OSError as exc:  # not executable, missing: the record says so, the run goes on
+        rc, out, err = "oserror", "", str(exc)
+    return {**record, "rc": rc, "seconds": round(time.monotonic() - t0, 2), "stdout": out,
+            "stderr_tail": err[-2000:]}
+
+
+def _text(data: bytes | str | None) -> str:
+    if data is None:
+        return ""
+    return data if isinstance(data, str) else data.decode(errors="replace")
+
+
+def app_command(program: dict, recipe: str, ctx: Context) -> tuple[list[str], Path]:
+    folder = ctx.work / "build" / recipe / program["name"]
+    exe = ctx.exe or "./main"  # relative: the program runs in its folder, among its inputs
+    return [exe, *program["args"]], folder
+
+
+# --- one program ----------------------------------------------------------------------------
+
+def built(ctx: Context, name: str, recipe: str) -> bool:
+    if recipe not in ctx.recipes:
+        return False
+    entry = ctx.manifest.get("programs", {}).get(name, {}).get(recipe, {})
+    return entry.get("status") == "ok" and (ctx.work / "build" / recipe / name / "main").exists()
+
+
+def native_run(program: dict, recipe: str, ctx: Context) -> dict:
+    cmd, cwd = app_command(program, recipe, ctx)
+    return run_cmd(cmd, cwd, {}, ctx)
+
+
+def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
+    """Rewrite one build and run it in the three modes; returns {"rewrite": ..., MODE: ...}."""
+    folder = ctx.work / "build" / recipe / program["name"]
+    tool_dir = scratch / recipe / "tool"
+    for d in (tool_dir, scratch / recipe / "cache-sync", scratch / recipe / "cache", scratch / recipe / "cache-validate"):
+        if not ctx.dry_run:
+            shutil.rmtree(d, ignore_errors=True)  # cold means cold, also on a second run.py run
+            d.mkdir(parents=True)
+    result = {"rewrite": run_cmd([*ctx.tool, str(folder / "main"), "-o", str(tool_dir)], folder, {}, ctx)}
+    if result["rewrite"]["rc"] != 0:
+        return result
+    cmd, cwd = app_command(program, recipe, ctx)
+    for mode in MODES + EXTRA_MODES:
+        cache = scratch / recipe / {"sync-cold": "cache-sync", VALIDATE: "cache-validate"}.get(mode, "cache")
+        report = scratch / recipe / f"report-{mode}.json"
+        if not ctx.dry_run:
+            report.unlink(missing_ok=True)
+        env = {"LD_PRELOAD": str(tool_dir / "libproteus.so"), "PROTEUS_CACHE_DIR": str(cache),
+               "PROTEUS_REPORT": str(report)}
+        if mode in ("sync-cold", VALIDATE):
+            env["PROTEUS_ASYNC_COMPILATION"] = "0"
+        if mode == VALIDATE:
+            env["PROTEUS_VALIDATE"] = "1"
+        trace = scratch / recipe / f"kernels-{mode}.txt"
+        if ctx.kernel_trace:  # the driver's account of what ran, beside the shim's report
+            trace.unlink(missing_ok=True)
+            env.update({"CUDA_INJECTION64_PATH": ctx.kernel_trace, "CUPTI_KERNEL_TRACE_FILE": str(trace)})
+        run = run_cmd(cmd, cwd, env, ctx)
+        if ctx.kernel_trace:
+            run["kernels_run"] = kernels_run(trace)
+        run["report"] = read_report(report)
+        if mode == VALIDATE:
+            run["validation"] = validation_counts(report)
+        result[mode] = run
+    return result
+
+
+def kernels_run(trace: Path) -> dict | None:
+    """Kernel launches the GPU executed, by CUPTI: variants (named `...$proteus$...`) and originals."""
+    try:
+        names = [line.split("\t", 1)[0] for line in trace.read_text().splitlines() if line and not line.startswith("#")]
+    except OSError:
+        return None
+    variants = sum("$proteus$" in n for n in names)
+    return {"variants": variants, "originals": len(names) - variants}
+
+
+def read_report(path: Path) -> dict | None:
+    try:
+        return report_share(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None  # no report: the shim did not load or the app died before exit
+
+
+def validation_counts(path: Path) -> dict | None:
+    """A validated run's outcomes: variants that matched their original, differed, were not checked."""
+    try:
+        outcomes = json.loads(path.read_text()).get("validation") or []
+    except (OSError, ValueError):
+        return None
+    counts = {"same": 0, "within-ulps": 0, "differs": 0, "varies": 0, "skipped": 0}
+    for o in outcomes:
+        counts[o.get("verdict", "skipped")] = counts.get(o.get("verdict", "skipped"), 0) + 1
+    counts["differing_kernels"] = sorted({o["kernel"] for o in outcomes if o.get("verdict") == "differs"})
+    counts["skip_reasons"] = sorted({o.get("reason", "") for o in outcomes if o.get("verdict") == "skipped"})
+    counts["varying_kernels"] = sorted({o["kernel"] for o in outcomes if o.get("verdict") == "varies"})
+    counts["check_ms"] = round(sum(float(o.get("ms") or 0) for o in outcomes), 1)
+    return counts
+
+
+def verdict(native: dict, run: dict, compare: corpus.Comparison | None) -> str:
+    if run["rc"] == "timeout":
+        return "TIMEOUT"
+    if native["rc"] != 0:
+        return "native-failed"
+    if run["rc"] != native["rc"]:
+        return "CRASH"
+    assert compare is not None
+    return {"same": "ok", "close": "close", "unstable": "unstable", "differs": "DIFF"}[compare.verdict]
+
+
+def compare_runs(program: dict, native: dict, native2: dict | None, run: dict, ctx: Context) -> dict:
+    patterns, strip = corpus.mask_patterns(ctx.doc, program), corpus.strip_patterns(program)
+    a = corpus.mask_lines(native["stdout"], patterns, strip)
+    b = corpus.mask_lines(run["stdout"], patterns, strip)
+    unstable: set[int] = set()
+    native_unstable = False
+    if native2 is not None:
+        a2 = corpus.mask_lines(native2["stdout"], patterns, strip)
+        unstable = corpus.unstable_lines(a, a2)
+        native_unstable = a != a2
+    cmp = corpus.compare(a, b, program.get("rtol", DEFAULT_RTOL), unstable, native_unstable)
+    return {"verdict": verdict(native, run, cmp), "max_rel": cmp.max_rel, "diff": cmp.diff,
+            "ignored_lines": sorted(unstable), "kernels_run": run.get("kernels_run"), "report": run.get("report")}
+
+
+def run_program(program: dict, ctx: Context) -> dict:
+    name = program["name"]
+    scratch = ctx.out / "scratch" / name
+    res: dict = {"name": name, "suite": program["suite"], "tags": program["tags"], "args": program["args"],
+                 "builds": ctx.manifest.get("programs", {}).get(name, {}), "native": {}, "tool": {}, "verdicts": {}}
+    t0 = time.monotonic()
+    for recipe in corpus.RECIPES:
+        if built(ctx, name, recipe):
+            res["native"][recipe] = native_run(program, recipe, ctx)
+    native2 = None
+    if "recommended" in res["native"]:
+        native2 = res["native"]["recommended-again"] = native_run(program, "recommended", ctx)
+    if "plain" in res["native"] and "recommended" in res["native"]:
+        # does embedding bitcode change the program? (it must not)
+        res["verdicts"]["plain-vs-recommended"] = compare_runs(
+            program, res["native"]["plain"], native2, res["native"]["recommended"], ctx)
+    for recipe in TOOL_RECIPES:
+        if recipe not in res["native"] or ctx.native_only:
+            continue
+        if res["native"][recipe]["rc"] == "timeout":
+            # the tool would wait out the same timeout three times over
+            res["verdicts"][recipe] = {m: {"verdict": "native-timeout"} for m in MODES + EXTRA_MODES}
+            continue
+        runs = res["tool"][recipe] = tool_runs(program, recipe, scratch, ctx)
+        if runs["rewrite"]["rc"] != 0:
+            res["verdicts"][recipe] = {m: {"verdict": "REWRITE-FAILED"} for m in MODES + EXTRA_MODES}
+            continue
+        again = native2 if recipe == "recommended" else None
+        res["verdicts"][recipe] = {m: {**compare_runs(program, res["native"][recipe], again, runs[m], ctx),
+                                       "report": runs[m]["report"]} for m in MODES + EXTRA_MODES}
+        if VALIDATE in runs:
+            v = res["verdicts"][recipe][VALIDATE]
+            v["validation"] = runs[VALIDATE].get("validation")
+            v["seconds"], v["native_seconds"] = runs[VALIDATE]["seconds"], res["native"][recipe]["seconds"]
+    res["seconds"] = round(time.monotonic() - t0, 1)
+    res["note"] = "; ".join(filter(None, [note(res), program.get("note", "")]))
+    for runs in [res["native"], *res["tool"].values()]:  # keep the JSON readable: ends only
+        for r in runs.values():
+            r["stdout_tail"] = r.pop("stdout")[-TAIL:]
+    return res
+
+
+def note(res: dict) -> str:
+    """One line for the table: what went wrong first, or what is worth knowing."""
+    parts = []
+    for recipe in ("plain", "recommended", "fembed-bitcode"):
+        b = res["builds"].get(recipe)
+        if b and b.get("status") != "ok" and recipe != "fembed-bitcode":
+            parts.append(f"{recipe} build failed: {b.get('error', '?')[:80]}")
+    for recipe, runs in res["tool"].items():
+        if runs["rewrite"]["rc"] != 0:
+            last = (runs["rewrite"]["stderr_tail"].strip().splitlines() or [""])[-1]
+            parts.append(f"{recipe}: rewrite rc {runs['rewrite']['rc']}: {last[:120]}")
+    rec = res["verdicts"].get("recommended", {})
+    for mode, v in rec.items():
+        failures = (v.get("report") or {}).get("failures")
+        if failures:
+            parts.append(f"{mode} failures: " + ", ".join(f"{k} x{n}" for k, n in failures.items()))
+            break
+    for recipe, native in res["native"].items():
+        if native["rc"] == "timeout":
+            parts.append(f"{recipe} native run timed out")
+    pvr = res["verdicts"].get("plain-vs-recommended", {}).get("verdict")
+    if pvr not in (None, "ok"):
+        parts.append(f"plain vs recommended natively: {pvr}")
+    if any(v.get("verdict") == "unstable" for v in rec.values()):
+        parts.append("native runs disagree with each other")
+    return "; ".join(parts)
+
+
+# --- the report -----------------------------------------------------------------------------
+
+def stamp(ctx: Context, args: argparse.Namespace) -> dict:
+    return {"tool_commit": tool_commit(ctx.tool), "tool_version": _first_line([*ctx.tool, "--version"]),
+            "gpu": gpu_info(args.nvidia_smi), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": shlex.join([sys.executable, *sys.argv]), "host": os.uname().nodename,
+            "hecbench_commit": ctx.manifest.get("hecbench_commit"), "clang": ctx.manifest.get("clang"),
+            "timeout_s": ctx.timeout}
+
+
+def tool_commit(tool: list[str]) -> str:
+    """The tool's git commit: $PROTEUS_COMMIT where the caller names it (a GPU host's copy of
+    the tree may carry a stale .git), else from the checkout the tool (a venv's bin/ inside it)
+    or this script lives in."""
+    if os.environ.get("PROTEUS_COMMIT"):
+        return os.environ["PROTEUS_COMMIT"]
+    candidates = []
+    found = shutil.which(tool[0])
+    if found:
+        candidates.append(Path(found).resolve().parent)
+    candidates.append(HERE)
+    for where in candidates:
+        try:
+            proc = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            break
+        if proc.returncode == 0:
+            dirty = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True).stdout.strip()
+            return proc.stdout.strip() + ("+dirty" if dirty else "")
+    return "unknown"
+
+
+def gpu_info(nvidia_smi: str) -> str:
+    return _first_line([nvidia_smi, "--query-gpu=name,driver_version", "--format=csv,noheader"]) or "unknown"
+
+
+def _first_line(cmd: list[str]) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return (proc.stdout.strip().splitlines() or [""])[0]
+
+
+def share_text(v: dict | None) -> str:
+    report = (v or {}).get("report") or {}
+    if report.get("share") is None:
+        return "-"
+    return f"{report['specialized_launches']}/{report['launches']} ({100 * report['share']:.0f}%)"
+
+
+def markdown(results: list[dict], header: dict) -> str:
+    lines = ["# HeCBench differential test of proteus-rewrite", "",
+             *[f"- {k}: `{v}`" for k, v in header.items()], "",
+             "Verdicts, per mode (sync-cold / default-cold / default-warm), against the native run of the same binary: "
+             "ok = same output after masking; close = numbers within rtol; unstable = the native runs disagree too; "
+             "DIFF; CRASH = another exit code; TIMEOUT; REWRITE-FAILED; native-timeout / native-failed = nothing to compare "
+             "with; `-` = not built.", ""]
+    lines += summary(results) + [""]
+    lines += ["| program | suite | tags | specialized (sync-cold) | recommended | exact-fp | fembed-bitcode | shared-lib | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        rec, fem = r["verdicts"].get("recommended"), r["verdicts"].get("fembed-bitcode")
+        cells = [r["name"], r["suite"], ", ".join(r["tags"]), share_text((rec or {}).get("sync-cold")),
+                 _modes_cell(rec), _modes_cell(r["verdicts"].get("exact-fp"), r["builds"].get("exact-fp")),
+                 _modes_cell(fem, r["builds"].get("fembed-bitcode")),
+                 _modes_cell(r["verdicts"].get("shared-lib"), r["builds"].get("shared-lib")), r["note"].replace("|", "\\|")]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += kernels_table(results)
+    lines += validation_table(results)
+    return "\n".join(lines) + "\n"
+
+
+def kernels_table(results: list[dict]) -> list[str]:
+    """--kernel-trace: per program and recipe, the launches the GPU ran as variants and as
+    originals in each mode, by CUPTI, beside the launches the shim's report says it specialized."""
+    rows = []
+    for r in results:
+        for recipe, verdicts in r["verdicts"].items():
+            cells = []
+            for mode in MODES:
+                v = (verdicts or {}).get(mode) or {}
+                k = v.get("kernels_run")
+                if k is None:
+                    cells.append("-")
+                    continue
+                rep = v.get("report") or {}
+                cells.append(f"{k['variants']} / {k['originals']} ({rep.get('specialized_launches', '-')} by the report)")
+            if any(c != "-" for c in cells):
+                rows.append(f"| {r['name']} | {recipe} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["", "## What the GPU ran (CUPTI)", "",
+            "Kernel launches executed as variants / as originals, from CUPTI's activity records (--kernel-trace).", "",
+            "| program | recipe | " + " | ".join(MODES) + " |", "|---|---|" + "---|" * len(MODES), *rows]
+
+
+def validation_table(results: list[dict]) -> list[str]:
+    """--validate: per program and recipe, the checked variants and the run's cost against native."""
+    rows = []
+    for r in results:
+        for recipe, verdicts in r["verdicts"].items():
+            v = verdicts.get(VALIDATE) if isinstance(verdicts, dict) else None
+            if not v or not isinstance(v.get("validation"), dict):
+                continue
+            c = v["validation"]
+            ratio = f"{v['seconds'] / v['native_seconds']:.2f}x" if v.get("native_seconds") else "-"
+            rows.append(f"| {r['name']} | {recipe} | {v['verdict']} | {c['same'] + c['within-ulps']} | {c['differs']} | "
+                        f"{c['skipped'] + c.get('varies', 0)} | {c['check_ms']} | {v['seconds']} | {v.get('native_seconds')} | {ratio} | "
+                        + "; ".join(c["differing_kernels"] + [f"varies: {k}" for k in c.get("varying_kernels", [])]
+                                    + c["skip_reasons"]).replace("|", "\\|")[:200] + " |")
+    if not rows:
+        return []
+    return ["", "## Under validation (PROTEUS_VALIDATE=1, every variant checked on its first launch)", "",
+            "Output against native as above; variants that matched their original, differed (denied), were not "
+            "checked (skipped, or the original's own two runs disagreed: 'varies'); the checks' own time; the run's "
+            "wall time against the native run's.", "",
+            "| program | recipe | output | matched | differed | not checked | check ms | run s | native s | run / native "
+            "| kernels, reasons |",
+            "|---|---|---|---|---|---|---|---|---|---|---|", *rows]
+
+
+def _modes_cell(verdicts: dict | None, build: dict | None = None) -> str:
+    if not verdicts:
+        if build and build.get("status") == "failed":
+            return "not built: " + build.get("error", "")[:90].replace("|", "\\|")
+        return "-"
+    return " / ".join(verdicts[m]["verdict"] for m in MODES + EXTRA_MODES if m in verdicts)
+
+
+def summary(results: list[dict]) -> list[str]:
+    out = []
+    for recipe in TOOL_RECIPES:
+        for mode in MODES + EXTRA_MODES:
+            counts: dict[str, int] = {}
+            for r in results:
+                v = r["verdicts"].get(recipe, {}).get(mode)
+                if v:
+                    counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+            if counts:
+                out.append(f"- {recipe} {mode}: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
+    return out
+
+
+# --- the CLI --------------------------------------------------------------------------------
+
+def default_tool() -> list[str]:
+    """proteus-rewrite on PATH, else next to this Python (a venv's bin/), else as a module."""
+    found = shutil.which("proteus-rewrite")
+    if found:
+        return [found]
+    beside = Path(sys.executable).parent / "proteus-rewrite"
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "proteus_rewrite.cli"]
+
+
+def shard(programs: list[dict], spec: str, parser: argparse.ArgumentParser) -> list[dict]:
+    """Every N-th program from the I-th: slices of similar mix (the slow paper programs
+    come first and are spread out)."""
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+        assert 1 <= i <= n
+    except (ValueError, AssertionError):
+        parser.error(f"--shard {spec!r}: expected I/N with 1 <= I <= N")
+    return programs[i - 1::n]
+
+
+def main(argv: list[str] | None = None) -> int:
+    global MODES, EXTRA_MODES  # --modes and --validate choose the runs, for every program alike
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", default=str(HERE / "work"), help="the builds and manifest.json (default: %(default)s)")
+    parser.add_argument("--out", default="hecbench-results", help="results folder (default: %(default)s)")
+    parser.add_argument("--suite", choices=("paper", "corpus", "all"), default="all")
+    parser.add_argument("--only", default="", help="comma-separated program names")
+    parser.add_argument("-j", "--jobs", type=int, default=4, help="programs in parallel (default 4)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per run (default 300)")
+    parser.add_argument("--tool", help="the proteus-rewrite command (default: on PATH or beside this Python)")
+    parser.add_argument("--exe", help="run this in place of every program's binary (a fake GPU, for testing)")
+    parser.add_argument("--nvidia-smi", default="nvidia-smi")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument("--recipes", default=",".join(corpus.RECIPES),
+                        help="builds to use, comma-separated (default: all three)")
+    parser.add_argument("--shard", default="1/1", metavar="I/N",
+                        help="the I-th of N interleaved slices of the programs (runs split over several calls)")
+    parser.add_argument("--validate", action="store_true",
+                        help="also run each build under PROTEUS_VALIDATE (a fourth mode, 'validate')")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="the tool's modes to run, comma-separated (default: all three)")
+    parser.add_argument("--kernel-trace", metavar="LIB",
+                        help="CUPTI injection library (bench/lib/kernel_trace.c, built): each tool run records the "
+                             "kernels the GPU ran, variants and originals")
+    parser.add_argument("--native-only", action="store_true",
+                        help="native runs only: check the programs themselves (time, stability) without the tool")
+    args = parser.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not set(modes) <= set(MODES):
+        parser.error(f"--modes: from {', '.join(MODES)}")
+    MODES, EXTRA_MODES = modes, (VALIDATE,) if args.validate else ()
+
+    doc = corpus.load_programs(HERE / "programs.json")
+    work = Path(args.work).resolve()
+    manifest_path = work / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"programs": {}}
+    programs = shard(corpus.select(doc, args.suite, [n for n in args.only.split(",") if n]), args.shard, parser)
+    recipes = tuple(r for r in args.recipes.split(",") if r)
+    if not set(recipes) <= set(corpus.RECIPES):
+        parser.error(f"--recipes: from {', '.join(corpus.RECIPES)}")
+    tool = shlex.split(args.tool) if args.tool else default_tool()
+    if "/" in tool[0]:  # the tool runs in each program's folder: a relative path would not resolve there
+        tool[0] = str(Path(tool[0]).resolve())
+    out = Path(args.out).resolve()
+    ctx = Context(work, out, tool, str(Path(args.exe).resolve()) if args.exe else None, args.timeout,
+                  args.dry_run, args.native_only, recipes, doc, manifest,
+                  str(Path(args.kernel_trace).resolve()) if args.kernel_trace else None)
+    runnable = [p for p in programs if any(built(ctx, p["name"], r) for r in corpus.RECIPES)]
+    skipped = sorted(set(p["name"] for p in programs) - set(p["name"] for p in runnable))
+    if skipped:
+        log(f"not built, skipped: {', '.join(skipped)}")
+    if not runnable:
+        raise SystemExit(f"nothing to run: no builds under {work} (build.py, or unpack the tarball)")
+
+    results: dict[str, dict] = {}
+    header = stamp(ctx, args)
+
+    def one(program: dict) -> None:
+        res = run_program(program, ctx)
+        with _print_lock:
+            results[program["name"]] = res
+            if not ctx.dry_run:  # after every program: a run cut short keeps what it did
+                write_results(out, header, skipped, [results[p["name"]] for p in runnable if p["name"] in results])
+        rec = res["verdicts"].get("recommended", {})
+        what = ("planned" if ctx.dry_run else " / ".join(v["verdict"] for v in rec.values()) or
+                "native " + ", ".join(f"{k} rc {r['rc']} {r['seconds']} s" for k, r in res["native"].items()))
+        log(f"[{len(results)}/{len(runnable)}] {program['name']}: {what}  {share_text(rec.get('sync-cold'))}  {res['seconds']} s")
+
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        list(pool.map(one, runnable))
+    if not ctx.dry_run:
+        log(f"wrote {out / 'hecbench-corpus.md'} and {out / 'hecbench-corpus.json'}")
+    return 0
+
+
+def write_results(out: Path, header: dict, skipped: list[str], results: list[dict]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in (("hecbench-corpus.json", json.dumps({**header, "skipped": skipped, "programs": results}, indent=1) + "\n"),
+                       ("hecbench-corpus.md", markdown(results, header))):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(out / name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

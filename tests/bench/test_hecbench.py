@@ -1,0 +1,230 @@
+"""bench/corpora/hecbench: the HeCBench differential-testing corpus. Fast CPU checks only: the program
+list is well-formed and stays on names a..m, output masking, the comparison, the share of
+launches a report says were specialized, and run.py end to end against a fake GPU (a shell
+script in place of the programs and of proteus-rewrite). No GPU, no clang, no network."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.corpora.hecbench import build, corpus
+from bench.lib import harness
+from bench.lib.paths import ROOT
+
+from .tarball import run_module, unpack
+
+RUN = "bench.corpora.hecbench.run"
+PAPER = {"adam", "wsm5", "rsbench", "feynman-kac", "lulesh", "sw4ck"}
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict:
+    return corpus.load_programs()
+
+
+def test_programs_json_is_well_formed(doc):
+    assert corpus.validate(doc) == []
+    assert len(doc["hecbench"]["commit"]) == 40
+
+
+def test_the_paper_suite_is_the_six_programs_of_the_paper(doc):
+    assert {p["name"] for p in doc["programs"] if p["suite"] == "paper"} == PAPER
+
+
+def test_the_corpus_draws_on_names_a_to_m_only_and_leaves_the_paper_programs_out(doc):
+    names = [p["name"] for p in doc["programs"] if p["suite"] == "corpus"]
+    assert len(names) >= 45
+    assert all("a" <= n[0].lower() <= "m" for n in names), [n for n in names if not "a" <= n[0].lower() <= "m"]
+    assert not set(names) & PAPER
+
+
+def test_the_corpus_covers_what_the_tool_must_handle(doc):
+    tags = {t for p in doc["programs"] if p["suite"] == "corpus" for t in p["tags"]}
+    assert {"shuffle", "atomics", "shared", "templates", "device-globals", "float", "double"} <= tags
+
+
+def test_a_broken_entry_is_named(doc):
+    bad = {"programs": [{**doc["programs"][0]}, {**doc["programs"][-1], "name": "zeta", "folder": "src/zeta-cuda",
+                                                 "suite": "corpus", "mask": ["("]}]}
+    bad["programs"].append(bad["programs"][0])
+    problems = corpus.validate(bad)
+    assert any("listed twice" in p for p in problems)
+    assert any("zeta: corpus programs start with a..m" in p for p in problems)
+    assert any("zeta: mask '('" in p for p in problems)
+
+
+def test_masking_hides_timings_and_addresses_but_not_results(doc):
+    patterns = corpus.mask_patterns(doc, {"mask": [r"^Device:"]})
+    text = ("Average kernel execution time: 12.5 (us)\nchecksum = 42.000000\nPASS  \n"
+            "Total time 3.2 ms\nthroughput 812.3 GB/s\nbuffer at 0x7f3a2c000000\nDevice: H100\n")
+    assert corpus.mask_lines(text, patterns) == [corpus.MASKED, "checksum = 42.000000", "PASS", corpus.MASKED,
+                                                 corpus.MASKED, corpus.MASKED, corpus.MASKED]
+
+
+def test_comparison_tells_same_close_differs_and_unstable():
+    assert corpus.compare(["a 1", "PASS"], ["a 1", "PASS"]).verdict == "same"
+    close = corpus.compare(["sum 1.0000001"], ["sum 1.0000002"], rtol=1e-6)
+    assert close.verdict == "close" and 0 < close.max_rel < 1e-6
+    differs = corpus.compare(["sum 1.0", "PASS"], ["sum 1.5", "FAIL"], rtol=1e-6)
+    assert differs.verdict == "differs" and differs.diff[:2] == ["1-'sum 1.0'", "1+'sum 1.5'"]
+    assert corpus.compare(["x"], ["x", "extra"]).verdict == "differs"
+    first, second = ["seed 1", "PASS"], ["seed 2", "PASS"]
+    unstable = corpus.unstable_lines(first, second)
+    assert unstable == {0}
+    assert corpus.compare(first, ["seed 3", "PASS"], unstable=unstable, native_unstable=True).verdict == "same"
+    assert corpus.compare(first, ["seed 3", "FAIL"], unstable=unstable, native_unstable=True).verdict == "unstable"
+
+
+def test_report_share_sums_over_kernels():
+    report = {"unknown_handle_launches": 0, "kernels": [
+        {"name": "k1", "launches": 10, "specialized_launches": 9, "fallback_launches": 1,
+         "failures": {"compile error": 1}},
+        {"name": "k2", "launches": 30, "specialized_launches": 21, "fallback_launches": 9,
+         "failures": {"compile error": 2, "budget": 1}},
+        {"name": "unregistered", "launches": 0, "fallback_launches": 0, "specialized_launches": 0, "failures": {}}]}
+    share = harness.report_share(report)
+    assert (share["launches"], share["specialized_launches"], share["fallback_launches"]) == (40, 30, 10)
+    assert share["share"] == 0.75 and share["failures"] == {"compile error": 3, "budget": 1}
+    assert harness.report_share({"kernels": []})["share"] is None
+
+
+FAKE_APP = """#!/bin/sh
+# a fake GPU program: the same output every run but for its timing line
+echo "args: $*"
+echo "Average kernel execution time: $$ (us)"
+echo "checksum 3.25"
+echo PASS
+if [ -n "$PROTEUS_VALIDATE" ]; then
+  echo '{"kernels": [{"name": "k", "launches": 4, "specialized_launches": 3, "fallback_launches": 1, "failures": {}}],
+         "validation": [{"kernel": "k(int)", "verdict": "same", "ms": 2.5},
+                        {"kernel": "g(int)", "verdict": "differs", "ms": 1.0}]}' > "$PROTEUS_REPORT"
+elif [ -n "$PROTEUS_REPORT" ]; then
+  echo '{"kernels": [{"name": "k", "launches": 4, "specialized_launches": 3, "fallback_launches": 1, "failures": {}}]}' > "$PROTEUS_REPORT"
+fi
+"""
+FAKE_TOOL = """#!/bin/sh
+# a fake proteus-rewrite: APP -o DIR
+[ "$1" = "--version" ] && { echo "fake-rewrite 0"; exit 0; }
+touch "$3/libproteus.so"
+"""
+
+
+def _script(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_run_py_end_to_end_against_a_fake_gpu(tmp_path, doc):
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = tmp_path / "work"
+    manifest = {"hecbench_commit": doc["hecbench"]["commit"], "programs": {name: {}}}
+    for recipe in ("plain", "recommended", "fembed-bitcode"):
+        (work / "build" / recipe / name).mkdir(parents=True)
+        (work / "build" / recipe / name / "main").write_text("not run: --exe stands in\n")
+        manifest["programs"][name][recipe] = {"status": "ok"}
+    (work / "manifest.json").write_text(json.dumps(manifest))
+    app, tool = _script(tmp_path / "app.sh", FAKE_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
+    smi = _script(tmp_path / "smi.sh", "#!/bin/sh\necho 'Fake GPU, 1.0'\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PROTEUS_COMMIT": "abc123"}
+    proc = subprocess.run([sys.executable, "-m", RUN, "--work", str(work), "--out", str(out),
+                           "--only", name, "--exe", str(app), "--tool", str(tool), "--nvidia-smi", str(smi)],
+                          capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "hecbench-corpus.json").read_text())
+    assert result["gpu"] == "Fake GPU, 1.0" and result["command"].endswith(f"--nvidia-smi {smi}")
+    (prog,) = result["programs"]
+    for recipe in ("recommended", "fembed-bitcode"):
+        for mode in ("sync-cold", "default-cold", "default-warm"):
+            v = prog["verdicts"][recipe][mode]
+            assert v["verdict"] == "ok", v
+            assert v["report"]["share"] == 0.75
+    sync = prog["tool"]["recommended"]["sync-cold"]
+    assert sync["env"]["PROTEUS_ASYNC_COMPILATION"] == "0" and sync["env"]["LD_PRELOAD"].endswith("libproteus.so")
+    assert "PROTEUS_ASYNC_COMPILATION" not in prog["tool"]["recommended"]["default-warm"]["env"]
+    table = (out / "hecbench-corpus.md").read_text()
+    assert f"| {name} |" in table and "3/4 (75%)" in table and "ok / ok / ok" in table
+
+
+def _one_build(tmp_path: Path, name: str) -> Path:
+    """A work folder with one program's recommended build (the binary itself never runs)."""
+    work = tmp_path / "work"
+    (work / "build" / "recommended" / name).mkdir(parents=True)
+    (work / "build" / "recommended" / name / "main").write_text("not run\n")
+    (work / "manifest.json").write_text(json.dumps({"programs": {name: {"recommended": {"status": "ok"}}}}))
+    return work
+
+
+def test_run_py_validate_mode_counts_what_validation_found(tmp_path, doc):
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = _one_build(tmp_path, name)
+    app, tool = _script(tmp_path / "app.sh", FAKE_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", RUN, "--work", str(work), "--out", str(out), "--only", name,
+                           "--exe", str(app), "--tool", str(tool), "--nvidia-smi", "/nonexistent", "--modes", "sync-cold",
+                           "--validate"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    (prog,) = json.loads((out / "hecbench-corpus.json").read_text())["programs"]
+    assert set(prog["verdicts"]["recommended"]) == {"sync-cold", "validate"}
+    v = prog["verdicts"]["recommended"]["validate"]
+    assert v["verdict"] == "ok" and v["validation"]["same"] == 1 and v["validation"]["differs"] == 1
+    assert v["validation"]["differing_kernels"] == ["g(int)"] and v["validation"]["check_ms"] == 3.5
+    env = prog["tool"]["recommended"]["validate"]["env"]
+    assert env["PROTEUS_VALIDATE"] == "1" and env["PROTEUS_ASYNC_COMPILATION"] == "0"
+    md = (out / "hecbench-corpus.md").read_text()
+    assert "## Under validation" in md and f"| {name} | recommended | ok | 1 | 1 | 0 | 3.5 |" in md
+
+
+def test_run_py_dry_run_prints_the_commands_and_runs_nothing(tmp_path, doc):
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "paper")
+    work = _one_build(tmp_path, name)
+    proc = subprocess.run([sys.executable, "-m", RUN, "--work", str(work), "--out", str(tmp_path / "o"),
+                           "--only", name, "--dry-run", "--tool", "proteus-rewrite", "--nvidia-smi", "/nonexistent"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert sum("PROTEUS_ASYNC_COMPILATION=0" in l for l in lines) == 1
+    assert sum("LD_PRELOAD=" in l for l in lines) == 3 and any("proteus-rewrite" in l and " -o " in l for l in lines)
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_tarball_runs_with_the_standard_library_alone(tmp_path, doc):
+    """build.py --pack: run.py, corpus.py and bench/lib/harness.py in the repository's layout;
+    `python3 -m bench.corpora.hecbench.run` from the unpacked tarball's top runs its builds
+    (work/ beside run.py) end to end against a fake GPU, with no site-packages and without
+    this repository on the path."""
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = tmp_path / "work"
+    manifest = {"hecbench_commit": doc["hecbench"]["commit"], "programs": {name: {}}}
+    for recipe in ("plain", "recommended"):
+        (work / "build" / recipe / name).mkdir(parents=True)
+        (work / "build" / recipe / name / "main").write_text("not run: --exe stands in\n")
+        (work / "build" / recipe / name / "input.dat").write_text("an input the program reads\n")
+        manifest["programs"][name][recipe] = {"status": "ok"}
+    (work / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "h.tar.xz"
+    build.pack(out, work, [p for p in doc["programs"] if p["name"] == name], ["plain", "recommended"])
+    names, top = unpack(out, tmp_path / "unpacked")
+    corpus_dir = "bench/corpora/hecbench"
+    assert {"bench/__init__.py", "bench/lib/__init__.py", "bench/lib/harness.py", "bench/corpora/__init__.py",
+            f"{corpus_dir}/__init__.py", f"{corpus_dir}/run.py", f"{corpus_dir}/corpus.py", f"{corpus_dir}/programs.json",
+            f"{corpus_dir}/work/manifest.json", f"{corpus_dir}/work/build/recommended/{name}/input.dat"} <= names
+    assert not any(n.endswith(("build.py", "paths.py", "builds.py")) for n in names), names
+    help_ = run_module(top, RUN, "--help")
+    assert help_.returncode == 0 and "--validate" in help_.stdout, help_.stderr
+    app, tool = _script(tmp_path / "app.sh", FAKE_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
+    proc = run_module(top, RUN, "--only", name, "--recipes", "plain,recommended", "--exe", str(app), "--tool", str(tool),
+                      "--nvidia-smi", "/nonexistent", "--modes", "sync-cold", "--out", str(tmp_path / "out"),
+                      env={"PROTEUS_COMMIT": "abc123"})
+    assert proc.returncode == 0, proc.stderr
+    (prog,) = json.loads((tmp_path / "out" / "hecbench-corpus.json").read_text())["programs"]
+    assert prog["verdicts"]["recommended"]["sync-cold"]["verdict"] == "ok", prog["verdicts"]
+    assert prog["tool"]["recommended"]["sync-cold"]["cwd"].startswith(str(top / corpus_dir / "work" / "build"))
