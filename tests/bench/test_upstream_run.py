@@ -114,8 +114,9 @@ name=$(basename "$0")
 tool=
 if [ -n "$LD_PRELOAD" ]; then
   tool=1
-  # under the tool, run.py must give all of these
-  [ "$PROTEUS_ASYNC_COMPILATION" = 0 ] && [ -n "$PROTEUS_CACHE_DIR" ] && [ -n "$PROTEUS_REPORT" ] || exit 5
+  # under the tool, run.py must give all of these (the default mode leaves the compilation mode unset)
+  [ "$PROTEUS_ASYNC_COMPILATION" = 0 ] || [ "${PROTEUS_ASYNC_COMPILATION-unset}" = unset ] || exit 5
+  [ -n "$PROTEUS_CACHE_DIR" ] && [ -n "$PROTEUS_REPORT" ] || exit 5
   mkdir -p "$PROTEUS_CACHE_DIR"
   warm=; [ -e "$PROTEUS_CACHE_DIR/entry" ] && warm=1
   touch "$PROTEUS_CACHE_DIR/entry"
@@ -185,7 +186,7 @@ def test_e2e_every_program_gets_a_verdict(e2e):
 
 def test_e2e_good_program_runs_natively_then_cold_then_warm(e2e):
     good = e2e["by_name"]["good"]
-    assert set(good["runs"]) == {"native-plain", "native-recommended", "rewrite", "cold", "warm"}
+    assert set(good["runs"]) == {"native-plain", "native-recommended", "rewrite", "cold", "default", "warm"}
     native = good["runs"]["native-recommended"]
     assert native["rc"] == 0 and native["check_failures"] == [] and native["same_as_plain"] is True
     assert "LD_PRELOAD" not in native["env"]
@@ -196,6 +197,9 @@ def test_e2e_good_program_runs_natively_then_cold_then_warm(e2e):
         assert r["kernels"] == {"variants": 1, "originals": 1}
         assert r["report"]["specialized_launches"] == 1 and r["report"]["launches"] == 2
     assert good["runs"]["cold"]["env"]["PROTEUS_CACHE_DIR"] == good["runs"]["warm"]["env"]["PROTEUS_CACHE_DIR"]
+    default = good["runs"]["default"]  # the defaults, on an empty cache of their own
+    assert default["verdict"] == "ok" and "PROTEUS_ASYNC_COMPILATION" not in default["env"]
+    assert default["env"]["PROTEUS_CACHE_DIR"] != good["runs"]["cold"]["env"]["PROTEUS_CACHE_DIR"]
     assert native["kernels"] == {"variants": 0, "originals": 2}
 
 

@@ -8,9 +8,10 @@ From the top of the tarball `build.py --pack` makes (or of the repository):
 
 Binaries in work/build/RECIPE/NAME (work/ beside this file), what to expect in programs.json. Per program:
   - native runs of the plain build (no bitcode: the reference) and of the recommended build;
-  - `proteus-rewrite EXE -o DIR` of the recommended build, then two runs of it with
-    LD_PRELOAD=DIR/libproteus.so and PROTEUS_ASYNC_COMPILATION=0: "cold" with an empty
-    PROTEUS_CACHE_DIR, "warm" with the cache the cold run left; PROTEUS_REPORT of each;
+  - `proteus-rewrite EXE -o DIR` of the recommended build, then three runs of it with
+    LD_PRELOAD=DIR/libproteus.so: "cold" (PROTEUS_ASYNC_COMPILATION=0, an empty
+    PROTEUS_CACHE_DIR), "default" (the defaults, an empty cache of its own), "warm"
+    (synchronous, the cache the cold run left); PROTEUS_REPORT of each;
   - then upstream's RUN lines, in order, under the tool with each line's environment (lit's
     %t.$$.proteus: a cache folder per program, emptied where upstream's rm -rf precedes it; %S:
     WORK/src/tests/gpu; PROTEUS_ASYNC_COMPILATION=0 unless the line sets it), also when the native
@@ -18,7 +19,7 @@ Binaries in work/build/RECIPE/NAME (work/ beside this file), what to expect in p
   - with --kernel-trace-lib (bench/lib/kernel_trace.c built against CUPTI), every run also
     gets CUDA_INJECTION64_PATH and CUPTI_KERNEL_TRACE_FILE: the kernels the driver really ran,
     specialized variants being those whose names contain "$proteus$".
-Each cold/warm run's stdout must equal the native run's (after programs.json's masks) with the
+Each cold/default/warm run's stdout must equal the native run's (after programs.json's masks) with the
 same exit code, and every run must pass upstream's CHECK lines about the program's own output
 (lines Proteus's runtime prints, "[proteus]...", "[ArgSpec]...", are upstream's own trace: not
 checked there). A RUN line's output must pass every directive of its prefixes, trace lines
@@ -60,7 +61,10 @@ VARIANT_MARK = "$proteus$"  # in the name of every specialized variant (proteus_
 # "[ArgSpec] ...", "[GVarInfo]: ..."; no program output checked upstream starts like that.
 TRACE_LINE = re.compile(r"^\[[A-Za-z]")
 MASKED = "<masked>"
-MODES = ("cold", "warm")
+MODES = ("cold", "default", "warm")
+# cold: PROTEUS_ASYNC_COMPILATION=0 on an empty cache (every launch runs JIT code); default: the
+# defaults on an empty cache of its own (a launch may run as built while its variant compiles);
+# warm: synchronous again, on the cache cold left.
 TAIL = 4000  # characters of stdout/stderr kept per run
 _lock = threading.Lock()
 
@@ -257,7 +261,10 @@ def run_program(program: dict, ctx: Context) -> dict:
                 for mode in MODES:
                     report = scratch / f"report-{mode}.json"
                     env = {"LD_PRELOAD": str(tool_dir / "libproteus.so"), "PROTEUS_ASYNC_COMPILATION": "0",
-                           "PROTEUS_CACHE_DIR": str(scratch / "cache"), "PROTEUS_REPORT": str(report)}
+                           "PROTEUS_CACHE_DIR": str(scratch / ("cache-default" if mode == "default" else "cache")),
+                           "PROTEUS_REPORT": str(report)}
+                    if mode == "default":
+                        del env["PROTEUS_ASYNC_COMPILATION"]
                     run = res["runs"][mode] = run_app(builds["recommended"], program, scratch, mode, env, ctx)
                     run["report"] = report_summary(report)
                     run["verdict"], run["detail"] = mode_verdict(native, run, program)
@@ -361,22 +368,23 @@ def markdown(results: list[dict], header: dict) -> str:
     lines = ["# Upstream Proteus GPU tests under proteus-rewrite", "",
              *[f"- {k}: `{v}`" for k, v in header.items()], "",
              "native: the recommended build alone exits 0 and passes upstream's CHECK lines about program output "
-             "(`= plain`: same output as the build without bitcode). cold / warm: under the tool, empty cache / "
-             "the cache cold left; ok = same exit code, same stdout as native, CHECK lines pass. kernels: "
+             "(`= plain`: same output as the build without bitcode). cold / default / warm: under the tool, "
+             "PROTEUS_ASYNC_COMPILATION=0 on an empty cache / the defaults on an empty cache / synchronous on the "
+             "cache cold left; ok = same exit code, same stdout as native, CHECK lines pass. kernels: "
              "variants/originals the driver ran (CUPTI), `-` = no trace.", ""]
     counts: dict[str, int] = {}
     for r in results:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
     lines += ["Verdicts: " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items())), ""]
-    lines += ["| program | native | cold | warm | kernels cold | kernels warm | specialized launches (cold) | detail |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["| program | native | cold | default | warm | kernels cold | kernels warm | specialized launches (cold) | detail |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         runs = r["runs"]
         rep = (runs.get("cold") or {}).get("report") or {}
         spec = f"{rep['specialized_launches']}/{rep['launches']}" if rep else "-"
         detail = (r.get("detail") or r.get("note") or "").replace("|", "\\|")[:160]
         cells = [r["name"], _native_cell(runs), (runs.get("cold") or {}).get("verdict", "-"),
-                 (runs.get("warm") or {}).get("verdict", "-"), _kernels_cell(runs.get("cold")),
+                 (runs.get("default") or {}).get("verdict", "-"), (runs.get("warm") or {}).get("verdict", "-"), _kernels_cell(runs.get("cold")),
                  _kernels_cell(runs.get("warm")), spec, detail]
         lines.append("| " + " | ".join(cells) + " |")
     lines += checks.markdown_runs(results)
