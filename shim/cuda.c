@@ -1,12 +1,13 @@
-/* libproteus.so, CUDA: the driver's and the runtime's entry points, wrapped.
+/* libproteus.so, CUDA: the driver's and the runtime's entry points, wrapped, and CUDA's
+ * `struct gpu_ops` (platform.h), through which the core reaches the driver.
  *
  * Learns which image and kernel name each launch handle belongs to, by wrapping the
  * registration and loading calls of the CUDA runtime (dynamic cudart: interposed symbols)
  * and of the driver (static cudart: every driver entry point comes from cuGetProcAddress,
  * itself found with dlsym, so dlsym is interposed); on each launch picks the variant through
- * the hit path (hitpath.h: no lock, no allocation, no Python), or the miss path (jobs.c); any
- * failure launches the original kernel unchanged. No CUDA headers: cuda_api.h declares what is
- * used. */
+ * the hit path (hitpath.h: no lock, no allocation, no Python), or the core's miss path
+ * (jobs.c); any failure launches the original kernel unchanged. No CUDA headers: cuda_api.h
+ * declares what is used. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -70,8 +71,11 @@ void init_driver_calls(void) {
 /* The runtime's own function, found on first use (these are only called when it is loaded). */
 #define RUNTIME_REAL(n) (*({ if (!real_##n) *(void **)&real_##n = dlsym(RTLD_NEXT, #n); &real_##n; }))
 
-/* ------------------------------------------------------------------ kernels and handles */
+/* Device variables the runtime registered (__cudaRegisterVar), for cuda_global_address. */
+typedef struct var_reg { struct var_reg *next; const void *fatbin; const void *host; char *name; } var_reg;
+static var_reg *all_vars;   /* reg_lock */
 
+/* ------------------------------------------------------------------ kernels and handles */
 
 int current_arch(void) {
   CUdevice dev; int major = 0, minor = 0;
@@ -106,42 +110,22 @@ static int one_architecture(void) {
   return known = 1;
 }
 
-/* First launch of a kernel: ask Python which recorded kernel it is. jit_lock held. */
-void resolve(kinfo *ki) {
-  if (atomic_load(&ki->state) != K_UNRESOLVED) return;
-  uint8_t *blob = NULL;
-  ssize_t n = 0;
-  if (python_ready()) {
-    int g = py.GILStateEnsure();
-    blob = py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO, (unsigned long long)(uintptr_t)ki->image, ki->name,
-                                    current_arch()), &n);
-    py.GILStateRelease(g);
-  }
-  resolve_from(ki, blob, n);
-  free(blob);
-}
-
-/* The kernel as runtime.kernel_info answered (NULL: run its original code), in the current
- * context. jit_lock held. */
-void resolve_from(kinfo *ki, const uint8_t *blob, ssize_t n) {
-  int state = K_DISABLED;
-  if (read_kernel_info(ki, blob, n)) {
-    state = K_ACTIVE;
-    ki->ctx_free = ki->nglobals == 0 && one_architecture();
-    /* Events for sampling GPU time, made here (a miss) so the hit path never allocates them */
-    CUcontext ctx = NULL;
-    if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
-        real_cuEventCreate(&ki->ev[0], 0) == CUDA_SUCCESS && real_cuEventCreate(&ki->ev[1], 0) == CUDA_SUCCESS)
-      ki->ev_ctx = ctx;
-    else
-      atomic_store(&ki->sample_state, SAMPLE_OFF);
-  }
-  atomic_store(&ki->state, state);
+/* A kernel kernel_info described (cuda_ops.kernel_ready): whether its variants serve every
+ * context, and the events its GPU-time samples use, made here (a miss) so that the hit path never
+ * allocates them. jit_lock held. */
+static void cuda_kernel_ready(kinfo *ki) {
+  ki->ctx_free = ki->nglobals == 0 && one_architecture();
+  CUcontext ctx = NULL;
+  if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
+      real_cuEventCreate(&ki->ev[0], 0) == CUDA_SUCCESS && real_cuEventCreate(&ki->ev[1], 0) == CUDA_SUCCESS)
+    ki->ev_ctx = ctx;
+  else
+    atomic_store(&ki->sample_state, SAMPLE_OFF);
 }
 
 /* A device variable's address for a launch of `ki` through a handle from `owner` (its module
  * or library; NULL: the kernel's first). */
-CUdeviceptr global_address(kinfo *ki, void *owner, const char *name) {
+uint64_t cuda_global_address(kinfo *ki, void *owner, const char *name) {
   CUdeviceptr dptr = 0; size_t bytes = 0;
   if (!owner) owner = ki->owner;
   if (ki->owner_kind == OWNER_LIBRARY && real_cuLibraryGetGlobal) {
@@ -161,17 +145,12 @@ CUdeviceptr global_address(kinfo *ki, void *owner, const char *name) {
 /* ------------------------------------------------------------------ the launch path */
 
 
-/* Load a variant's image (malloc'd; freed here) and find its entry point `name`: its function, or
- * NULL (reported to Python). */
-__thread uint64_t tl_load_ns;   /* this thread's time in load_image: a miss reports it as its own stage */
-CUfunction load_image(kinfo *ki, uint8_t *image, const char *name) {
-  uint64_t t0 = now_ns();
+/* cuda_ops.load: a variant's image (malloc'd; freed here: the driver keeps its own copy) loaded,
+ * and its entry point `name` found: its function, or NULL with the driver's error. */
+static gpu_fn cuda_load(kinfo *ki, uint8_t *image, const char *name, int *error) {
   CUfunction fn = NULL;
-  const char *fault = getenv(ENV_FAULT_INJECT);   /* tests only: see proteus_rewrite/faults.py */
-  CUresult r = 200;   /* CUDA_ERROR_INVALID_IMAGE, also what the injected fault answers */
-  if (fault && strstr(fault, "module-load")) {
-    /* the driver refused it */
-  } else if (ki->ctx_free) {
+  CUresult r;
+  if (ki->ctx_free) {
     /* A library, launched by its CUkernel in any context; getting its function here loads it
      * into this one now (the driver loads lazily), not on the launch that first uses it. */
     CUlibrary lib;
@@ -194,16 +173,19 @@ CUfunction load_image(kinfo *ki, uint8_t *image, const char *name) {
     }
   }
   if (r == CUDA_SUCCESS) apply_attrs(ki, fn);
-  if (r != CUDA_SUCCESS) {
-    fn = NULL;
-    PyObject *res = py.CallFunction(f_load_failed, FMT_LOAD_FAILED, ki->kid, r);
-    if (res) py.DecRef(res); else py.ErrPrint();
-  }
+  else fn = NULL;
+  *error = r;
   free(image);
-  tl_load_ns += now_ns() - t0;
   return fn;
 }
 
+/* A miss, out of line: the process's platform is CUDA (gpu_claim), or the original runs. */
+__attribute__((noinline, cold)) static CUfunction cuda_miss(const void *handle, void **params, dim3 grid, dim3 block,
+                                                           CUstream stream, kinfo *ki, CUcontext ctx, int ctx_free) {
+  if (gpu_claim(&cuda_ops)) return pick_miss(handle, params, grid, block, stream, ki, ctx, ctx_free);
+  atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
+  return NULL;
+}
 
 /* The specialized function for this launch, or NULL to run the original. A hit stays in this
  * function and what it inlines (the hit path: lock-free, no allocation, no Python); a miss or
@@ -243,18 +225,12 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
       goto original;
     }
   }
-  return pick_miss(handle, params, grid, block, stream, ki, ctx, ctx_free);
+  return cuda_miss(handle, params, grid, block, stream, ki, ctx, ctx_free);
 original:
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
   return NULL;
 }
 
-
-/* The specialized kernel did not launch (the original runs instead): counted for the report. */
-void launch_error(const void *handle) {
-  kinfo *ki = handle_lookup(handle);
-  if (ki) atomic_fetch_add_explicit(&ki->launch_errors, 1, memory_order_relaxed);
-}
 
 /* Set while the runtime launches a kernel we left to it: its driver-level launch is then
  * the same launch, already decided, and passes straight through. */
@@ -340,19 +316,19 @@ static CUresult w_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsi
 }
 
 static CUresult w_cuModuleLoadData(CUmodule *m, const void *image) {
-  prestart(1);
+  prestart(&cuda_ops);
   CUresult r = real_cuModuleLoadData(m, image);
   if (r == CUDA_SUCCESS) remember_image(*m, image);
   return r;
 }
 static CUresult w_cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, void *o, void **v) {
-  prestart(1);
+  prestart(&cuda_ops);
   CUresult r = real_cuModuleLoadDataEx(m, image, n, o, v);
   if (r == CUDA_SUCCESS) remember_image(*m, image);
   return r;
 }
 static CUresult w_cuModuleLoadFatBinary(CUmodule *m, const void *image) {
-  prestart(1);
+  prestart(&cuda_ops);
   CUresult r = real_cuModuleLoadFatBinary(m, image);
   if (r == CUDA_SUCCESS) remember_image(*m, image);
   return r;
@@ -363,7 +339,7 @@ static CUresult w_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *nam
   return r;
 }
 static CUresult w_cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, void **jv, unsigned nj, void *lo, void **lv, unsigned nl) {
-  prestart(1);
+  prestart(&cuda_ops);
   CUresult r = real_cuLibraryLoadData(l, code, jo, jv, nj, lo, lv, nl);
   if (r == CUDA_SUCCESS) {
     remember_image(*l, code);
@@ -535,7 +511,7 @@ __attribute__((visibility("default"))) void *dlsym(void *handle, const char *nam
     return (void *)w_cuInit;
   }
   if (strncmp(name, "cuGetProcAddress", 16)) return p;
-  prestart(1);   /* a static CUDA runtime starting up: the context comes next */
+  prestart(&cuda_ops);   /* a static CUDA runtime starting up: the context comes next */
   if (!strcmp(name, "cuGetProcAddress")) { *(void **)&real_cuGetProcAddress = p; return (void *)w_cuGetProcAddress; }
   if (!strcmp(name, "cuGetProcAddress_v2")) { *(void **)&real_cuGetProcAddress_v2 = p; return (void *)w_cuGetProcAddress_v2; }
   return p;
@@ -591,7 +567,7 @@ EXPORT void **__cudaRegisterFatBinary(void *wrapper) {
     remember_image(h, ((fatbin_wrapper *)wrapper)->data);
     warm_image(((fatbin_wrapper *)wrapper)->data);
   }
-  prestart(1);
+  prestart(&cuda_ops);
   return h;
 }
 EXPORT void __cudaRegisterFatBinaryEnd(void **h) { RUNTIME_REAL(__cudaRegisterFatBinaryEnd)(h); }
@@ -679,5 +655,67 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   return r;
 }
 
-/* ------------------------------------------------------------------ report at exit */
+/* ------------------------------------------------------------------ the platform: what the core asks of CUDA */
 
+/* Found once (the prestart thread asks first, before it takes jit_lock: see prestart_main). */
+static int cuda_driver_version(void) {
+  if (!real_cuDriverGetVersion) *(void **)&real_cuDriverGetVersion = cuda_sym("cuDriverGetVersion");   /* needs no cuInit */
+  int v = 0;
+  if (real_cuDriverGetVersion) real_cuDriverGetVersion(&v);
+  return v;
+}
+
+static int cuda_arch(gpu_arch *out) {   /* 0 (no context) is asked about too: the run time decides */
+  out->sm = current_arch();
+  out->name = NULL;
+  return 1;
+}
+
+static int cuda_current_context(gpu_ctx *ctx) { return real_cuCtxGetCurrent && real_cuCtxGetCurrent(ctx) == CUDA_SUCCESS; }
+static int cuda_set_context(gpu_ctx ctx) { return real_cuCtxSetCurrent && real_cuCtxSetCurrent(ctx) == CUDA_SUCCESS; }
+
+/* Whether the GPU still has work queued on the stream; a capturing stream is not asked (a query
+ * would end the capture). */
+static int cuda_stream_busy(gpu_stream s) {
+  return cuda_capture_state(s) == 0 && real_cuStreamQuery && real_cuStreamQuery(s) == CUDA_ERROR_NOT_READY;
+}
+
+static int cuda_event_create(void **ev) { return real_cuEventCreate && real_cuEventCreate(ev, 0) == CUDA_SUCCESS; }
+static void cuda_event_destroy(void *ev) { if (real_cuEventDestroy) real_cuEventDestroy(ev); }
+static int cuda_event_record(void *ev, gpu_stream s) { return real_cuEventRecord && real_cuEventRecord(ev, s) == CUDA_SUCCESS; }
+static int cuda_event_query(void *ev) {
+  CUresult q = real_cuEventQuery ? real_cuEventQuery(ev) : 999 /* CUDA_ERROR_UNKNOWN */;
+  return q == CUDA_SUCCESS ? EVENT_DONE : q == CUDA_ERROR_NOT_READY ? EVENT_PENDING : EVENT_FAILED;
+}
+static int cuda_event_elapsed(float *ms, void *start, void *end) {
+  return real_cuEventElapsedTime && real_cuEventElapsedTime(ms, start, end) == CUDA_SUCCESS;
+}
+static void cuda_event_sync(void *ev) { if (real_cuEventSynchronize) real_cuEventSynchronize(ev); }
+
+const struct gpu_ops cuda_ops = {
+    .name = "CUDA",
+    .compiler_warm_up = 1,
+    .driver_version = cuda_driver_version,
+    .arch = cuda_arch,
+    .kernel_ready = cuda_kernel_ready,
+    .current_context = cuda_current_context,
+    .set_context = cuda_set_context,
+    .thread_init = relax_capture_mode,
+    .global_address = cuda_global_address,
+    .load = cuda_load,
+    .stream_capturing = cuda_capture_state,
+    .stream_busy = cuda_stream_busy,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_elapsed = cuda_event_elapsed,
+    .event_sync = cuda_event_sync,
+    .no_gpu_reason = no_gpu_reason,
+    .preload = &cuda_preload,
+};
+
+/* CUDA answers until a platform claims the process (platform.h): a static CUDA runtime that
+ * found no driver reaches no entry point, and its report must still say why. A pointer stored,
+ * nothing looked up or loaded. */
+__attribute__((constructor)) static void cuda_until_claimed(void) { gpu_default(&cuda_ops); }

@@ -1,10 +1,39 @@
-/* The CUDA driver and runtime as libproteus.so sees them: the functions it wraps or calls,
- * listed once (PROTEUS_CUDA_API: cuda.c defines a pointer to each real one, everything else
- * reads them through the declarations made here), and what the miss path needs of CUDA. */
+/* The CUDA driver and runtime as libproteus.so sees them: the few types it uses, the functions
+ * it wraps or calls, listed once (PROTEUS_CUDA_API: cuda.c defines a pointer to each real one,
+ * the CUDA files read them through the declarations made here), and what the CUDA files share.
+ * Included by the CUDA files only: the core reaches CUDA through cuda_ops (platform.h). */
 #ifndef PROTEUS_CUDA_API_H
 #define PROTEUS_CUDA_API_H
 
+#include "platform.h"
 #include "shim.h"
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUlibrary, *CUkernel;   /* gpu_ctx, gpu_fn, gpu_stream */
+typedef unsigned long long CUdeviceptr;
+typedef int cudaError_t;
+typedef struct {
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  void *attrs;
+  unsigned numAttrs;
+} CUlaunchConfig;
+typedef struct {
+  dim3 gridDim, blockDim;
+  size_t dynamicSmemBytes;
+  void *stream;
+  void *attrs;
+  unsigned numAttrs;
+} cudaLaunchConfig_t;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_NOT_READY 600
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
+
+HIDDEN extern const struct gpu_ops cuda_ops;   /* cuda.c */
 
 typedef struct {   /* CUDA_KERNEL_NODE_PARAMS_v2 (_v3: the same fields) */
   CUfunction func;
@@ -114,10 +143,23 @@ HIDDEN void *cuda_sym(const char *name);
 HIDDEN const char *no_gpu_reason(int may_init);
 HIDDEN void init_driver_calls(void);
 HIDDEN int current_arch(void);                       /* SM version of the current context's device, 0: none */
-HIDDEN void resolve(kinfo *ki);                      /* a kernel's first launch: jit_lock held */
-HIDDEN void resolve_from(kinfo *ki, const uint8_t *blob, ssize_t n);   /* with kernel_info's answer: jit_lock held */
-HIDDEN CUdeviceptr global_address(kinfo *ki, void *owner, const char *name);
-HIDDEN CUfunction load_image(kinfo *ki, uint8_t *image, const char *name);   /* frees image; NULL: refused */
+HIDDEN uint64_t cuda_global_address(kinfo *ki, void *owner, const char *name);   /* cuda_ops.global_address */
+/* stream capture (cuda_capture.c): cuda_ops.stream_capturing; stream_capturing, whether it is
+ * (or the legacy stream while another captures); the shim's own threads in relaxed mode */
+HIDDEN int cuda_capture_state(CUstream s);
+HIDDEN int stream_capturing(CUstream s);
+HIDDEN void relax_capture_mode(void);
+/* the last run's variants, answered ahead, loaded at their first launch (cuda_warm.c) */
+HIDDEN extern const struct gpu_preload cuda_preload;
+HIDDEN void warm_image(const void *image);                  /* a fat binary registered or loaded */
+HIDDEN int warm_scan(void);                                  /* the loaded objects' .nvFatBinSegment: fat binaries new */
+HIDDEN int fatbins_seen(void);                               /* fat binaries known, after a scan */
+HIDDEN int warm_enabled(void);                               /* PROTEUS_PRELOAD */
+HIDDEN void warm_first(void);                                /* the prestart thread, Python up: answers (jit_lock) */
+HIDDEN void warm_start(void);                                /* then answers for images loaded later, until warm_finish */
+HIDDEN void warm_resolve(kinfo *ki, CUcontext ctx);          /* a first launch: the answers made ahead for it (jit_lock) */
+HIDDEN void warm_finish(void);                               /* before exit handlers */
+HIDDEN void warm_atfork_child(void);
 /* cuda_attrs.c: the app's function attributes, carried to the variants */
 HIDDEN void apply_attrs(kinfo *ki, CUfunction variant);
 HIDDEN CUresult w_cuFuncSetAttribute(CUfunction f, int attrib, int value);
@@ -133,7 +175,6 @@ HIDDEN CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction origi
                                  unsigned shmem, CUstream stream, launch_fn launch);
 HIDDEN void validate_end(void);
 HIDDEN CUfunction validate_refuse(kinfo *ki, const char *why);
-/* stream capture (cuda_capture.c) */
 HIDDEN CUresult w_cuStreamBeginCapture_v2(CUstream s, int mode);
 HIDDEN CUresult w_cuStreamBeginCapture_ptsz(CUstream s, int mode);
 HIDDEN CUresult w_cuStreamBeginCaptureToGraph(CUstream s, void *g, const void *deps, const void *edges, size_t n, int mode);
@@ -205,8 +246,5 @@ static inline void sample_poll(kinfo *ki) {
   }
   atomic_store(&ki->sample_state, q == CUDA_SUCCESS ? SAMPLE_IDLE : SAMPLE_OFF);
 }
-
-/* ------------------------------------------------------------------ driver API wrappers */
-
 
 #endif

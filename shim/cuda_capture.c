@@ -2,21 +2,24 @@
  * give other arguments later (cuGraphExecKernelNodeSetParams, a node's parameters read, changed
  * and set back) while a variant has the capture-time values folded in: so a captured launch
  * runs the original, always. Nor may a miss run in the capturing thread: loading a module
- * there is a call a global-mode capture forbids, and the capture would end invalid (the app's
- * graph NULL: HeCBench graphExecution crashed so under PROTEUS_ASYNC_COMPILATION=0). The hit
+ * there is a call a global-mode capture forbids, and the capture would end invalid, the app's
+ * graph NULL (docs/dev/findings/stream-capture.md). The hit
  * path asks the driver only while some capture is open (captures_open, counted by the Begin/
- * EndCapture wrappers below); a miss always asks. */
+ * EndCapture wrappers below, in the core's count); a miss always asks. */
 #include "cuda_api.h"
 #include "shim.h"
-_Atomic int captures_open;
 
-int stream_capturing(CUstream s) {
+/* cuda_ops.stream_capturing: 1 capturing, 0 not, -1 cannot be told. */
+int cuda_capture_state(CUstream s) {
   int status = 0;
-  if (!real_cuStreamIsCapturing) return 0;
+  if (!real_cuStreamIsCapturing) return -1;
   CUresult r = real_cuStreamIsCapturing(s, &status);
   /* 906 CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream, while another one captures */
-  return (r == CUDA_SUCCESS && status != 0) || r == 906;
+  if (r == 906) return 1;
+  return r == CUDA_SUCCESS ? status != 0 : -1;
 }
+
+int stream_capturing(CUstream s) { return cuda_capture_state(s) > 0; }
 
 /* Our own threads (compile workers, the prestart thread) load modules whatever the app's
  * threads capture: relaxed mode, as CUDA asks of libraries, so a global-mode capture elsewhere

@@ -170,6 +170,7 @@ static int choose(const knode *in, knode *out, kinfo **kio, sentry **wait) {
   if (!e) {
     sentry *served, *compiling;
     int asked;
+    if (!gpu_claim(&cuda_ops)) return 0;   /* the process is HIP's (platform.h) */
     if (!(fn = miss_variant(h, in->params, grid, block, ki, ctx, &served, &compiling, &asked))) {
       *wait = compiling;
       trace_node(in, ki, compiling ? "the original while its variant compiles" : "the original");

@@ -22,8 +22,6 @@
 #include "cuda_api.h"
 #include "shim.h"
 
-int g_validate;
-
 #define MAX_RANGES 256
 #define MAX_CHECKED 4096
 
@@ -81,28 +79,6 @@ static double now_ms(void) {
 /* The kernel runs the original from now on: this run's deny (the run time keeps the lasting one). */
 static void deny(kinfo *ki) { atomic_store(&ki->state, K_DISABLED); }
 
-static void tell_skipped(kinfo *ki, const char *why) {
-  int g = py.GILStateEnsure();
-  PyObject *r = py.CallFunction(f_validate_skipped, FMT_VALIDATE_SKIPPED, ki->kid, why);
-  if (r) py.DecRef(r); else py.ErrPrint();
-  py.GILStateRelease(g);
-}
-
-/* Why the run time says this kernel's variants must not run in the shadow (printf), or NULL. */
-static char *refusal(kinfo *ki) {
-  int g = py.GILStateEnsure();
-  PyObject *r = py.CallFunction(f_validate_refusal, FMT_VALIDATE_REFUSAL, ki->kid);
-  ssize_t n = 0;
-  uint8_t *why = py_bytes(r, &n);
-  py.GILStateRelease(g);
-  char *text = why && n > 0 ? malloc((size_t)n + 1) : NULL;
-  if (text) {
-    memcpy(text, why, (size_t)n);
-    text[n] = 0;
-  }
-  free(why);
-  return text;
-}
 
 static void free_check(check *c) {
   for (int i = 0; i < c->n; i++) if (c->r[i].snap) mem_free(c->r[i].snap);
@@ -117,7 +93,7 @@ static void free_check(check *c) {
 static CUfunction give_up(kinfo *ki, check *c, const char *why) {
   if (c) free_check(c);
   deny(ki);
-  tell_skipped(ki, why);
+  py_validate_skipped(ki->kid, why);
   return NULL;
 }
 
@@ -184,7 +160,7 @@ CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, vo
   if (seen >= 0) return seen && atomic_load(&ki->state) == K_ACTIVE ? variant : NULL;
   if (full) return give_up(ki, NULL, "more variants than validation tracks");
   if (!load_calls()) return give_up(ki, NULL, "the driver lacks a call validation needs");
-  char *refused = refusal(ki);
+  char *refused = py_validate_refusal(ki->kid);   /* why its variants must not run in the shadow */
   if (refused) {
     give_up(ki, NULL, refused);
     free(refused);
@@ -213,7 +189,7 @@ static CUfunction check_variant(kinfo *ki, CUfunction variant, CUfunction origin
       if (add_range(c, p) < 0) return give_up(ki, c, "its arguments point into more allocations than validation copies");
     }
   for (uint32_t i = 0; i < ki->nglobals; i++)
-    if (add_range(c, global_address(ki, NULL, ki->globals[i])) < 0)
+    if (add_range(c, cuda_global_address(ki, NULL, ki->globals[i])) < 0)
       return give_up(ki, c, "its arguments point into more allocations than validation copies");
   if (c->total > max_bytes()) {
     char why[160];
@@ -261,16 +237,9 @@ void validate_end(void) {
     give_up(ki, c, "reading back the original's results failed");
     return;
   }
-  int g = py.GILStateEnsure();
-  PyObject *r = py.CallFunction(f_validated, FMT_VALIDATED, ki->kid, (const char *)c->args, (ssize_t)c->nargs,
-                                (const char *)ranges, (ssize_t)c->n * PROTO_VALIDATE_RANGE,
-                                (const char *)c->after_variant, (ssize_t)c->total, (const char *)after_original,
-                                (ssize_t)c->total, c->after_shadow ? (const char *)c->after_shadow : "",
-                                (ssize_t)(c->after_shadow ? c->total : 0), c->ms + (now_ms() - t0));
-  long long verdict = r ? py.LongAsLongLong(r) : 1;
-  if (r) py.DecRef(r); else py.ErrPrint();
-  py.GILStateRelease(g);
-  if (verdict != 0) deny(ki);
+  int differ = py_validated(ki->kid, c->args, c->nargs, ranges, (size_t)c->n * PROTO_VALIDATE_RANGE, c->after_variant,
+                            after_original, c->after_shadow, c->total, c->ms + (now_ms() - t0));
+  if (differ) deny(ki);
   else mark_done(c->variant);
   free(after_original);
   free(ranges);

@@ -1,7 +1,8 @@
 /* A warm run's first launches (runtime/warm.py; PROTEUS_PRELOAD=0 turns it off): Python's answers
  * for the launches the app's last run noted, made on the prestart thread while the app creates
- * its context, so that a kernel's first launch loads its variants from them (0.1-0.2 ms each on
- * the H100) instead of asking Python (adam: 1.5-2.2 ms, inside its timed loop of 100 launches).
+ * its context, so that a kernel's first launch loads its variants from them instead of asking
+ * Python, which costs several times the load and lands inside the app's timed work
+ * (docs/dev/findings/preload.md). CUDA's gpu_ops.preload.
  *
  * The thread learns of fat binaries from the .nvFatBinSegment sections of the objects loaded with
  * the app, and as the app's runtime registers or loads them (a static cudart names them to the
@@ -11,11 +12,12 @@
  * A first launch (warm_resolve, on the app's thread, inside its miss) resolves its kernel with
  * the answer made ahead and loads the noted variants of that kernel, as a miss would. The
  * answers are made under jit_lock, so a first launch that comes meanwhile waits for them rather
- * than doing the same work beside them. Until 2026-11-25 the thread also loaded the variants
- * itself, in the app's context, once the runtime had loaded its image: two warm lulesh runs
- * crashed with that on, never reproduced, and the driver work left the thread (findings.md).
- * Only images inside a loaded object (dladdr) are read: an app's own buffer passed to
- * cuModuleLoadData may be gone. */
+ * than doing the same work beside them. The thread makes no driver call: driver work on a
+ * second thread while the app's runtime still sets its context up was the one thing that runs
+ * which crashed (cause never found) did and a plain miss never does (preload.md, "Why the
+ * prestart thread does no driver work"),
+ * and a first launch's load, on the app's own thread, costs little. Only images inside a loaded
+ * object (dladdr) are read: an app's own buffer passed to cuModuleLoadData may be gone. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <elf.h>
@@ -43,7 +45,6 @@ static const void *warm_data[WARM_IMAGES];
 static const void *warm_images[WARM_IMAGES];
 static int n_warm_images;
 static unsigned warm_events, warm_stop, warm_busy;
-_Atomic uint64_t n_preloaded;
 
 typedef struct {
   const uint8_t *rec;   /* protocol.WARM_ITEM, then name, known[], args, kernel_info's answer, the image answer */
@@ -190,7 +191,8 @@ static const void *seen_image(int i) {
 }
 
 /* Load one noted launch's variant of `ki`, its kernel, in the launching thread's context. Python
- * answered for it ahead (runtime.warm_set); here only the driver is asked. jit_lock held. */
+ * answered for it ahead (runtime.warm_set); here only the driver is asked (and Python only for
+ * a refused image). jit_lock held. */
 static void preload(warm_item *it, kinfo *ki, CUcontext ctx, int arch) {
   const uint8_t *p = it->rec + PROTO_WARM_ITEM;
   const uint8_t *known = p + it->nname, *args = known + it->nparams, *info = args + it->nargs, *answer = info + it->ninfo;
@@ -199,7 +201,7 @@ static void preload(warm_item *it, kinfo *ki, CUcontext ctx, int arch) {
   uint32_t kid;
   memcpy(&kid, info + 4 * PROTO_KINFO_KID, 4);
   if (arch != (int)it->arch) return;
-  if (atomic_load(&ki->state) == K_UNRESOLVED) resolve_from(ki, info, it->ninfo);
+  if (atomic_load(&ki->state) == K_UNRESOLVED) resolve_with(ki, info, it->ninfo);
   else if (ki->kid != (int)kid) return;
   if (atomic_load(&ki->state) != K_ACTIVE || ki->nglobals || ki->nparams != it->nparams || ki->nparams > MAX_PARAMS) return;
   void *params[MAX_PARAMS];
@@ -215,9 +217,7 @@ static void preload(warm_item *it, kinfo *ki, CUcontext ctx, int arch) {
   CUcontext kctx = ki->ctx_free ? NULL : ctx;
   if (len < 0 || find_variant(ki, kctx, key, len)) return;
   answer_meta meta = {0, 0};
-  int g = py.GILStateEnsure();   /* (only a refused image calls Python) */
   CUfunction fn = load_answer(ki, answer, it->nanswer, &meta);
-  py.GILStateRelease(g);
   if (fn) {
     sentry *ne = new_entry(ki, kctx, key, len, fn, 0);
     if (ne) {
@@ -289,16 +289,15 @@ static void ask_new(void) {
   pthread_mutex_unlock(&warm_lock);
   if (!n || n_blobs == WARM_IMAGES) return;
   ssize_t len = 0;
-  int g = py.GILStateEnsure();
-  uint8_t *blob = py_bytes(py.CallFunction(f_warm_set, FMT_WARM_SET, (const char *)ask, (ssize_t)(n * PROTO_IMAGE_ADDRESS)), &len);
-  py.GILStateRelease(g);
+  uint8_t *blob = py_warm_set(ask, n, &len);
   if (take_items(blob, len, ask, n, first)) blobs[n_blobs++] = blob; else free(blob);
 }
 
 /* On the prestart thread as soon as Python is up, still holding jit_lock: the answers for the
  * fat binaries seen so far (the scan's, made before the lock: dl_iterate_phdr takes the
- * loader's), before any of the app's launches can miss. The compiler's warm-up comes after (a
- * warm run's first launch of changing_scalars came before the answers when they waited for it). */
+ * loader's), before any of the app's launches can miss. The compiler's warm-up comes after: a
+ * warm run's first launch can come before answers that wait for it (docs/dev/findings/preload.md,
+ * "Why the answers come before the warm-up"). */
 void warm_first(void) {
   pthread_mutex_lock(&warm_lock);
   int stopped = warm_stop;
@@ -339,3 +338,13 @@ void warm_start(void) {
   n_items = n_left = n_blobs = 0;
   pthread_mutex_unlock(&jit_lock);
 }
+
+const struct gpu_preload cuda_preload = {
+    .enabled = warm_enabled,
+    .scan = warm_scan,
+    .first = warm_first,
+    .start = warm_start,
+    .resolve = warm_resolve,
+    .finish = warm_finish,
+    .atfork_child = warm_atfork_child,
+};

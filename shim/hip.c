@@ -1,4 +1,5 @@
-/* libproteus.so, HIP half: the same job as cuda.c, for AMD GPUs.
+/* libproteus.so, HIP: the HIP runtime's entry points, wrapped, and HIP's `struct gpu_ops`
+ * (platform.h), through which the core reaches the runtime.
  *
  *   - learns which offload bundle and kernel name each launch handle is, by wrapping the
  *     registration calls clang emits into every HIP translation unit (__hipRegisterFatBinary,
@@ -6,25 +7,27 @@
  *     (hipModuleLoadData/Ex, hipModuleGetFunction, hipModuleUnload);
  *   - on each launch (hipLaunchKernel, hipLaunchKernel_spt, hipModuleLaunchKernel) builds the
  *     key from the folded argument bytes and the block exactly as the CUDA path does, with the
- *     device in place of the context, and looks it up in the shared lock-free table: a hit
- *     takes no lock, allocates nothing and never enters Python;
- *   - on a miss asks Python (the same runtime.py entry points, with the device's processor as
- *     the arch) for a code object, loads it with the real hipModuleLoadData/GetFunction and
- *     launches the result with the real hipModuleLaunchKernel.
- * Anything that fails launches the original kernel unchanged. Everything generic (the kernel
- * table, the handle and variant tables, keys, the value tracker's policy, embedded Python,
- * the report) lives in tables.c, python.c, jobs.c and lifecycle.c, through shim.h. No HIP headers (hip_api.h), and
- * nothing of HIP is looked up or loaded until a HIP app calls one of these functions: a CUDA
- * app never loads anything HIP.
- *
- * Not done for HIP (docs/user/hip.md): asynchronous compilation (a miss compiles on the launching
- * thread), GPU-time sampling for the compile budget (HIP kernels get the grace period only),
+ *     device in place of the context, and looks it up in the shared lock-free table (hitpath.h):
+ *     a hit takes no lock, allocates nothing and never enters Python;
+ *   - on a miss takes the core's miss path (jobs.c), the one CUDA takes: by default the variant
+ *     compiles on a compile thread while the original kernel runs, and a later launch that asks
+ *     for it again waits for it while its stream is busy (PROTEUS_ASYNC_COMPILATION; 0 compiles
+ *     on the launching thread); launches are deferred for the value tracker, and the report is
+ *     the core's. What the core asks of HIP is below: the device's processor as the
+ *     architecture, a code object loaded with the real hipModuleLoadData/GetFunction (on a
+ *     compile thread, after hipSetDevice), a stream asked with hipStreamQuery.
+ * Anything that fails launches the original kernel unchanged. Not done for HIP
+ * (docs/user/hip.md): GPU-time samples and speed trials (no events here: HIP kernels get the
+ * compile budget's grace period only), loading a warm run's variants ahead, PROTEUS_VALIDATE,
  * hipExtModuleLaunchKernel, hipLaunchCooperativeKernel and hipExtLaunchKernel (they run the
- * original kernel, uncounted), and arguments passed through `extra` (run unspecialized).
+ * original kernel, uncounted), and arguments passed through `extra` (run unspecialized). No HIP
+ * headers (hip_api.h), and nothing of HIP is looked up or loaded until a HIP app calls one of
+ * these functions: a CUDA app never loads anything HIP.
  */
-#include "hitpath.h"
-#include "shim.h"
 #include "hip_api.h"
+#include "hitpath.h"
+#include "platform.h"
+#include "shim.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +74,7 @@ EXPORT void **__hipRegisterFatBinary(const void *data) {
   void **h = real___hipRegisterFatBinary(data);
   const hip_fatbin_wrapper *w = data;
   if (h && w && w->magic == HIP_FATBIN_MAGIC) remember_image(h, w->binary);
-  prestart(0);
+  prestart(&hip_ops);
   return h;
 }
 
@@ -103,6 +106,7 @@ EXPORT void __hipUnregisterFatBinary(void **modules) {
 }
 
 EXPORT hipError_t hipModuleLoadData(hipModule_t *module, const void *image) {
+  gpu_claim(&hip_ops);
   if (!HIP_REAL(hipModuleLoadData)) return HIP_ERROR_INVALID_IMAGE;
   hipError_t r = real_hipModuleLoadData(module, image);
   if (r == HIP_SUCCESS && module) remember_image(*module, image);
@@ -110,6 +114,7 @@ EXPORT hipError_t hipModuleLoadData(hipModule_t *module, const void *image) {
 }
 
 EXPORT hipError_t hipModuleLoadDataEx(hipModule_t *module, const void *image, unsigned int n, hipJitOption *o, void **v) {
+  gpu_claim(&hip_ops);
   if (!HIP_REAL(hipModuleLoadDataEx)) return HIP_ERROR_INVALID_IMAGE;
   hipError_t r = real_hipModuleLoadDataEx(module, image, n, o, v);
   if (r == HIP_SUCCESS && module) remember_image(*module, image);
@@ -172,26 +177,35 @@ static const char *hip_arch(int dev) {   /* jit_lock held */
   return dev_arch[dev];
 }
 
-/* ------------------------------------------------------------------ resolve, compile, load */
+/* ------------------------------------------------------------------ what the core asks of HIP */
 
-static void hip_resolve(kinfo *ki, int dev) {   /* jit_lock held */
-  int state = K_DISABLED;
-  const char *arch = hip_arch(dev);
-  if (!arch[0]) {
-    static int warned;
-    if (!warned++) warn("cannot tell the processor of HIP device %d (hipGetDeviceProperties); kernels run unspecialized", dev);
-  } else if (python_ready()) {
-    int g = py.GILStateEnsure();
-    ssize_t n = 0;
-    uint8_t *blob = py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO_HIP, (unsigned long long)(uintptr_t)ki->image, ki->name, arch), &n);
-    py.GILStateRelease(g);
-    if (read_kernel_info(ki, blob, n)) {
-      state = K_ACTIVE;
-      atomic_store(&ki->sample_state, SAMPLE_OFF);   /* no GPU-time samples on HIP */
-    }
-    free(blob);
-  }
-  atomic_store(&ki->state, state);
+/* The device's processor; 0 (and a warning, once) where it cannot be told. jit_lock held. */
+static int hip_device_arch(gpu_arch *out) {
+  int dev = -1;
+  out->sm = 0;
+  out->name = "";
+  if (!HIP_REAL(hipGetDevice) || real_hipGetDevice(&dev) != HIP_SUCCESS || dev < 0) return 0;
+  out->name = hip_arch(dev);
+  if (out->name[0]) return 1;
+  static int warned;
+  if (!warned++) warn("cannot tell the processor of HIP device %d (hipGetDeviceProperties); kernels run unspecialized", dev);
+  return 0;
+}
+
+static void hip_kernel_ready(kinfo *ki) {   /* no events here: no GPU-time samples */
+  atomic_store(&ki->sample_state, SAMPLE_OFF);
+}
+
+/* The device (its ordinal + 1) stands for the context: HIP loads a module per device. */
+static int hip_current_context(gpu_ctx *ctx) {
+  int dev = -1;
+  if (!HIP_REAL(hipGetDevice) || real_hipGetDevice(&dev) != HIP_SUCCESS || dev < 0) return 0;
+  *ctx = (gpu_ctx)(uintptr_t)(dev + 1);
+  return 1;
+}
+
+static int hip_set_context(gpu_ctx ctx) {   /* a compile thread's device, before it loads a job's variant */
+  return ctx && HIP_REAL(hipSetDevice) && real_hipSetDevice((int)((uintptr_t)ctx - 1)) == HIP_SUCCESS;
 }
 
 /* A device variable's address for a launch through a handle of `owner` (the module it came
@@ -216,105 +230,104 @@ static uint64_t hip_global_address(kinfo *ki, void *owner, const char *name) {  
   return 0;
 }
 
-/* A new variant: Python specializes, the real runtime loads. NULL: run the original. */
-static hipFunction_t hip_compile(kinfo *ki, void *owner, int dev, void **params, dim3 grid, dim3 block) {   /* jit_lock held */
-  size_t nargs = pack_args(ki, params, NULL);
-  uint8_t *args = malloc(nargs ? nargs : 1);
-  uint64_t *addrs = calloc(ki->nglobals + 1, sizeof(uint64_t));
+/* A code object loaded on the current device and its kernel `name` found. The module keeps the
+ * image's bytes (ROCm may read them after hipModuleLoadData returns); a refused one is freed. */
+static gpu_fn hip_load(kinfo *ki, uint8_t *image, const char *name, int *error) {
+  (void)ki;
+  hipModule_t mod = NULL;
   hipFunction_t fn = NULL;
-  if (!args || !addrs) goto done;
-  pack_args(ki, params, args);
-  for (uint32_t i = 0; i < ki->nglobals; i++) addrs[i] = hip_global_address(ki, owner, ki->globals[i]);
-  int g = py.GILStateEnsure();
-  ssize_t n = 0;
-  uint8_t *ans = py_bytes(py.CallFunction(f_specialize, FMT_SPECIALIZE_HIP, ki->kid, (const char *)args, (ssize_t)nargs,
-                                          grid.x, grid.y, grid.z, block.x, block.y, block.z, (const char *)addrs,
-                                          (ssize_t)(ki->nglobals * 8), hip_arch(dev), 0.0),
-                          &n);
-  /* the answer: PROTO_IMAGE_HEAD (the name's length; no trial on HIP: it takes no GPU-time
-   * samples), the entry point's name (a HIP variant keeps the kernel's), the code object */
-  uint32_t nlen = 0;
-  if (ans && (size_t)n >= PROTO_IMAGE_HEAD) memcpy(&nlen, ans, 4);
-  uint8_t *image = NULL;
-  char *entry = NULL;
-  if (ans && (size_t)n > PROTO_IMAGE_HEAD + (size_t)nlen && (image = malloc((size_t)n - PROTO_IMAGE_HEAD - nlen)) &&
-      (entry = strndup((const char *)ans + PROTO_IMAGE_HEAD, nlen)))
-    memcpy(image, ans + PROTO_IMAGE_HEAD + nlen, (size_t)n - PROTO_IMAGE_HEAD - nlen);
-  else { free(image); image = NULL; }
-  free(ans);
-  if (image) {
-    hipModule_t mod = NULL;
-    hipError_t before = pending_error();
-    const char *fault = getenv(ENV_FAULT_INJECT);   /* tests only: see proteus_rewrite/faults.py */
-    hipError_t r = fault && strstr(fault, "module-load") ? HIP_ERROR_INVALID_IMAGE
-                   : HIP_REAL(hipModuleLoadData) ? real_hipModuleLoadData(&mod, image) : HIP_ERROR_INVALID_IMAGE;
-    if (r == HIP_SUCCESS) {
-      r = HIP_REAL(hipModuleGetFunction) ? real_hipModuleGetFunction(&fn, mod, entry) : HIP_ERROR_INVALID_IMAGE;
-      if (r != HIP_SUCCESS && HIP_REAL(hipModuleUnload)) real_hipModuleUnload(mod);
-    }
-    if (r != HIP_SUCCESS) {
-      fn = NULL;
-      clear_our_error(before);
-      PyObject *res = py.CallFunction(f_load_failed, FMT_LOAD_FAILED, ki->kid, (int)r);
-      if (res) py.DecRef(res); else py.ErrPrint();
-      free(image);
-    }
-    /* else: the module keeps its bytes (ROCm may read them after hipModuleLoadData returns) */
+  hipError_t before = pending_error();
+  hipError_t r = HIP_REAL(hipModuleLoadData) ? real_hipModuleLoadData(&mod, image) : HIP_ERROR_INVALID_IMAGE;
+  if (r == HIP_SUCCESS) {
+    r = HIP_REAL(hipModuleGetFunction) ? real_hipModuleGetFunction(&fn, mod, name) : HIP_ERROR_INVALID_IMAGE;
+    if (r != HIP_SUCCESS && HIP_REAL(hipModuleUnload)) real_hipModuleUnload(mod);
   }
-  free(entry);
-  py.GILStateRelease(g);
-done:
-  free(args);
-  free(addrs);
-  return fn;
+  if (r == HIP_SUCCESS) return (gpu_fn)fn;
+  clear_our_error(before);
+  *error = r;
+  free(image);
+  return NULL;
 }
+
+/* 1 capturing (or the null stream while another captures), 0 not, -1 cannot be told. */
+static int hip_capture_state(gpu_stream s) {
+  if (!HIP_REAL(hipStreamIsCapturing)) return -1;
+  hipStreamCaptureStatus status = 0;
+  hipError_t before = pending_error();
+  hipError_t r = real_hipStreamIsCapturing((hipStream_t)s, &status);
+  if (r != HIP_SUCCESS) clear_our_error(before);
+  if (r == HIP_ERROR_STREAM_CAPTURE_IMPLICIT) return 1;
+  return r == HIP_SUCCESS ? status != 0 : -1;
+}
+
+/* Whether the device still has work queued on the stream. Not asked while it captures (a query
+ * would end the capture); the query's "not ready" is not left for the app to find. */
+static int hip_stream_busy(gpu_stream s) {
+  if (hip_capture_state(s) != 0 || !HIP_REAL(hipStreamQuery)) return 0;
+  hipError_t before = pending_error();
+  hipError_t r = real_hipStreamQuery((hipStream_t)s);
+  if (r != HIP_SUCCESS) clear_our_error(before);
+  return r == HIP_ERROR_NOT_READY;
+}
+
+/* The run time warms up no AMDGPU compiler, so HIP asks for no warm-up; it has no events, loads
+ * nothing ahead and has no report of its own for a missing GPU (platform.h). */
+const struct gpu_ops hip_ops = {
+    .name = "HIP",
+    .arch = hip_device_arch,
+    .kernel_ready = hip_kernel_ready,
+    .current_context = hip_current_context,
+    .set_context = hip_set_context,
+    .global_address = hip_global_address,
+    .load = hip_load,
+    .stream_capturing = hip_capture_state,
+    .stream_busy = hip_stream_busy,
+};
 
 /* ------------------------------------------------------------------ the launch path */
 
-/* The specialized function for this launch, or NULL to run the original. The HIP twin of
- * cuda.c's pick(), over the same tables; the device (ordinal + 1) stands for the context. */
-hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block) {
+/* A miss, out of line: the core's miss path, where the process's platform is HIP (gpu_claim). */
+__attribute__((noinline, cold)) static gpu_fn hip_miss(const void *handle, void **params, dim3 grid, dim3 block,
+                                                      hipStream_t stream, kinfo *ki, gpu_ctx ctx) {
+  if (gpu_claim(&hip_ops)) return pick_miss(handle, params, grid, block, (gpu_stream)stream, ki, ctx, 0);
+  atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
+  return NULL;
+}
+
+/* The specialized function for this launch, or NULL to run the original. The hit path is
+ * CUDA's (hitpath.h), over the same tables, with the device (ordinal + 1) for the context; a
+ * variant still compiling or a miss goes out of line to the core. */
+hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block, hipStream_t stream) {
   read_env();
   if (g_disable) return NULL;
   kinfo *ki = launched_kernel(handle, grid, block);
   if (!ki) return NULL;
   int state = atomic_load_explicit(&ki->state, memory_order_acquire);
   int dev = -1;
-  if (state == K_DISABLED || (!params && state == K_ACTIVE && ki->nparams) || !HIP_REAL(hipGetDevice) || real_hipGetDevice(&dev) != HIP_SUCCESS || dev < 0) goto original;
-  CUcontext ctx = (CUcontext)(uintptr_t)(dev + 1);
-
-  uint8_t key[MAX_KEY];
-  int len;
+  if (state == K_DISABLED || (!params && state == K_ACTIVE && ki->nparams) || !HIP_REAL(hipGetDevice) ||
+      real_hipGetDevice(&dev) != HIP_SUCCESS || dev < 0)
+    goto original;
+  gpu_ctx ctx = (gpu_ctx)(uintptr_t)(dev + 1);
   if (state == K_ACTIVE) {   /* the hot path: hash, probe, launch */
-    if ((len = stable_key(ki, params, grid, block, key)) == -1) goto original;
+    uint8_t key[MAX_KEY];
+    int len = stable_key(ki, params, grid, block, key);
+    if (len == -1) goto original;
     sentry *e = len < 0 ? NULL : find_variant(ki, ctx, key, len);
     if (e) {
-      hipFunction_t fn = (hipFunction_t)atomic_load_explicit(&e->fn, memory_order_acquire);
-      if (fn) { atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed); return fn; }
+      gpu_fn fn = atomic_load_explicit(&e->fn, memory_order_acquire);
+      if (fn) {
+        if (__builtin_expect(atomic_load_explicit(&e->trial, memory_order_relaxed) != NULL, 0)) {
+          trial_ticket tk = {0};   /* (no turns without events: only its launches are counted) */
+          return (hipFunction_t)trial_pick(ki, e, fn, &tk);
+        }
+        atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
+        return (hipFunction_t)fn;
+      }
+      if (atomic_load_explicit(&e->pending, memory_order_acquire)) return (hipFunction_t)pick_compiling(ki, e, stream, 0);
       goto original;   /* a variant that failed: the original, from now on */
     }
   }
-  /* Miss: resolve the kernel (first launch), let the tracker see it, compile here. */
-  hipFunction_t fn = NULL;
-  uint64_t t0 = now_ns();
-  pthread_mutex_lock(&jit_lock);
-  if (atomic_load(&ki->state) == K_UNRESOLVED) hip_resolve(ki, dev);
-  if (atomic_load(&ki->state) == K_ACTIVE) track(ki, params, grid, block);
-  uint32_t gen = atomic_load(&ki->gen);   /* stable: changed only under jit_lock */
-  if (atomic_load(&ki->state) == K_ACTIVE && (len = build_key(ki, params, grid, block, key, gen)) >= 0) {
-    sentry *e = find_variant(ki, ctx, key, len);   /* compiled meanwhile? */
-    if (e) {
-      fn = (hipFunction_t)atomic_load(&e->fn);
-    } else {
-      fn = hip_compile(ki, handle_owner(handle), dev, params, grid, block);
-      sentry *ne = new_entry(ki, ctx, key, len, (CUfunction)fn, 0);
-      if (ne) variant_insert(ne);
-    }
-  }
-  pthread_mutex_unlock(&jit_lock);
-  atomic_fetch_add(&t_miss_ns, now_ns() - t0);
-  atomic_fetch_add(&n_misses, 1);
-  if (fn) return fn;
+  return (hipFunction_t)hip_miss(handle, params, grid, block, stream, ki, ctx);
 original:
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
   return NULL;
@@ -334,9 +347,9 @@ static hipError_t hip_launch_with(hipLaunchKernel_fn real, hipStream_t spt_strea
                               void **args, size_t shmem, hipStream_t stream) {
   if (!real) return HIP_ERROR_INVALID_IMAGE;
   if (in_hip_launch) return real(f, grid, block, args, shmem, stream);
-  hipFunction_t sf = hip_pick(f, args, grid, block);
+  hipStream_t s = stream ? stream : spt_stream;   /* the per-thread default stream is a handle of its own */
+  hipFunction_t sf = hip_pick(f, args, grid, block, s);
   if (sf && HIP_REAL(hipModuleLaunchKernel)) {
-    hipStream_t s = stream ? stream : spt_stream;   /* the per-thread default stream is a handle of its own */
     if (real_hipModuleLaunchKernel(sf, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, s, args, NULL) ==
         HIP_SUCCESS)
       return HIP_SUCCESS;
@@ -364,7 +377,7 @@ EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsign
                                         void **kernelParams, void **extra) {
   if (!HIP_REAL(hipModuleLaunchKernel)) return HIP_ERROR_INVALID_IMAGE;
   if (in_hip_launch) return real_hipModuleLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, kernelParams, extra);
-  hipFunction_t sf = hip_pick(f, kernelParams, (dim3){gx, gy, gz}, (dim3){bx, by, bz});
+  hipFunction_t sf = hip_pick(f, kernelParams, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, stream);
   if (sf) {
     if (real_hipModuleLaunchKernel(sf, gx, gy, gz, bx, by, bz, shmem, stream, kernelParams, extra) == HIP_SUCCESS)
       return HIP_SUCCESS;

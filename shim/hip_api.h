@@ -19,12 +19,15 @@ typedef struct ihipModule_t *hipModule_t;
 typedef struct ihipModuleSymbol_t *hipFunction_t;
 typedef void *hipDeviceptr_t;
 typedef int hipJitOption;                  /* an enum in ROCm */
+typedef int hipStreamCaptureStatus;        /* an enum in ROCm: hipStreamCaptureStatusNone = 0 */
 typedef struct hipDeviceProp_t hipDeviceProp_t;   /* never dereferenced: see hip_arch() */
 /* dim3 (three unsigned ints) comes from shim.h */
 #endif
 
 #define HIP_SUCCESS 0
 #define HIP_ERROR_INVALID_IMAGE 200        /* hipErrorInvalidImage */
+#define HIP_ERROR_NOT_READY 600            /* hipErrorNotReady */
+#define HIP_ERROR_STREAM_CAPTURE_IMPLICIT 906   /* hipErrorStreamCaptureImplicit: the null stream while another captures */
 #define HIP_STREAM_PER_THREAD ((hipStream_t)2)   /* hipStreamPerThread */
 #define HIP_FATBIN_MAGIC 0x48495046u       /* clang's __hip_fatbin_wrapper: "HIPF" */
 /* offsetof(hipDeviceProp_t, gcnArchName) in ROCm 5's layout, which ROCm 6 keeps as
@@ -61,6 +64,9 @@ typedef struct { unsigned magic, version; const void *binary; void *unused; } hi
   X(hipError_t, hipModuleUnload, (hipModule_t module))                                                      \
   /* called by the shim itself, never interposed */                                                        \
   X(hipError_t, hipGetDevice, (int *deviceId))                                                              \
+  X(hipError_t, hipSetDevice, (int deviceId))                                                               \
+  X(hipError_t, hipStreamQuery, (hipStream_t stream))                                                       \
+  X(hipError_t, hipStreamIsCapturing, (hipStream_t stream, hipStreamCaptureStatus *pCaptureStatus))         \
   X(hipError_t, hipGetDeviceProperties, (hipDeviceProp_t *prop, int deviceId))                              \
   X(hipError_t, hipGetSymbolAddress, (void **devPtr, const void *symbol))                                   \
   X(hipError_t, hipModuleGetGlobal, (hipDeviceptr_t *dptr, size_t *bytes, hipModule_t hmod,                \
@@ -68,14 +74,17 @@ typedef struct { unsigned magic, version; const void *binary; void *unused; } hi
   X(hipError_t, hipGetLastError, (void))                                                                    \
   X(hipError_t, hipPeekAtLastError, (void))
 
-/* The pointers to the real functions (hip.c), and what the tests call of hip.c. */
+/* The pointers to the real functions (hip.c), HIP's table for the core, and what the tests call
+ * of hip.c. */
 #ifndef PROTEUS_HIP_REAL_TYPES
+#include "platform.h"
 #include "shim.h"
 #define PROTEUS_HIP_DECLARE(ret, name, params) typedef ret(*name##_fn) params; HIDDEN extern name##_fn real_##name;
 PROTEUS_HIP_API(PROTEUS_HIP_DECLARE)
 #undef PROTEUS_HIP_DECLARE
+HIDDEN extern const struct gpu_ops hip_ops;
 HIDDEN void arch_from_props(const unsigned char *props, size_t size, char *out, size_t nout);
-HIDDEN hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block);
+HIDDEN hipFunction_t hip_pick(const void *handle, void **params, dim3 grid, dim3 block, hipStream_t stream);
 #endif
 
 #endif

@@ -1,12 +1,11 @@
-/* What happens on a miss: the kernel resolved, the key built, the variant found, compiled on
- * the launching thread or queued for a compile thread (PROTEUS_ASYNC_COMPILATION), launches
- * kept for the value tracker, and waiting for a variant that is compiling. */
+/* What happens on a miss, one code for every platform: the kernel resolved, the key built, the
+ * variant found, compiled on the launching thread or queued for a compile thread
+ * (PROTEUS_ASYNC_COMPILATION), launches kept for the value tracker, waiting for a variant that
+ * is compiling, and loading an answer's image. What it needs of the GPU it asks of `gpu`
+ * (platform.h); Python it asks through python.c. */
 #define _GNU_SOURCE
-#include <dirent.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
 #include "hitpath.h"
+#include "platform.h"
 #include "shim.h"
 
 /* Estimated GPU time the kernel has used so far: mean sampled time x launches. */
@@ -27,7 +26,7 @@ double gpu_ms(kinfo *ki) {
 }
 
 
-job *make_job(kinfo *ki, void *owner, CUcontext ctx, void **params, dim3 grid, dim3 block) {
+job *make_job(kinfo *ki, void *owner, gpu_ctx ctx, void **params, dim3 grid, dim3 block) {
   job *j = calloc(1, sizeof *j);
   if (!j) return NULL;
   for (uint32_t i = 0; i < ki->nparams; i++) j->nargs += ki->sizes[i];
@@ -36,12 +35,94 @@ job *make_job(kinfo *ki, void *owner, CUcontext ctx, void **params, dim3 grid, d
   if (!j->args || !j->addrs) { free(j->args); free(j->addrs); free(j); return NULL; }
   pack_args(ki, params, j->args);
   j->gen = atomic_load(&ki->gen);
-  for (uint32_t i = 0; i < ki->nglobals; i++) j->addrs[i] = global_address(ki, owner, ki->globals[i]);
-  j->ki = ki; j->ctx = ctx; j->grid = grid; j->block = block; j->gpu_ms = gpu_ms(ki); j->arch = current_arch();
+  const struct gpu_ops *platform = gpu;
+  for (uint32_t i = 0; i < ki->nglobals; i++) j->addrs[i] = platform->global_address(ki, owner, ki->globals[i]);
+  j->ki = ki; j->ctx = ctx; j->grid = grid; j->block = block; j->gpu_ms = gpu_ms(ki);
+  platform->arch(&j->arch);   /* (unknown: the run time refuses it, and the original runs) */
   return j;
 }
 
 void free_job(job *j) { free(j->args); free(j->addrs); free(j); }
+
+/* ---- a kernel's first launch */
+
+/* Which recorded kernel this is: Python is asked (runtime.kernel_info) on the device's
+ * architecture; a device the platform cannot name runs the original without asking. jit_lock
+ * held. */
+void resolve(kinfo *ki) {
+  if (atomic_load(&ki->state) != K_UNRESOLVED) return;
+  uint8_t *blob = NULL;
+  ssize_t n = 0;
+  gpu_arch arch = {0, NULL};
+  if (gpu->arch(&arch) && python_ready()) blob = py_kernel_info(ki->image, ki->name, arch, &n);
+  resolve_with(ki, blob, n);
+  free(blob);
+}
+
+/* The kernel as runtime.kernel_info answered (NULL: run its original code), in the current
+ * context; also from an answer made ahead (a platform's preload). jit_lock held. */
+void resolve_with(kinfo *ki, const uint8_t *blob, ssize_t n) {
+  int state = K_DISABLED;
+  if (read_kernel_info(ki, blob, n)) {
+    state = K_ACTIVE;
+    gpu->kernel_ready(ki);
+  }
+  atomic_store(&ki->state, state);
+}
+
+/* ---- answers and their images */
+
+__thread uint64_t tl_load_ns;
+
+/* Load the variant of an answer (protocol.h: PROTO_IMAGE_HEAD, the entry point's name, the
+ * image) in the current context; *m: which of the kernel's variants it is, and whether to time
+ * it first (trial.c). A refused image is reported to the run time, which warns once per kernel;
+ * NULL then, and the original runs. The image goes to the platform as a copy of its own: the
+ * driver reads an ELF image's headers in place, aligned, and HIP's may read it after loading. */
+gpu_fn load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m) {
+  uint32_t nlen;
+  if (n < PROTO_IMAGE_HEAD) return NULL;
+  memcpy(&nlen, p, 4);
+  if (m) {
+    memcpy(&m->vid, p + PROTO_IMAGE_VARIANT_AT, 4);
+    memcpy(&m->flags, p + PROTO_IMAGE_FLAGS_AT, 4);
+  }
+  if (n < PROTO_IMAGE_HEAD + (size_t)nlen + 1) return NULL;
+  char *name = strndup((const char *)p + PROTO_IMAGE_HEAD, nlen);
+  size_t nimage = n - PROTO_IMAGE_HEAD - nlen;
+  uint8_t *image = malloc(nimage);
+  if (!name || !image) { free(name); free(image); return NULL; }
+  memcpy(image, p + PROTO_IMAGE_HEAD + nlen, nimage);
+  uint64_t t0 = now_ns();
+  gpu_fn fn = NULL;
+  int error = 200;   /* an invalid image, in CUDA's codes and HIP's alike: what the injected fault answers */
+  const char *fault = getenv(ENV_FAULT_INJECT);   /* tests only: see proteus_rewrite/faults.py */
+  if (fault && strstr(fault, "module-load")) free(image);
+  else fn = gpu->load(ki, image, name, &error);
+  if (!fn) py_load_failed(ki->kid, error);
+  tl_load_ns += now_ns() - t0;
+  free(name);
+  return fn;
+}
+
+/* What an answer asks of its launch: *changed, the policy changed (the key is stale);
+ * *uncached, the variant is in no cache (to compile); or its variant, loaded. */
+static gpu_fn take_answer(kinfo *ki, py_answer *a, int *uncached, int *changed, answer_meta *m) {
+  gpu_fn fn = NULL;
+  if (a->status == PROTO_MISS_POLICY_CHANGED && changed) *changed = 1;
+  if (a->status == PROTO_MISS_IMAGE && !a->nimage && uncached) *uncached = 1;
+  if (a->status == PROTO_MISS_IMAGE && a->nimage) fn = load_answer(ki, a->image, a->nimage, m);
+  free(a->buf);
+  return fn;
+}
+
+/* Specialize and load one variant, the job's context current. With cached_only, only the
+ * caches are asked: *uncached is set when the variant needs compiling. */
+gpu_fn run_job(job *j, int cached_only, int *uncached, answer_meta *m) {
+  py_answer a;
+  py_specialize(j, cached_only, &a, NULL);
+  return take_answer(j->ki, &a, uncached, NULL, m);
+}
 
 
 /* ---- asynchronous compilation (PROTEUS_ASYNC_COMPILATION): a miss queues a job and runs
@@ -53,27 +134,10 @@ job *q_head, *q_tail;
 int q_stop, q_busy, q_workers;
 
 
-/* pass_deferred on a compile thread before it takes a job: one of the launches may make that
- * job stale. The GIL first, then jit_lock only if it is free: a Python app's launching thread holds the GIL when it waits for
- * jit_lock, so waiting for the GIL while holding jit_lock could deadlock. Where jit_lock stays
- * taken, the launches wait for the next drain or miss (the job then reads an older policy). */
-static void drain_deferred(kinfo *ki) {
-  for (int tries = 0; tries < 8 && atomic_load_explicit(&ki->ndeferred, memory_order_relaxed); tries++) {
-    int g = py.GILStateEnsure();
-    int locked = pthread_mutex_trylock(&jit_lock) == 0;
-    if (locked) {
-      pass_deferred(ki);
-      pthread_mutex_unlock(&jit_lock);
-    }
-    py.GILStateRelease(g);
-    if (locked) return;
-    sched_yield();
-  }
-}
-
 void *worker(void *arg) {
   (void)arg;
-  relax_capture_mode();
+  const struct gpu_ops *platform = gpu;
+  if (platform->thread_init) platform->thread_init();
   for (;;) {
     pthread_mutex_lock(&q_lock);
     while (!q_head && !q_stop) pthread_cond_wait(&q_cond, &q_lock);
@@ -84,20 +148,18 @@ void *worker(void *arg) {
     q_busy++;
     pthread_mutex_unlock(&q_lock);
 
-    CUfunction fn = NULL;
+    gpu_fn fn = NULL;
     answer_meta meta = {0, 0};
     int compiled = 0;
     uint64_t c0 = thread_cpu_ns();
-    drain_deferred(j->ki);
+    py_drain_deferred(j->ki);
     /* A job queued before the tracker changed the kernel's policy has a key no launch makes
      * any more: skip it, so the variant the launches now ask for is not stuck behind it. */
-    if (j->gen == atomic_load(&j->ki->gen) && real_cuCtxSetCurrent(j->ctx) == CUDA_SUCCESS) {
+    if (j->gen == atomic_load(&j->ki->gen) && platform->set_context(j->ctx)) {
       compiled = 1;
-      prepare_compiler(j->arch, 0);   /* at once once done; see start_workers */
+      prepare_compiler(j->arch.sm, 0);   /* at once once done; see start_workers */
       prof_push("proteus-rewrite compile: %s", j->ki->name ? j->ki->name : "?");
-      int g = py.GILStateEnsure();
       fn = run_job(j, 0, NULL, &meta);
-      py.GILStateRelease(g);
       prof_pop();
     }
     trial_attach(j->ki, j->e, meta.vid, meta.flags, fn);
@@ -118,11 +180,12 @@ void *worker(void *arg) {
 /* At exit: let the compile threads finish what is queued, then stop them. The variants go to
  * the disk cache, so the next run starts warm, as after compiling each on the launching
  * thread; the app pays at exit what that mode pays during the run, and no more (stale jobs are
- * dropped unread; the compile budget bounds the rest). It must run before the CUDA runtime
+ * dropped unread; the compile budget bounds the rest). It must run before the GPU runtime
  * tears its context down and before the destructors of LLVM's static objects, which exit also
- * runs and which LLVM registers on first use: a worker still inside LLVM when they ran crashed
- * the app (H100, 2026-11-23). Exit handlers run last-registered first, so this is registered
- * after a warm-up compilation (start_workers) and again after every compilation. */
+ * runs and which LLVM registers on first use: a thread still inside LLVM when they run crashes
+ * the app (docs/dev/findings/startup-and-exit.md, "Exit waits for the compiler"). Exit
+ * handlers run last-registered first, so this is registered after a warm-up compilation
+ * (start_workers) and again after every compilation. */
 #define EXIT_LIMIT_S 60   /* past this, queued jobs are dropped and their launches were originals */
 void stop_workers(void) {
   pthread_mutex_lock(&q_lock);
@@ -185,7 +248,11 @@ static void start_workers(void) {   /* jit_lock held */
   static int tried;
   if (tried) return;
   tried = 1;
-  if (!main_wrapped) prepare_compiler(current_arch(), 1);
+  if (!main_wrapped && gpu->compiler_warm_up) {
+    gpu_arch arch = {0, NULL};
+    gpu->arch(&arch);
+    prepare_compiler(arch.sm, 1);
+  }
   register_atfork();
   pthread_mutex_lock(&q_lock);
   if (!q_stop && atexit(stop_workers) == 0) {
@@ -213,7 +280,8 @@ static void atfork_child(void) {
     sentry *e = atomic_load_explicit(&variants[i], memory_order_relaxed);
     if (e) atomic_store_explicit(&e->pending, 0, memory_order_relaxed);
   }
-  warm_atfork_child();
+  const struct gpu_ops *platform = gpu;
+  if (platform->preload) platform->preload->atfork_child();
   if (pre_state == PRE_PYTHON || pre_state == PRE_COMPILER) {
     pthread_mutex_t fresh_jit = PTHREAD_MUTEX_INITIALIZER, fresh_pre = PTHREAD_MUTEX_INITIALIZER;
     jit_lock = fresh_jit;
@@ -242,36 +310,26 @@ static int enqueue(job *j) {   /* jit_lock held */
 }
 
 
-/* Whether the GPU still has work queued on the stream (a capturing stream says no: a query
- * would end the capture). */
-static int stream_busy(CUstream s) {
-  int capturing = 1;
-  return real_cuStreamQuery && real_cuStreamIsCapturing && real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS &&
-         !capturing && real_cuStreamQuery(s) == 600 /* CUDA_ERROR_NOT_READY */;
-}
-
-
 /* A launch whose variant is compiling in the background (PROTEUS_ASYNC_COMPILATION=auto). It
  * waits for it only where waiting costs the GPU nothing: the kernel's previous launch that
  * found no compiled variant asked for this same one, and the stream still has work queued.
  * Once the stream runs dry the original runs, which keeps the GPU busy. So an app that queues
- * many long launches at once gets them specialized (rsbench ran its 51 launches while its one
- * variant compiled, 0.99x of native, against 1.15x compiling on the launching thread), a value
- * that changes on every launch never waits (it never asks twice in a row), and a host-bound
- * loop, whose stream is idle at each launch, never waits either. The wait polls the stream
- * (yielding the CPU between queries): a sleep of the kernel's scale left the GPU idle for
- * most of each wait (H100: 74 waits of 0.27 ms on 85 us kernels with 0.2 ms sleeps). Not where
- * this thread holds the GIL (a Python app): the compile thread needs it. NULL: run the original.
+ * many long launches at once gets them specialized, a value that changes on every launch never
+ * waits (it never asks twice in a row), and a host-bound loop, whose stream is idle at each
+ * launch, never waits either (docs/dev/findings/background-compilation.md). The wait polls the
+ * stream, yielding the CPU between queries: a sleep of a short kernel's scale leaves the GPU
+ * idle for most of each wait. Not where this thread holds the GIL (a Python app): the compile
+ * thread needs it. NULL: run the original.
  *
- * A host-bound loop would ask its idle stream on every launch of the compile window (about
- * 1,100 launches of a step counter's general variant on the H100, each query under 2 us, and more
- * launch time besides: 10 ms over a warm run's launch calls). So after a launch finds the
- * stream idle, the next ones skip the question, 1, 2, 4, ... up to CHECK_GAP_MAX launches; a
- * launch that finds the stream busy ends the skipping. A GPU-bound loop finds it busy at once
- * and never skips; one that turns GPU-bound runs at most CHECK_GAP_MAX more originals. */
+ * A host-bound loop would ask its idle stream on every launch of the compile window, and those
+ * queries add up to a measurable share of its launch time (same findings file, "Stream queries
+ * back off"). So after a launch finds the stream idle, the next ones skip the question, 1, 2,
+ * 4, ... up to CHECK_GAP_MAX launches; a launch that finds the stream busy ends the skipping.
+ * A GPU-bound loop finds it busy at once and never skips; one that turns GPU-bound runs at most
+ * CHECK_GAP_MAX more originals. */
 #define AWAIT_LIMIT_NS (60ull * 1000000000ull)   /* a compilation takes well under a second */
 #define CHECK_GAP_MAX 64
-CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
+gpu_fn await_variant(kinfo *ki, sentry *e, gpu_stream stream) {
   if (g_async != ASYNC_AUTO) return NULL;
   if (atomic_exchange_explicit(&ki->unserved, e->hash, memory_order_relaxed) != e->hash) return NULL;
   uint32_t skip = atomic_load_explicit(&ki->check_skip, memory_order_relaxed);
@@ -280,13 +338,14 @@ CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
     return atomic_load_explicit(&e->fn, memory_order_acquire);
   }
   uint64_t t0 = now_ns();
-  if (py.GILStateCheck && py.GILStateCheck()) return NULL;
-  /* no stream queries while a capture is open anywhere (cuda_capture.c) */
+  if (py_holds_gil()) return NULL;
+  /* no stream queries while a capture is open anywhere (platform.h: stream_capturing) */
   if (atomic_load_explicit(&captures_open, memory_order_relaxed)) return atomic_load_explicit(&e->fn, memory_order_acquire);
   unsigned rounds = 0;
   int idle = 0;
+  const struct gpu_ops *platform = gpu;
   while (atomic_load_explicit(&e->pending, memory_order_acquire) && !__atomic_load_n(&q_stop, __ATOMIC_ACQUIRE)) {
-    if (!stream_busy(stream)) { idle = 1; break; }
+    if (!platform->stream_busy(stream)) { idle = 1; break; }
     if (++rounds % 256 == 0 && now_ns() - t0 > AWAIT_LIMIT_NS) break;
     sched_yield();
   }
@@ -309,8 +368,8 @@ CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream) {
 
 /* A launch whose variant is compiling in the background: wait for it where that is free
  * (await_variant), else run the original and count it. */
-__attribute__((noinline)) CUfunction pick_compiling(kinfo *ki, sentry *e, CUstream stream, int asked_first) {
-  CUfunction fn;
+__attribute__((noinline)) gpu_fn pick_compiling(kinfo *ki, sentry *e, gpu_stream stream, int asked_first) {
+  gpu_fn fn;
   if (!asked_first) {   /* the launch that asked for it runs the original */
     if ((fn = await_variant(ki, e, stream))) {
       atomic_fetch_add_explicit(&ki->hits, 1, memory_order_relaxed);
@@ -330,12 +389,13 @@ __attribute__((noinline)) CUfunction pick_compiling(kinfo *ki, sentry *e, CUstre
 /* A launch with a new key while a variant of its kernel is queued or compiling: its variant
  * is queued without a call into Python (the compile thread asks the caches), and the launch is
  * kept for the value tracker, which sees it, in order, before the compile thread takes the next
- * job (drain_deferred) or with the kernel's next miss that calls Python, whichever comes first.
- * A policy it changes makes its job stale, dropped unread. That is a step counter's learning:
- * T + 2 misses, each a Python call on the launching thread (0.3 ms in the app on the H100 host,
- * cache-cold, against 0.12 ms alone), now two: the miss that passes them on, whose key the
- * policy they change makes stale, and that launch's key built anew. Not past defer_max records,
- * after which a miss calls Python as before. Not in synchronous mode (nothing is queued there). jit_lock held. */
+ * job (py_drain_deferred) or with the kernel's next miss that calls Python, whichever comes
+ * first. A policy it changes makes its job stale, dropped unread. That is a step counter's
+ * learning: T + 2 misses, each a Python call on the launching thread, become two: the miss that
+ * passes them on, whose key the policy they change makes stale, and that launch's key built
+ * anew (docs/dev/findings/value-tracker.md, "Why a miss should not call Python"). Not past
+ * defer_max records, after which a miss calls Python as before. Not in synchronous mode
+ * (nothing is queued there). jit_lock held. */
 int defer(kinfo *ki, void **params, dim3 grid, dim3 block) {
   if (g_async == ASYNC_OFF || ki->ndeferred >= ki->defer_max || !atomic_load(&ki->jobs)) return 0;
   size_t size = PROTO_DEFER_HEAD + pack_args(ki, NULL, NULL);
@@ -352,11 +412,11 @@ int defer(kinfo *ki, void **params, dim3 grid, dim3 block) {
  * (first launch), the key built, the caches asked, the variant compiled here or queued for a
  * compile thread. Answers its function, or NULL: then *compiling is its entry where it is being
  * compiled (*asked_first: queued by this call). Counts no launch: the callers do. */
-CUfunction miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, CUcontext ctx,
-                        sentry **served_out, sentry **compiling_out, int *asked_first_out) {
+gpu_fn miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, gpu_ctx ctx,
+                    sentry **served_out, sentry **compiling_out, int *asked_first_out) {
   uint8_t key[MAX_KEY];
   int len;
-  CUfunction fn = NULL;
+  gpu_fn fn = NULL;
   answer_meta meta = {0, 0};
   sentry *compiling = NULL, *served = NULL;
   job *j = NULL;
@@ -367,12 +427,13 @@ CUfunction miss_variant(const void *handle, void **params, dim3 grid, dim3 block
   stage(MISS_LOCK, &t);
   trial_release();
   read_async_env();
-  if (atomic_load(&ki->state) == K_UNRESOLVED) warm_resolve(ki, ctx);
+  const struct gpu_ops *platform = gpu;
+  if (atomic_load(&ki->state) == K_UNRESOLVED && platform->preload) platform->preload->resolve(ki, ctx);
   if (atomic_load(&ki->state) == K_UNRESOLVED) resolve(ki);
   stage(MISS_RESOLVE, &t);
   if (!params && ki->nparams) goto done;   /* launched through `extra` */
-  CUcontext kctx = ki->ctx_free ? NULL : ctx;   /* the context in the key: none for a context-free kernel */
-  /* The tracker sees the launch in the same call that asks the caches (miss_job); where it
+  gpu_ctx kctx = ki->ctx_free ? NULL : ctx;   /* the context in the key: none for a context-free kernel */
+  /* The tracker sees the launch in the same call that asks the caches (py_miss); where it
    * changes the kernel's policy, the key is built again under the new one and asked for alone. */
   int tracked = 0;
 again:;
@@ -380,7 +441,7 @@ again:;
   int active = atomic_load(&ki->state) == K_ACTIVE;
   len = active ? build_key(ki, params, grid, block, key, gen) : -1;
   if (active && len < 0 && !tracked) {   /* a key too long: the tracker may yet stop folding what makes it so */
-    track(ki, params, grid, block);
+    py_track(ki, params, grid, block);
     tracked = 1;
     goto again;
   }
@@ -399,11 +460,12 @@ again:;
       if (!tracked && defer(ki, params, grid, block)) {
         uncached = 1;
       } else {
-        uint64_t track_ns = 0, load0 = tl_load_ns;
-        int g = py.GILStateEnsure();
-        stage(MISS_GIL, &t);
-        fn = tracked ? run_job(j, background, &uncached, &meta) : miss_job(j, background, &uncached, &changed, &track_ns, &meta);
-        py.GILStateRelease(g);
+        uint64_t load0 = tl_load_ns;
+        py_answer a;
+        if (tracked) py_specialize(j, background, &a, &t);
+        else py_miss(j, background, &a, &t);
+        uint64_t track_ns = a.track_ns;
+        fn = take_answer(ki, &a, &uncached, &changed, &meta);
         uint64_t call_start = t;
         t = now_ns();   /* the call's time: the tracker's share, then the caches' (or a compilation's) */
         uint64_t load_ns = tl_load_ns - load0;
@@ -430,9 +492,7 @@ again:;
           j = NULL;
         } else {
           free(ne);
-          int g = py.GILStateEnsure();
           fn = run_job(j, 0, NULL, &meta);
-          py.GILStateRelease(g);
         }
       }
       if (j) {
@@ -458,16 +518,17 @@ done:
 }
 
 /* Miss: the variant found, compiled or queued (miss_variant), and the launch counted. */
-__attribute__((noinline, cold)) CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block,
-                                                            CUstream stream, kinfo *ki, CUcontext ctx, int ctx_free) {
-  if (ctx_free && (!real_cuCtxGetCurrent || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx)) goto original;
-  if (stream_capturing(stream)) {   /* into a graph: the original, and nothing that could end the capture (cuda_capture.c) */
+__attribute__((noinline, cold)) gpu_fn pick_miss(const void *handle, void **params, dim3 grid, dim3 block,
+                                                 gpu_stream stream, kinfo *ki, gpu_ctx ctx, int ctx_free) {
+  const struct gpu_ops *platform = gpu;
+  if (ctx_free && (!platform->current_context(&ctx) || !ctx)) goto original;
+  if (platform->stream_capturing(stream) > 0) {   /* into a graph: the original, and nothing that could end the capture */
     atomic_fetch_add_explicit(&ki->captured, 1, memory_order_relaxed);
     return NULL;
   }
   sentry *served, *compiling;
   int asked_first;
-  CUfunction fn = miss_variant(handle, params, grid, block, ki, ctx, &served, &compiling, &asked_first);
+  gpu_fn fn = miss_variant(handle, params, grid, block, ki, ctx, &served, &compiling, &asked_first);
   if (fn) {
     if (served) variant_ran(served);
     return fn;

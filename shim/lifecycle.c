@@ -1,32 +1,29 @@
-/* The shim's life in the app's process: configuration, the dlsym it interposes, the prestart
- * thread that starts Python (and the compiler) beside the app, main() and exit() wrapped so that
- * compile threads stop before any exit handler runs, and the report at exit. */
+/* The shim's life in the app's process: configuration, the prestart thread that starts Python
+ * (and the compiler) beside the app, main() and exit() wrapped so that compile threads stop
+ * before any exit handler runs, and the report at exit. The same for every platform: what
+ * differs (a compiler warm-up, variants loaded ahead, why there was no GPU) is asked of `gpu`. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "cuda_api.h"
+#include "platform.h"
 #include "shim.h"
 
 int g_disable = -1;         /* PROTEUS_DISABLE */
-int g_trace_launch;          /* PROTEUS_TRACE_OUTPUT contains "launches" (ours; upstream's kernel-trace counts at exit) */
+int g_validate;             /* PROTEUS_VALIDATE (cuda_validate.c) */
 
 void read_env(void) {
   if (g_disable >= 0) return;
   const char *d = getenv(ENV_DISABLE);
   const char *t = getenv(ENV_TRACE_OUTPUT);
-  g_trace_launch = t && strstr(t, "launches");
+  g_trace_launch = t && strstr(t, "launches");   /* ours; upstream's kernel-trace counts at exit */
   g_count_variants = t && strstr(t, "cache-stats");   /* upstream's per-entry cache lines need each variant's launches */
   const char *v = getenv(ENV_VALIDATE);
   g_validate = v && (atoi(v) != 0 || v[0] == 't' || v[0] == 'T' || v[0] == 'y' || v[0] == 'Y');
@@ -34,37 +31,16 @@ void read_env(void) {
   g_disable = d && ((atoi(d) != 0) || d[0] == 't' || d[0] == 'T' || d[0] == 'y' || d[0] == 'Y');
 }
 
-void warn(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "proteus: warning: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-}
-
-/* ------------------------------------------------------------------ real functions */
-
-void *(*real_dlsym)(void *, const char *);
-
-void init_real_dlsym(void) {
-  if (real_dlsym) return;
-  /* dlsym itself is interposed: reach glibc's through its versioned name. */
-  static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", NULL};
-  for (int i = 0; versions[i] && !real_dlsym; i++)
-    real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-}
-
-
 /* ------------------------------------------------------------------ start-up off the launch path
  *
- * Starting Python and importing the runtime takes 0.15 s, and the compiler's first use (loading
- * LLVM and nvJitLink, one warm-up compilation) 0.1-0.2 s more. Paid on the first launch, both
- * land on the app's critical path. Instead a thread starts them when the app registers its
- * first fat binary (or its CUDA runtime first looks up the driver), while the app is still
- * creating its CUDA context, which takes longer. The first miss waits on jit_lock for what is
- * left of it. Not done with PROTEUS_PRESTART=0, PROTEUS_DISABLE=1, no kernel store beside the
- * shim, or a Python of the app's own (whose GIL the app may hold while it launches).
+ * Starting Python and importing the runtime, and the compiler's first use (loading LLVM and
+ * its code generator, one warm-up compilation), each take a tenth of a second or more
+ * (docs/dev/findings/startup-and-exit.md, "Start-up beside the app"). Paid on the first
+ * launch, both land on the app's critical path. Instead a thread starts them when the app
+ * registers its first fat binary (or its CUDA runtime first looks up the driver), while the app
+ * is still creating its context, which takes longer. The first miss waits on jit_lock for what
+ * is left of it. Not done with PROTEUS_PRESTART=0, PROTEUS_DISABLE=1, no kernel store beside
+ * the shim, or a Python of the app's own (whose GIL the app may hold while it launches).
  *
  * The compiler step runs only where exit is guarded: our __libc_start_main wrapper and exit()
  * call before_exit() before any exit handler, and it waits for that step; otherwise a thread
@@ -79,8 +55,10 @@ _Atomic int pre_did;           /* for the report: bit 0 Python, bit 1 the compil
 
 /* The compiler warm-up, once, from whichever thread comes first (the prestart thread, a compile
  * thread, or the first compile request); a caller that finds it running waits for it. Counted
- * as the app's wait when an app thread runs it. */
-void prepare_compiler(int arch, int app_thread) {
+ * as the app's wait when an app thread runs it. Only where the run time warms this platform's
+ * code generation up (gpu_ops.compiler_warm_up): elsewhere the first job goes at once. */
+void prepare_compiler(int sm, int app_thread) {
+  if (!gpu->compiler_warm_up) return;
   pthread_mutex_lock(&pre_lock);
   while (pre_state == PRE_COMPILER) pthread_cond_wait(&pre_cond, &pre_lock);
   int todo = !compiler_prepared;
@@ -88,36 +66,33 @@ void prepare_compiler(int arch, int app_thread) {
   pthread_mutex_unlock(&pre_lock);
   if (!todo) return;
   uint64_t t0 = now_ns();
-  int g = py.GILStateEnsure();
-  PyObject *r = py.CallFunction(f_prepare_compiler, FMT_PREPARE_COMPILER, arch);
-  if (r) py.DecRef(r); else py.ErrPrint();
-  py.GILStateRelease(g);
+  py_prepare_compiler(sm);
   if (app_thread) atomic_fetch_add(&t_prepare_ns, now_ns() - t0);
 }
 
 static void *prestart_main(void *arg) {
-  int cuda = arg != NULL;
+  (void)arg;
+  const struct gpu_ops *platform = gpu;
+  const struct gpu_preload *preload = platform->preload && platform->preload->enabled() ? platform->preload : NULL;
   uint64_t c0 = thread_cpu_ns();
-  if (cuda && !real_cuDriverGetVersion) *(void **)&real_cuDriverGetVersion = cuda_sym("cuDriverGetVersion");   /* needs no cuInit */
-  int preload = cuda && warm_enabled();
-  if (preload) warm_scan();   /* the loaded objects' fat binaries (before jit_lock: it takes the loader's lock) */
+  /* Before jit_lock, as what follows: finding the driver's version (for runtime.init) and the
+   * loaded objects' fat binaries take the loader's lock, which an app thread inside a library's
+   * constructor may hold while it launches and waits for jit_lock. */
+  if (platform->driver_version) platform->driver_version();
+  if (preload) preload->scan();
   pthread_mutex_lock(&jit_lock);
   int ok = python_ready();
-  if (ok && preload) warm_first();   /* the last run's launches answered before a first launch can miss */
+  if (ok && preload) preload->first();   /* the last run's launches answered before a first launch can miss */
   pthread_mutex_unlock(&jit_lock);
   if (ok) atomic_fetch_or(&pre_did, 1);
   pthread_mutex_lock(&pre_lock);
-  int compile = ok && cuda && main_wrapped && !exiting;
+  int compile = ok && platform->compiler_warm_up && main_wrapped && !exiting;
   pre_state = compile ? PRE_COMPILER : PRE_DONE;
   pthread_mutex_unlock(&pre_lock);
   if (compile) {
-    int g = py.GILStateEnsure();
-    /* 0: no context yet, any architecture; 1: ahead, so it may decline (the app's last run
-     * compiled nothing), and then a compile thread does it before its first job */
-    PyObject *r = py.CallFunction(f_prepare_compiler, FMT_PREPARE_COMPILER_AHEAD, 0, 1);
-    int done = 1;
-    if (r) { done = py.LongAsLongLong(r) != 0; py.DecRef(r); } else py.ErrPrint();
-    py.GILStateRelease(g);
+    /* declined (the app's last run compiled nothing): a compile thread does it before its
+     * first job */
+    int done = py_prepare_compiler_ahead();
     pthread_mutex_lock(&pre_lock);
     pre_state = PRE_DONE;
     compiler_prepared = done;
@@ -126,10 +101,9 @@ static void *prestart_main(void *arg) {
     pthread_mutex_unlock(&pre_lock);
   }
   atomic_fetch_add(&t_prestart_cpu_ns, thread_cpu_ns() - c0);
-  if (ok && preload) warm_start();   /* answers for the app's images as they come, until exit */
+  if (ok && preload) preload->start();   /* answers for the app's images as they come, until exit */
   return NULL;
 }
-
 
 static int has_store(void) {
   const char *dir = getenv(ENV_STORE_DIR);
@@ -144,9 +118,10 @@ static int has_store(void) {
   return found;
 }
 
-void prestart(int cuda) {
+/* A platform's first entry points: the process is its (gpu_claim), and Python starts. */
+void prestart(const struct gpu_ops *platform) {
   static _Atomic int once;
-  if (atomic_exchange(&once, 1)) return;
+  if (!gpu_claim(platform) || atomic_exchange(&once, 1)) return;
   read_env();
   const char *p = getenv(ENV_PRESTART);
   if (g_disable || (p && (p[0] == '0' || p[0] == 'f' || p[0] == 'F' || p[0] == 'n'))) return;
@@ -158,7 +133,7 @@ void prestart(int cuda) {
   pthread_mutex_unlock(&pre_lock);
   register_atfork();
   pthread_t t;
-  if (pthread_create(&t, NULL, prestart_main, cuda ? (void *)1 : NULL) == 0) {
+  if (pthread_create(&t, NULL, prestart_main, NULL) == 0) {
     pthread_detach(t);
   } else {
     pthread_mutex_lock(&pre_lock);
@@ -167,7 +142,6 @@ void prestart(int cuda) {
   }
 }
 
-
 /* Before any exit handler: no new compiler work, and none left running (prestart, workers); the
  * speed trials judged while the app's context still holds their events. */
 void before_exit(void) {
@@ -175,10 +149,12 @@ void before_exit(void) {
   exiting = 1;
   while (pre_state == PRE_COMPILER) pthread_cond_wait(&pre_cond, &pre_lock);
   pthread_mutex_unlock(&pre_lock);
-  warm_finish();
+  const struct gpu_ops *platform = gpu;   /* (NULL only for an exit before the shim's constructors ran) */
+  if (platform && platform->preload) platform->preload->finish();
   stop_workers();
   trial_finish();
-  no_gpu_reason(1);   /* the report's, decided while the driver may still be asked */
+  /* the report's reason, decided while the driver may still be asked */
+  if (platform && platform->no_gpu_reason) platform->no_gpu_reason(1);
 }
 
 typedef int (*main_fn)(int, char **, char **);
@@ -219,6 +195,115 @@ EXPORT void exit(int status) {
   _exit(status);
 }
 
+/* ------------------------------------------------------------------ the report at exit */
+
+/* Per kernel launched (or run by a graph node): i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch
+ * errors, launches while compiling, launches captured, launches timing a variant, sampled GPU
+ * ms x 1000, graph nodes given a variant, name\0 (protocol.COUNTERS). */
+static uint8_t *counters(size_t *len) {
+  size_t n = 0;
+  for (kinfo *k = all_kernels; k; k = k->next_all) n++;
+  uint8_t *buf = calloc(n + 1, PROTO_COUNTERS + 256);
+  *len = 0;
+  if (!buf) return NULL;
+  for (kinfo *k = all_kernels; k; k = k->next_all) {
+    if (!atomic_load(&k->launches) && !atomic_load(&k->graph_nodes)) continue;
+    int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
+    uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
+                     atomic_load(&k->pending_launches), atomic_load(&k->captured), atomic_load(&k->timing),
+                     (uint64_t)(gpu_ms(k) * 1000.0), atomic_load(&k->graph_nodes)};
+    memcpy(buf + *len, &kid, 4); memcpy(buf + *len + 4, c, sizeof c); *len += PROTO_COUNTERS;
+    size_t nl = strnlen(k->name, 255);
+    memcpy(buf + *len, k->name, nl); buf[*len + nl] = 0; *len += nl + 1;
+  }
+  return buf;
+}
+
+/* s as a JSON string: a driver's message may hold anything. */
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+/* At exit (lifecycle.c's destructor): runtime.finish (end-of-run trace lines, the next run's
+ * guess whether it compiles), then PROTEUS_REPORT. */
+static void report_at_exit(void) {
+  if (py_running()) {
+    py_drain_all_deferred();   /* what no miss took to the tracker: the report counts it */
+    size_t n = 0, nt = 0;
+    uint8_t *c = counters(&n);   /* after the deferred launches: they may activate a kernel */
+    uint8_t *t = trial_records(&nt);
+    py_finish(c, n, t, nt);
+    free(c);
+    free(t);
+  }
+  const char *path = getenv(ENV_REPORT);
+  if (!path) return;
+  const struct gpu_ops *platform = gpu;
+  const char *no_gpu = platform && platform->no_gpu_reason ? platform->no_gpu_reason(0) : "";
+  if (!all_kernels && !no_gpu[0]) return;
+  /* CLOCK_MONOTONIC, as a parent's clock reads it: where a run's time went, from exec to exit */
+  unsigned long long timeline[4] = {atomic_load(&t_loaded_ns), atomic_load(&t_main_start_ns), atomic_load(&t_main_end_ns), now_ns()};
+  size_t len = 0;
+  uint8_t *buf = counters(&len);
+  if (!buf) return;
+  /* the figures in write_report's order (protocol.h's W_*, runtime/protocol.py WAIT_FIELDS) */
+  unsigned long long w[W_COUNT] = {
+      [W_PYTHON_START] = atomic_load(&t_python_ns), [W_MISSES] = atomic_load(&t_miss_ns),
+      [W_MISS_COUNT] = atomic_load(&n_misses), [W_PREPARE_COMPILER] = atomic_load(&t_prepare_ns),
+      [W_EXIT] = atomic_load(&t_exit_wait_ns), [W_PRESTART] = (unsigned long long)atomic_load(&pre_did),
+      [W_COMPILING] = atomic_load(&t_await_ns), [W_COMPILING_COUNT] = atomic_load(&n_awaits),
+      [W_LOCK] = atomic_load(&t_stage_ns[MISS_LOCK]), [W_RESOLVE] = atomic_load(&t_stage_ns[MISS_RESOLVE]),
+      [W_TRACK] = atomic_load(&t_stage_ns[MISS_TRACK]), [W_SPECIALIZE] = atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
+      [W_QUEUE] = atomic_load(&t_stage_ns[MISS_QUEUE]), [W_GIL] = atomic_load(&t_stage_ns[MISS_GIL]),
+      [W_LOAD] = atomic_load(&t_stage_ns[MISS_LOAD]),
+      [W_COMPILING_CHECKS] = atomic_load(&t_check_ns), [W_COMPILING_CHECK_COUNT] = atomic_load(&n_checks),
+      [W_APP_MAIN_CPU] = atomic_load(&t_main_cpu_ns), [W_COMPILE_THREADS_CPU] = atomic_load(&t_worker_cpu_ns),
+      [W_PRESTART_CPU] = atomic_load(&t_prestart_cpu_ns), [W_DEFERRED_COUNT] = atomic_load(&n_deferred),
+      [W_PRELOADED] = atomic_load(&n_preloaded),
+      [W_SHIM_LOADED] = timeline[0], [W_MAIN_START] = timeline[1], [W_MAIN_END] = timeline[2], [W_REPORT] = timeline[3]};
+  int written = 0;
+  int python = py_running();   /* a host Python may already have finalized */
+  if (python && !no_gpu[0])   /* (without a GPU nothing ran that Python would have more to say of) */
+    written = py_write_report(path, buf, len, (unsigned long long)atomic_load(&unknown_launches), w);
+  if (!written) {   /* Python never started (nothing to compile, PROTEUS_DISABLE), has finalized, or no GPU: counters only */
+    FILE *f = fopen(path, "w");
+    if (f) {
+      fprintf(f, "{\"pid\": %d, \"python\": %s, \"disabled\": %s, ", (int)getpid(), python ? "true" : "false",
+              g_disable ? "true" : "false");
+      if (no_gpu[0]) {
+        fputs("\"no_gpu\": ", f);
+        json_string(f, no_gpu);
+        fputs(", ", f);
+      }
+      fprintf(f, "\"unknown_handle_launches\": %llu, "
+                 "\"timeline_ns\": {\"shim_loaded\": %llu, \"main_start\": %llu, \"main_end\": %llu, \"report\": %llu}, \"kernels\": [",
+              (unsigned long long)atomic_load(&unknown_launches), timeline[0], timeline[1], timeline[2], timeline[3]);
+      const char *sep = "";
+      for (size_t off = 0; off < len;) {
+        uint64_t c[PROTO_COUNTERS_U64]; memcpy(c, buf + off + 4, sizeof c);
+        const char *name = (const char *)buf + off + PROTO_COUNTERS;
+        fprintf(f, "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": %llu, \"table_hits\": %llu, "
+                   "\"fallback_launches\": %llu, \"launch_errors\": %llu, \"launches_while_compiling\": %llu, "
+                   "\"launches_captured\": %llu, \"graph_nodes_specialized\": %llu}", sep, name,
+                (unsigned long long)c[0], (unsigned long long)(c[0] - c[2] - c[3] - c[4] - c[5] - c[6]), (unsigned long long)c[1],
+                (unsigned long long)(c[2] + c[3] + c[4] + c[6]), (unsigned long long)c[3], (unsigned long long)c[4],
+                (unsigned long long)c[5], (unsigned long long)c[8]);
+        sep = ", ";
+        off += PROTO_COUNTERS + strlen(name) + 1;
+      }
+      fprintf(f, "]}\n");
+      fclose(f);
+    }
+  }
+  free(buf);
+}
 
 __attribute__((constructor)) static void proteus_init(void) {
   atomic_store(&t_loaded_ns, now_ns());

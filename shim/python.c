@@ -1,28 +1,47 @@
-/* The embedded interpreter: started from proteus-python.cfg (or the app's own), and every call
- * into proteus_rewrite.runtime, with the layouts and formats of shim/protocol.h. */
+/* The embedded interpreter, and the one file of the shim that calls it (tests/shim/test_layers.py):
+ * started from proteus-python.cfg (or the app's own), it answers every other file through the
+ * typed py_* functions below. Each takes the GIL itself and hands back C types decoded from
+ * the layouts of protocol.h, so no other file knows Python's API, its objects or the GIL's
+ * rules. Bytes and small integers cross, never an object C would have to interpret; an
+ * exception in the run time is printed and becomes "run the original". */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "cuda_api.h"
-#include "hitpath.h"
+#include "platform.h"
 #include "shim.h"
 
-py_api py;
+/* The CPython API, resolved with dlsym from the libpython proteus-python.cfg names (or the
+ * app's own), so that the shim links against no libpython. */
+typedef void PyObject;
+typedef struct {
+  int (*IsInitialized)(void);
+  void (*InitializeEx)(int);
+  void *(*EvalSaveThread)(void);
+  int (*GILStateEnsure)(void);
+  void (*GILStateRelease)(int);
+  int (*GILStateCheck)(void);
+  int (*RunSimpleString)(const char *);
+  PyObject *(*ImportModule)(const char *);
+  PyObject *(*GetAttrString)(PyObject *, const char *);
+  PyObject *(*CallFunction)(PyObject *, const char *, ...);
+  int (*BytesAsStringAndSize)(PyObject *, char **, ssize_t *);
+  long long (*LongAsLongLong)(PyObject *);
+  void (*ErrPrint)(void);
+  void (*DecRef)(PyObject *);
+  PyObject *None;
+} py_api;
+
+static py_api py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
-PyObject *f_warm_set, *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler, *f_finish, *f_miss,
-    *f_track_deferred, *f_validated, *f_validate_skipped, *f_validate_refusal;
+static PyObject *f_warm_set, *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler,
+    *f_finish, *f_miss, *f_track_deferred, *f_validated, *f_validate_skipped, *f_validate_refusal;
 int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 char shim_dir[4096];
@@ -105,10 +124,11 @@ static int start_python(void) {
     if (!py.IsInitialized()) {
       char *old_home = getenv("PYTHONHOME") ? strdup(getenv("PYTHONHOME")) : NULL;
       if (home[0] && !old_home) setenv("PYTHONHOME", home, 1);
-      /* Without `site`: its .pth hooks ran at every start of every app (41 ms for one other
-       * package's on the H100 host, of a 0.15 s start-up), and the sys.path recorded from the
-       * Python that ran proteus-rewrite already holds every directory they add, this
-       * package's own first (an editable install's finder is not needed). */
+      /* Without `site`: its .pth hooks run at every start of every app, and another package's
+       * took a large share of the start-up (docs/dev/findings/startup-and-exit.md, "Start-up beside
+       * the app"). The sys.path recorded from the Python that ran proteus-rewrite
+       * already holds every directory they add, this package's own first (an editable
+       * install's finder is not needed). */
       int *no_site = real_dlsym(h, "Py_NoSiteFlag");
       if (no_site) *no_site = 1;
       py.InitializeEx(0);                     /* 0: leave the app's signal handlers alone */
@@ -135,8 +155,8 @@ static int start_python(void) {
     py.ErrPrint();
     warn("cannot import proteus_rewrite.runtime; kernels run unspecialized");
   } else {
-    int drv = 0;
-    if (real_cuDriverGetVersion) real_cuDriverGetVersion(&drv);
+    const struct gpu_ops *platform = gpu;
+    int drv = platform && platform->driver_version ? platform->driver_version() : 0;
     PyObject *init = py.GetAttrString(rt, CALL_INIT);
     PyObject *r = init ? py.CallFunction(init, FMT_INIT, shim_dir, drv) : NULL;
     f_kernel_info = py.GetAttrString(rt, CALL_KERNEL_INFO);
@@ -163,8 +183,14 @@ static int start_python(void) {
 }
 
 
-/* Python call returning bytes (copied into *out, malloc'ed) or NULL for None/failure. */
-uint8_t *py_bytes(PyObject *res, ssize_t *len) {
+
+int py_running(void) { return py_state > 0 && py.IsInitialized(); }
+
+int py_holds_gil(void) { return py.GILStateCheck && py.GILStateCheck(); }
+
+/* A call's result as bytes (copied into *out, malloc'ed), or NULL for None or a failure (its
+ * exception printed). The GIL held. */
+static uint8_t *py_bytes(PyObject *res, ssize_t *len) {
   if (!res) { py.ErrPrint(); return NULL; }
   uint8_t *out = NULL;
   char *buf; ssize_t n;
@@ -176,6 +202,10 @@ uint8_t *py_bytes(PyObject *res, ssize_t *len) {
   return out;
 }
 
+/* A call whose result is not read. The GIL held. */
+static void done_with(PyObject *res) {
+  if (res) py.DecRef(res); else py.ErrPrint();
+}
 
 /* Python's kernel_info reply: u32 kid, nparams, dims_in_key, nglobals, defer_max; u32 sizes[nparams];
  * u8 fold[nparams]; names\0... Returns 1 when it describes the kernel (which may then be
@@ -222,10 +252,19 @@ size_t pack_args(kinfo *ki, void **params, uint8_t *out) {
 ssize_t deferred_bytes(kinfo *ki) { return (ssize_t)(ki->ndeferred * (PROTO_DEFER_HEAD + pack_args(ki, NULL, NULL))); }
 static const char *deferred_of(kinfo *ki) { return ki->deferred ? (const char *)ki->deferred : ""; }   /* NULL: None */
 
+uint8_t *py_kernel_info(const void *image, const char *name, gpu_arch arch, ssize_t *n) {
+  int g = py.GILStateEnsure();
+  uint8_t *blob = arch.name
+      ? py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO_HIP, (unsigned long long)(uintptr_t)image, name, arch.name), n)
+      : py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO, (unsigned long long)(uintptr_t)image, name, arch.sm), n);
+  py.GILStateRelease(g);
+  return blob;
+}
+
 /* A launch with a key the table does not have: the value tracker sees it (after the launches
  * deferred before it) and answers the kernel's policy (u32 dims; u8 fold[nparams]), which may
  * now fold less. jit_lock held. */
-void track(kinfo *ki, void **params, dim3 grid, dim3 block) {
+void py_track(kinfo *ki, void **params, dim3 grid, dim3 block) {
   size_t n = pack_args(ki, params, NULL);
   uint8_t *args = malloc(n ? n : 1);
   if (!args) return;
@@ -242,81 +281,9 @@ void track(kinfo *ki, void **params, dim3 grid, dim3 block) {
   free(args);
 }
 
-
-/* runtime.specialize or runtime.miss, which take the same arguments: the job's launch (and,
- * for miss, the kernel's deferred launches, which the tracker sees first; jit_lock held). */
-static uint8_t *call_job(PyObject *f, job *j, int cached_only, ssize_t *n) {
-  int passes_deferred = f == f_miss;   /* (specialize's format leaves the last two arguments unread) */
-  uint8_t *ans = py_bytes(py.CallFunction(f, passes_deferred ? FMT_MISS : FMT_SPECIALIZE, j->ki->kid,
-                                          (const char *)j->args, (ssize_t)j->nargs,
-                                          j->grid.x, j->grid.y, j->grid.z, j->block.x, j->block.y, j->block.z,
-                                          (const char *)j->addrs, (ssize_t)(j->ki->nglobals * 8), j->arch, j->gpu_ms,
-                                          cached_only, deferred_of(j->ki), deferred_bytes(j->ki)),
-                          n);
-  if (passes_deferred) j->ki->ndeferred = 0;
-  return ans;
-}
-
-/* Load the variant of an answer (protocol.h: PROTO_IMAGE_HEAD, the entry point's name, the
- * image); *m: which of the kernel's variants it is, and whether to time it first (trial.c). */
-CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m) {
-  uint32_t nlen;
-  if (n < PROTO_IMAGE_HEAD) return NULL;
-  memcpy(&nlen, p, 4);
-  if (m) {
-    memcpy(&m->vid, p + PROTO_IMAGE_VARIANT_AT, 4);
-    memcpy(&m->flags, p + PROTO_IMAGE_FLAGS_AT, 4);
-  }
-  if (n < PROTO_IMAGE_HEAD + (size_t)nlen + 1) return NULL;
-  char *name = strndup((const char *)p + PROTO_IMAGE_HEAD, nlen);
-  size_t nimage = n - PROTO_IMAGE_HEAD - nlen;
-  uint8_t *image = malloc(nimage);   /* a copy: the driver reads the ELF image's headers in place, aligned */
-  if (!name || !image) { free(name); free(image); return NULL; }
-  memcpy(image, p + PROTO_IMAGE_HEAD + nlen, nimage);
-  CUfunction fn = load_image(ki, image, name);
-  free(name);
-  return fn;
-}
-
-/* Specialize and load one variant. The caller holds the GIL; the context is current. With
- * cached_only, only the caches are asked: *uncached is set when the variant needs compiling. */
-CUfunction run_job(job *j, int cached_only, int *uncached, answer_meta *m) {
-  ssize_t n = 0;
-  uint8_t *ans = call_job(f_specialize, j, cached_only, &n);
-  if (ans && n == 0 && uncached) *uncached = 1;   /* b"": not in any cache */
-  CUfunction fn = ans && n ? load_answer(j->ki, ans, (size_t)n, m) : NULL;
-  free(ans);
-  return fn;
-}
-
-/* A miss's first request, one call (runtime.miss): the tracker sees the launch, then, unless
- * that changed the kernel's policy (*changed: the job's key is stale, nothing else was done),
- * as run_job. The caller holds the GIL; *track_ns: the tracker's share of the call. */
-CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns, answer_meta *m) {
-  kinfo *ki = j->ki;
-  ssize_t n = 0;
-  uint8_t *ans = call_job(f_miss, j, cached_only, &n);
-  uint32_t tracked = 0, npol = 0;
-  if (!ans || n < PROTO_MISS_HEAD) { free(ans); return NULL; }   /* (an exception: printed; runs the original) */
-  memcpy(&tracked, ans + PROTO_MISS_TRACK_NS_AT, 4);
-  memcpy(&npol, ans + PROTO_MISS_POLICY_LEN_AT, 4);
-  *track_ns = tracked;
-  if ((size_t)n < PROTO_MISS_HEAD + (size_t)npol) { free(ans); return NULL; }
-  apply_policy(ki, ans + PROTO_MISS_HEAD, npol);
-  int status = ans[PROTO_MISS_STATUS_AT];
-  size_t off = PROTO_MISS_HEAD + npol, nimage = (size_t)n - off;
-  if (status == PROTO_MISS_POLICY_CHANGED) *changed = 1;
-  CUfunction fn = NULL;
-  if (status == PROTO_MISS_IMAGE && nimage == 0 && uncached) *uncached = 1;   /* not in any cache */
-  if (status == PROTO_MISS_IMAGE && nimage) fn = load_answer(ki, ans + off, nimage, m);
-  free(ans);
-  return fn;
-}
-
-
 /* The tracker sees the launches defer() kept, and the kernel's policy follows. The GIL and
  * jit_lock held. */
-void pass_deferred(kinfo *ki) {
+static void pass_deferred(kinfo *ki) {
   if (!ki->ndeferred) return;
   ssize_t npol = 0;
   uint8_t *pol = py_bytes(py.CallFunction(f_track_deferred, FMT_TRACK_DEFERRED, ki->kid, deferred_of(ki), deferred_bytes(ki)), &npol);
@@ -325,125 +292,184 @@ void pass_deferred(kinfo *ki) {
   free(pol);
 }
 
-
-/* Per kernel launched (or run by a graph node): i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch
- * errors, launches while compiling, launches captured, launches timing a variant, sampled GPU
- * ms x 1000, graph nodes given a variant, name\0 (protocol.COUNTERS). */
-static uint8_t *counters(size_t *len) {
-  size_t n = 0;
-  for (kinfo *k = all_kernels; k; k = k->next_all) n++;
-  uint8_t *buf = calloc(n + 1, PROTO_COUNTERS + 256);
-  *len = 0;
-  if (!buf) return NULL;
-  for (kinfo *k = all_kernels; k; k = k->next_all) {
-    if (!atomic_load(&k->launches) && !atomic_load(&k->graph_nodes)) continue;
-    int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
-    uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
-                     atomic_load(&k->pending_launches), atomic_load(&k->captured), atomic_load(&k->timing),
-                     (uint64_t)(gpu_ms(k) * 1000.0), atomic_load(&k->graph_nodes)};
-    memcpy(buf + *len, &kid, 4); memcpy(buf + *len + 4, c, sizeof c); *len += PROTO_COUNTERS;
-    size_t nl = strnlen(k->name, 255);
-    memcpy(buf + *len, k->name, nl); buf[*len + nl] = 0; *len += nl + 1;
+/* On a compile thread before it takes a job: one of the launches may make that job stale. The
+ * GIL first, then jit_lock only if it is free: a Python app's launching thread holds the GIL
+ * when it waits for jit_lock, so waiting for the GIL while holding jit_lock could deadlock.
+ * Where jit_lock stays taken, the launches wait for the next drain or miss (the job then reads
+ * an older policy). */
+void py_drain_deferred(kinfo *ki) {
+  for (int tries = 0; tries < 8 && atomic_load_explicit(&ki->ndeferred, memory_order_relaxed); tries++) {
+    int g = py.GILStateEnsure();
+    int locked = pthread_mutex_trylock(&jit_lock) == 0;
+    if (locked) {
+      pass_deferred(ki);
+      pthread_mutex_unlock(&jit_lock);
+    }
+    py.GILStateRelease(g);
+    if (locked) return;
+    sched_yield();
   }
-  return buf;
 }
 
-
-/* s as a JSON string: a driver's message may hold anything. */
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
+/* At exit: what no miss took to the tracker, for the report to count (a thread stopped inside a
+ * miss keeps jit_lock: then nothing). */
+void py_drain_all_deferred(void) {
+  if (!py_running()) return;
+  int g = py.GILStateEnsure();
+  int locked = pthread_mutex_trylock(&jit_lock) == 0;
+  for (kinfo *k = all_kernels; locked && k; k = k->next_all) pass_deferred(k);
+  if (locked) pthread_mutex_unlock(&jit_lock);
+  py.GILStateRelease(g);
 }
 
-/* At exit (lifecycle.c's destructor): runtime.finish (end-of-run trace lines, the next run's
- * guess whether it compiles), then PROTEUS_REPORT. */
-void report_at_exit(void) {
-  if (py_state > 0 && py.IsInitialized()) {
-    int g = py.GILStateEnsure();
-    int locked = pthread_mutex_trylock(&jit_lock) == 0;   /* (a thread stopped inside a miss keeps it) */
-    for (kinfo *k = all_kernels; locked && k; k = k->next_all) pass_deferred(k);   /* what no miss took: the report counts it */
-    if (locked) pthread_mutex_unlock(&jit_lock);
-    size_t n = 0, nt = 0;
-    uint8_t *c = counters(&n);   /* after pass_deferred: it may activate a kernel */
-    uint8_t *t = trial_records(&nt);
-    PyObject *r = py.CallFunction(f_finish, FMT_FINISH, c ? (const char *)c : "", (ssize_t)n, t ? (const char *)t : "", (ssize_t)nt);
-    if (r) py.DecRef(r); else py.ErrPrint();
-    free(c);
-    free(t);
-    py.GILStateRelease(g);
-  }
-  const char *path = getenv(ENV_REPORT);
-  if (!path) return;
-  const char *no_gpu = no_gpu_reason(0);
-  if (!all_kernels && !no_gpu[0]) return;
-  /* CLOCK_MONOTONIC, as a parent's clock reads it: where a run's time went, from exec to exit */
-  unsigned long long timeline[4] = {atomic_load(&t_loaded_ns), atomic_load(&t_main_start_ns), atomic_load(&t_main_end_ns), now_ns()};
-  size_t len = 0;
-  uint8_t *buf = counters(&len);
-  if (!buf) return;
-  /* the figures in write_report's order (protocol.h's W_*, runtime/protocol.py WAIT_FIELDS) */
-  unsigned long long w[W_COUNT] = {
-      [W_PYTHON_START] = atomic_load(&t_python_ns), [W_MISSES] = atomic_load(&t_miss_ns),
-      [W_MISS_COUNT] = atomic_load(&n_misses), [W_PREPARE_COMPILER] = atomic_load(&t_prepare_ns),
-      [W_EXIT] = atomic_load(&t_exit_wait_ns), [W_PRESTART] = (unsigned long long)atomic_load(&pre_did),
-      [W_COMPILING] = atomic_load(&t_await_ns), [W_COMPILING_COUNT] = atomic_load(&n_awaits),
-      [W_LOCK] = atomic_load(&t_stage_ns[MISS_LOCK]), [W_RESOLVE] = atomic_load(&t_stage_ns[MISS_RESOLVE]),
-      [W_TRACK] = atomic_load(&t_stage_ns[MISS_TRACK]), [W_SPECIALIZE] = atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
-      [W_QUEUE] = atomic_load(&t_stage_ns[MISS_QUEUE]), [W_GIL] = atomic_load(&t_stage_ns[MISS_GIL]),
-      [W_LOAD] = atomic_load(&t_stage_ns[MISS_LOAD]),
-      [W_COMPILING_CHECKS] = atomic_load(&t_check_ns), [W_COMPILING_CHECK_COUNT] = atomic_load(&n_checks),
-      [W_APP_MAIN_CPU] = atomic_load(&t_main_cpu_ns), [W_COMPILE_THREADS_CPU] = atomic_load(&t_worker_cpu_ns),
-      [W_PRESTART_CPU] = atomic_load(&t_prestart_cpu_ns), [W_DEFERRED_COUNT] = atomic_load(&n_deferred),
-      [W_PRELOADED] = atomic_load(&n_preloaded),
-      [W_SHIM_LOADED] = timeline[0], [W_MAIN_START] = timeline[1], [W_MAIN_END] = timeline[2], [W_REPORT] = timeline[3]};
-  _Static_assert(W_COUNT == 26, "FMT_WRITE_REPORT passes 26 figures: keep the call below in step");
-  int written = 0;
-  int python = py_state > 0 && py.IsInitialized();   /* a host Python may already have finalized */
-  if (python && !no_gpu[0]) {   /* (without a GPU nothing ran that Python would have more to say of) */
-    int g = py.GILStateEnsure();
-    PyObject *r = py.CallFunction(f_write_report, FMT_WRITE_REPORT, path, (const char *)buf, (ssize_t)len,
-                                  (unsigned long long)atomic_load(&unknown_launches), w[0], w[1], w[2], w[3], w[4], w[5],
-                                  w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18],
-                                  w[19], w[20], w[21], w[22], w[23], w[24], w[25]);
-    if (r) { py.DecRef(r); written = 1; } else py.ErrPrint();
-    py.GILStateRelease(g);
-  }
-  if (!written) {   /* Python never started (nothing to compile, PROTEUS_DISABLE), has finalized, or no GPU: counters only */
-    FILE *f = fopen(path, "w");
-    if (f) {
-      fprintf(f, "{\"pid\": %d, \"python\": %s, \"disabled\": %s, ", (int)getpid(), python ? "true" : "false",
-              g_disable ? "true" : "false");
-      if (no_gpu[0]) {
-        fputs("\"no_gpu\": ", f);
-        json_string(f, no_gpu);
-        fputs(", ", f);
-      }
-      fprintf(f, "\"unknown_handle_launches\": %llu, "
-                 "\"timeline_ns\": {\"shim_loaded\": %llu, \"main_start\": %llu, \"main_end\": %llu, \"report\": %llu}, \"kernels\": [",
-              (unsigned long long)atomic_load(&unknown_launches), timeline[0], timeline[1], timeline[2], timeline[3]);
-      const char *sep = "";
-      for (size_t off = 0; off < len;) {
-        uint64_t c[PROTO_COUNTERS_U64]; memcpy(c, buf + off + 4, sizeof c);
-        const char *name = (const char *)buf + off + PROTO_COUNTERS;
-        fprintf(f, "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": %llu, \"table_hits\": %llu, "
-                   "\"fallback_launches\": %llu, \"launch_errors\": %llu, \"launches_while_compiling\": %llu, "
-                   "\"launches_captured\": %llu, \"graph_nodes_specialized\": %llu}", sep, name,
-                (unsigned long long)c[0], (unsigned long long)(c[0] - c[2] - c[3] - c[4] - c[5] - c[6]), (unsigned long long)c[1],
-                (unsigned long long)(c[2] + c[3] + c[4] + c[6]), (unsigned long long)c[3], (unsigned long long)c[4],
-                (unsigned long long)c[5], (unsigned long long)c[8]);
-        sep = ", ";
-        off += PROTO_COUNTERS + strlen(name) + 1;
-      }
-      fprintf(f, "]}\n");
-      fclose(f);
+/* runtime.miss (which passes the kernel's deferred launches to the tracker first) or
+ * runtime.specialize, for a job, on the job's architecture. The GIL and jit_lock held. */
+static uint8_t *call_job(int miss, job *j, int cached_only, ssize_t *n) {
+  kinfo *ki = j->ki;
+  const char *args = (const char *)j->args, *addrs = (const char *)j->addrs;
+  ssize_t nargs = (ssize_t)j->nargs, naddrs = (ssize_t)(ki->nglobals * 8);
+  dim3 g = j->grid, b = j->block;
+  PyObject *r;
+  if (miss && j->arch.name)
+    r = py.CallFunction(f_miss, FMT_MISS_HIP, ki->kid, args, nargs, g.x, g.y, g.z, b.x, b.y, b.z, addrs, naddrs, j->arch.name,
+                        j->gpu_ms, cached_only, deferred_of(ki), deferred_bytes(ki));
+  else if (miss)
+    r = py.CallFunction(f_miss, FMT_MISS, ki->kid, args, nargs, g.x, g.y, g.z, b.x, b.y, b.z, addrs, naddrs, j->arch.sm,
+                        j->gpu_ms, cached_only, deferred_of(ki), deferred_bytes(ki));
+  else if (j->arch.name)
+    r = py.CallFunction(f_specialize, FMT_SPECIALIZE_HIP, ki->kid, args, nargs, g.x, g.y, g.z, b.x, b.y, b.z, addrs, naddrs,
+                        j->arch.name, j->gpu_ms, cached_only);
+  else
+    r = py.CallFunction(f_specialize, FMT_SPECIALIZE, ki->kid, args, nargs, g.x, g.y, g.z, b.x, b.y, b.z, addrs, naddrs,
+                        j->arch.sm, j->gpu_ms, cached_only);
+  if (miss) ki->ndeferred = 0;   /* the tracker has seen them */
+  return py_bytes(r, n);
+}
+
+/* runtime.miss's answer (protocol.h PROTO_MISS_*): the header, the policy, which is applied
+ * here, then the image answer. */
+void py_miss(job *j, int cached_only, py_answer *a, uint64_t *t) {
+  memset(a, 0, sizeof *a);
+  a->status = PROTO_MISS_ORIGINAL;   /* also for an exception (printed): the original runs */
+  int g = py.GILStateEnsure();
+  if (t) stage(MISS_GIL, t);
+  ssize_t n = 0;
+  uint8_t *ans = call_job(1, j, cached_only, &n);
+  uint32_t npol = 0;
+  if (ans && n >= PROTO_MISS_HEAD) {
+    memcpy(&a->track_ns, ans + PROTO_MISS_TRACK_NS_AT, 4);
+    memcpy(&npol, ans + PROTO_MISS_POLICY_LEN_AT, 4);
+    if ((size_t)n >= PROTO_MISS_HEAD + (size_t)npol) {
+      apply_policy(j->ki, ans + PROTO_MISS_HEAD, npol);
+      a->status = ans[PROTO_MISS_STATUS_AT];
+      a->image = ans + PROTO_MISS_HEAD + npol;
+      a->nimage = (size_t)n - PROTO_MISS_HEAD - npol;
+      a->buf = ans;
+      ans = NULL;
     }
   }
-  free(buf);
+  py.GILStateRelease(g);
+  free(ans);
 }
 
+/* runtime.specialize's answer: the image answer, b"" where the variant needs compiling (with
+ * cached_only), or None (the original runs). */
+void py_specialize(job *j, int cached_only, py_answer *a, uint64_t *t) {
+  memset(a, 0, sizeof *a);
+  a->status = PROTO_MISS_ORIGINAL;
+  int g = py.GILStateEnsure();
+  if (t) stage(MISS_GIL, t);
+  ssize_t n = 0;
+  uint8_t *ans = call_job(0, j, cached_only, &n);
+  py.GILStateRelease(g);
+  if (ans) {
+    a->status = PROTO_MISS_IMAGE;
+    a->buf = ans;
+    a->image = ans;
+    a->nimage = (size_t)n;
+  }
+}
+
+void py_load_failed(int kid, int error) {
+  int g = py.GILStateEnsure();
+  done_with(py.CallFunction(f_load_failed, FMT_LOAD_FAILED, kid, error));
+  py.GILStateRelease(g);
+}
+
+void py_prepare_compiler(int sm) {
+  int g = py.GILStateEnsure();
+  done_with(py.CallFunction(f_prepare_compiler, FMT_PREPARE_COMPILER, sm));
+  py.GILStateRelease(g);
+}
+
+/* Before any context (architecture 0: any will do), and ahead, so the run time may decline:
+ * the app's last run compiled nothing. */
+int py_prepare_compiler_ahead(void) {
+  int g = py.GILStateEnsure();
+  PyObject *r = py.CallFunction(f_prepare_compiler, FMT_PREPARE_COMPILER_AHEAD, 0, 1);
+  int done = 1;
+  if (r) { done = py.LongAsLongLong(r) != 0; py.DecRef(r); } else py.ErrPrint();
+  py.GILStateRelease(g);
+  return done;
+}
+
+uint8_t *py_warm_set(const uint64_t *images, int n, ssize_t *len) {
+  int g = py.GILStateEnsure();
+  uint8_t *blob =
+      py_bytes(py.CallFunction(f_warm_set, FMT_WARM_SET, (const char *)images, (ssize_t)(n * PROTO_IMAGE_ADDRESS)), len);
+  py.GILStateRelease(g);
+  return blob;
+}
+
+void py_validate_skipped(int kid, const char *why) {
+  int g = py.GILStateEnsure();
+  done_with(py.CallFunction(f_validate_skipped, FMT_VALIDATE_SKIPPED, kid, why));
+  py.GILStateRelease(g);
+}
+
+char *py_validate_refusal(int kid) {
+  int g = py.GILStateEnsure();
+  ssize_t n = 0;
+  uint8_t *why = py_bytes(py.CallFunction(f_validate_refusal, FMT_VALIDATE_REFUSAL, kid), &n);
+  py.GILStateRelease(g);
+  char *text = why && n > 0 ? malloc((size_t)n + 1) : NULL;
+  if (text) {
+    memcpy(text, why, (size_t)n);
+    text[n] = 0;
+  }
+  free(why);
+  return text;
+}
+
+/* 1: deny the kernel (its variant's results differ, or the run time could not tell). */
+int py_validated(int kid, const uint8_t *args, size_t nargs, const uint8_t *ranges, size_t nranges, const uint8_t *variant,
+                 const uint8_t *original, const uint8_t *shadow, size_t total, double ms) {
+  int g = py.GILStateEnsure();
+  PyObject *r = py.CallFunction(f_validated, FMT_VALIDATED, kid, (const char *)args, (ssize_t)nargs, (const char *)ranges,
+                                (ssize_t)nranges, (const char *)variant, (ssize_t)total, (const char *)original, (ssize_t)total,
+                                shadow ? (const char *)shadow : "", (ssize_t)(shadow ? total : 0), ms);
+  long long verdict = r ? py.LongAsLongLong(r) : 1;
+  done_with(r);
+  py.GILStateRelease(g);
+  return verdict != 0;
+}
+
+void py_finish(const uint8_t *counters, size_t n, const uint8_t *trials, size_t ntrials) {
+  int g = py.GILStateEnsure();
+  done_with(py.CallFunction(f_finish, FMT_FINISH, counters ? (const char *)counters : "", (ssize_t)n,
+                            trials ? (const char *)trials : "", (ssize_t)ntrials));
+  py.GILStateRelease(g);
+}
+
+int py_write_report(const char *path, const uint8_t *counters, size_t n, unsigned long long unknown,
+                    const unsigned long long w[W_COUNT]) {
+  _Static_assert(W_COUNT == 26, "FMT_WRITE_REPORT passes 26 figures: keep the call below in step");
+  int g = py.GILStateEnsure();
+  PyObject *r = py.CallFunction(f_write_report, FMT_WRITE_REPORT, path, (const char *)counters, (ssize_t)n, unknown, w[0],
+                                w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15],
+                                w[16], w[17], w[18], w[19], w[20], w[21], w[22], w[23], w[24], w[25]);
+  int written = r != NULL;
+  done_with(r);
+  py.GILStateRelease(g);
+  return written;
+}

@@ -1,10 +1,19 @@
-/* What the translation units of libproteus.so share: tables.c (handles, images, variants),
- * hitpath.h (the inlined hit path), python.c (the embedded runtime), jobs.c (the miss path and
- * compile threads), lifecycle.c (start-up, exit, the report), and the platforms: cuda.c
- * (cuda_api.h) and hip.c (hip_api.h). Everything declared here has hidden visibility: internal
- * to the shim, never exported to the app (the interposed entry points are marked EXPORT where
- * they are defined). No CUDA or HIP headers: the few types are declared here. What crosses into
- * Python is laid out in protocol.h, generated from proteus_rewrite/runtime/protocol.py. */
+/* What the translation units of libproteus.so share, layer by layer (tests/shim/test_layers.py
+ * holds the order; a file uses only what its own layer or a lower one defines):
+ *
+ *   0  tables.c (tables.h)   handles, images, variants, counters, clocks; nvtx.c: NVTX ranges
+ *      hitpath.h             the hit path, inlined into every launch wrapper
+ *   1  python.c              the embedded interpreter: the one file that calls Python
+ *   2  trial.c               speed trials
+ *   3  jobs.c, lifecycle.c   the miss path and compile threads; start-up, exit, the report
+ *   4  the platforms         cuda*.c (cuda_api.h), hip.c (hip_api.h), each filling platform.h's
+ *                            `struct gpu_ops`, through which alone the core reaches a GPU
+ *
+ * Everything declared here has hidden visibility: internal to the shim, never exported to the
+ * app (the interposed entry points are marked EXPORT where they are defined). No CUDA or HIP
+ * headers, and no CUDA or HIP types in the core: a platform's handles are opaque pointers to it.
+ * What crosses into Python is laid out in protocol.h, generated from
+ * proteus_rewrite/runtime/protocol.py. */
 #ifndef PROTEUS_SHIM_H
 #define PROTEUS_SHIM_H
 
@@ -23,30 +32,16 @@
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream, *CUlibrary, *CUkernel;
-typedef unsigned long long CUdeviceptr;
-typedef struct { unsigned x, y, z; } dim3;
-typedef int cudaError_t;
-typedef struct {
-  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
-  CUstream hStream;
-  void *attrs;
-  unsigned numAttrs;
-} CUlaunchConfig;
-typedef struct {
-  dim3 gridDim, blockDim;
-  size_t dynamicSmemBytes;
-  void *stream;
-  void *attrs;
-  unsigned numAttrs;
-} cudaLaunchConfig_t;
+/* A platform's handles, opaque to the core: a loaded kernel function (CUDA: a CUfunction, or a
+ * CUkernel for a context-free variant; HIP: a hipFunction_t), a context (CUDA: a CUcontext;
+ * HIP: the device's ordinal + 1, so that NULL stays "none"), a stream. */
+typedef void *gpu_fn, *gpu_ctx, *gpu_stream;
+typedef struct { unsigned x, y, z; } dim3;   /* as CUDA and HIP both lay it out */
+/* The device a variant is compiled for: CUDA names it by SM version (0: unknown), HIP by its
+ * processor (gcnArchName, "gfx90a:sramecc+:xnack-"; NULL on CUDA). The run time takes either. */
+typedef struct { int sm; const char *name; } gpu_arch;
+struct gpu_ops;   /* platform.h */
 
-#define CUDA_SUCCESS 0
-#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
-#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
-#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
 #define MAX_PARAMS 256
 #define MAX_KEY 4096
 #define MAX_ATTRS 16
@@ -58,22 +53,22 @@ enum { OWNER_NONE, OWNER_MODULE, OWNER_LIBRARY, OWNER_RUNTIME, OWNER_HIP_RUNTIME
 enum { K_UNRESOLVED, K_ACTIVE, K_DISABLED };
 enum { SAMPLE_IDLE, SAMPLE_RECORDING, SAMPLE_PENDING, SAMPLE_OFF };
 
-typedef struct var_reg { struct var_reg *next; const void *fatbin; const void *host; char *name; } var_reg;
-
 struct sentry;
 
 /* A hit reads this in the app's launch call, between the driver's work for the previous launch
  * and the app's own, which push it out of the near caches: each line it touches and each
- * pointer it follows cost a cache miss then (bench/hitpath.c, EVICT_KB). So what a hit reads
- * comes first, in one line, and the hit follows at most three pointers: the handle's slot, this,
- * and the variant (`last`, or the table's). */
+ * pointer it follows cost a cache miss then (docs/dev/findings/hit-path.md, "A hit is bound by
+ * cache misses, so the layout matters"). So what a hit reads comes first, in one line, and the hit
+ * follows at most three pointers: the handle's slot, this, and the variant (`last`, or the
+ * table's). */
 typedef struct __attribute__((aligned(64))) kinfo {
   _Atomic int state;
   /* Its variants serve every context (CUDA): loaded as libraries and launched by their
-   * CUkernel, they are keyed without the context, so a hit asks the driver nothing (a
-   * cuCtxGetCurrent cost 90 ns of a launch's 3.5 us on the H100 host). Not for a kernel
-   * whose variants hold a context's device-variable addresses, nor across GPUs of different
-   * architectures. Set before `state` turns K_ACTIVE. */
+   * CUkernel, they are keyed without the context, so a hit asks the driver nothing: asking it
+   * for the context is a measurable share of a launch (docs/dev/findings/hit-path.md, "Context-free
+   * variants through cuLibraryLoadData"). Not for a kernel whose variants hold a context's
+   * device-variable addresses, nor across GPUs of different architectures. Set by the
+   * platform's kernel_ready, before `state` turns K_ACTIVE. */
   int ctx_free;
   uint32_t nparams;
   /* What the key holds: folded arguments (fold), block (bit 0) and grid (bit 1). The value
@@ -106,7 +101,7 @@ typedef struct __attribute__((aligned(64))) kinfo {
    * when a launch finds the stream busy (see await_variant). */
   _Atomic uint32_t check_skip, check_gap;
   void *ev[2];
-  CUcontext ev_ctx;
+  gpu_ctx ev_ctx;   /* where the sample events were made */
   _Atomic uint64_t sampled_ns;
   struct kinfo *next_all;
   /* Launches with a new key handed to the value tracker later (defer()), under jit_lock: at most
@@ -127,8 +122,8 @@ _Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cac
 typedef struct sentry {
   uint64_t hash;
   kinfo *ki;
-  CUcontext ctx;           /* CUDA: the context; HIP: the device (its ordinal + 1) */
-  _Atomic(CUfunction) fn;  /* NULL: failed, or still compiling in the background: run the original */
+  gpu_ctx ctx;             /* CUDA: the context; HIP: the device (its ordinal + 1) */
+  _Atomic(gpu_fn) fn;      /* NULL: failed, or still compiling in the background: run the original */
   _Atomic int pending;
   uint32_t keylen;
   /* What the shim follows of it while it does (trial.c: its speed trial, or its launches for
@@ -137,10 +132,8 @@ typedef struct sentry {
   uint8_t key[];
 } sentry;
 
-/* ------------------------------------------------------------------ trial.c: speed trials */
+/* ------------------------------------------------------------------ a variant under speed trial (trial.c) */
 
-/* PROTEUS_SPEED_CHECK: a new variant is timed against the original on live launches, the two
- * taking turns, and dropped (its launches run the original) when it is measured slower. */
 #define TRIAL_AFTER 8         /* variant launches before the trial: a kernel launched less is never timed */
 #define TRIAL_RUNS 6          /* timed launches per side; the first of each is not counted (a first launch loads code) */
 #define TRIAL_TURNS (2 * TRIAL_RUNS)
@@ -159,7 +152,7 @@ typedef struct trial {
   _Atomic int verdict;
   _Atomic uint32_t launches, turns;
   _Atomic uint64_t execs;  /* launches that ran it, with cache-stats (g_count_variants) */
-  CUcontext ctx;           /* where its events were made: a turn elsewhere is lost */
+  gpu_ctx ctx;             /* where its events were made: a turn elsewhere is lost */
   void *ev[2 * TRIAL_TURNS];   /* each turn's pair, so turns need not wait for the last one's time */
   _Atomic int turn_state[TRIAL_TURNS];
   pthread_mutex_t collect;     /* one collector at a time (trylock) */
@@ -174,58 +167,12 @@ typedef struct { trial *t; int turn, recorded; } trial_ticket;
 /* NVTX ranges for profilers (nvtx.c); a push and its pop on one thread. */
 HIDDEN void prof_push(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 HIDDEN void prof_pop(void);
-HIDDEN extern int g_count_variants;   /* PROTEUS_TRACE_OUTPUT has cache-stats: launches per variant */
-HIDDEN void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUfunction fn);   /* before fn is published */
-HIDDEN CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk);
-HIDDEN void trial_release(void);   /* decided trials' events freed: on a miss, never on a hit */
-HIDDEN void turn_begin(trial_ticket *tk, CUstream s);
-HIDDEN void turn_end(trial_ticket *tk, CUstream s);
-HIDDEN void trial_finish(void);              /* before exit: the queued turns waited for and judged */
-HIDDEN void variant_ran(sentry *e);            /* a launch ran e's variant outside trial_pick (a miss, a wait) */
-HIDDEN uint8_t *trial_records(size_t *len);    /* at exit: PROTO_VARIANT each */
 
-/* ------------------------------------------------------------------ embedded Python */
-
-typedef void PyObject;
-typedef struct {
-  int (*IsInitialized)(void);
-  void (*InitializeEx)(int);
-  void *(*EvalSaveThread)(void);
-  int (*GILStateEnsure)(void);
-  void (*GILStateRelease)(int);
-  int (*GILStateCheck)(void);
-  int (*RunSimpleString)(const char *);
-  PyObject *(*ImportModule)(const char *);
-  PyObject *(*GetAttrString)(PyObject *, const char *);
-  PyObject *(*CallFunction)(PyObject *, const char *, ...);
-  int (*BytesAsStringAndSize)(PyObject *, char **, ssize_t *);
-  long long (*LongAsLongLong)(PyObject *);
-  void (*ErrPrint)(void);
-  void (*DecRef)(PyObject *);
-  PyObject *None;
-} py_api;
-
-/* ------------------------------------------------------------------ lifecycle.c */
-
-HIDDEN extern int g_disable, g_trace_launch, g_validate;
-HIDDEN void read_env(void);
-HIDDEN void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-HIDDEN extern void *(*real_dlsym)(void *, const char *);
-HIDDEN void init_real_dlsym(void);
-HIDDEN void prestart(int cuda);   /* Python (and for CUDA the compiler) on a thread of their own */
-HIDDEN void prepare_compiler(int arch, int app_thread);
-HIDDEN void before_exit(void);
-enum { PRE_NONE, PRE_PYTHON, PRE_COMPILER, PRE_DONE };
-HIDDEN extern pthread_mutex_t pre_lock;
-HIDDEN extern int pre_state, main_wrapped, exiting;
-HIDDEN extern _Atomic int pre_did;
-
-/* ------------------------------------------------------------------ tables.c */
+/* ------------------------------------------------------------------ tables.c (layer 0) */
 
 HIDDEN extern pthread_mutex_t reg_lock;   /* registration and inserts */
 HIDDEN extern pthread_mutex_t jit_lock;   /* one compilation at a time */
 HIDDEN extern kinfo *all_kernels;
-HIDDEN extern var_reg *all_vars;
 /* What the report reads: where the app's threads waited on us (nanoseconds; misses only,
  * never a hit), the CPU of the shim's threads, and CLOCK_MONOTONIC instants (see protocol.h) */
 HIDDEN extern _Atomic uint64_t unknown_launches, t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns,
@@ -233,55 +180,123 @@ HIDDEN extern _Atomic uint64_t unknown_launches, t_python_ns, t_miss_ns, n_misse
 HIDDEN extern _Atomic uint64_t t_loaded_ns, t_main_start_ns, t_main_end_ns, t_main_cpu_ns, t_worker_cpu_ns,
     t_prestart_cpu_ns;
 HIDDEN extern _Atomic uint64_t t_stage_ns[MISS_STAGES];
-HIDDEN extern __thread uint64_t tl_load_ns;
-HIDDEN extern _Atomic uint64_t n_preloaded;   /* variants loaded from answers made ahead (cuda_warm.c) */
-/* cuda_warm.c: the last run's variants, answered ahead, loaded at their first launch */
-HIDDEN void warm_image(const void *image);                  /* a fat binary registered or loaded */
-HIDDEN int warm_scan(void);                                  /* the loaded objects' .nvFatBinSegment: fat binaries new */
-HIDDEN int fatbins_seen(void);                               /* fat binaries known, after a scan */
-HIDDEN int warm_enabled(void);                               /* PROTEUS_PRELOAD */
-HIDDEN void warm_first(void);                                /* the prestart thread, Python up: answers (jit_lock) */
-HIDDEN void warm_start(void);                                /* then answers for images loaded later, until warm_finish */
-HIDDEN void warm_resolve(kinfo *ki, CUcontext ctx);          /* a first launch: the answers made ahead for it (jit_lock) */
-HIDDEN void warm_finish(void);                               /* before exit handlers */
-HIDDEN void warm_atfork_child(void);
+HIDDEN extern _Atomic uint64_t n_preloaded;   /* variants loaded from answers made ahead (a platform's preload) */
+/* Stream captures begun and not ended, counted by the platform that wraps the capture calls
+ * (cuda_capture.c): while one is open anywhere, no launch records or queries an event. */
+HIDDEN extern _Atomic int captures_open;
+HIDDEN extern int g_trace_launch;   /* PROTEUS_TRACE_OUTPUT has "launches" (set by read_env) */
 HIDDEN uint64_t now_ns(void);
 HIDDEN uint64_t thread_cpu_ns(void);
 HIDDEN void stage(int which, uint64_t *t);
+HIDDEN void warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+HIDDEN extern void *(*real_dlsym)(void *, const char *);
+HIDDEN void init_real_dlsym(void);
 HIDDEN kinfo *handle_lookup(const void *h);   /* lock-free */
 HIDDEN void *handle_owner(const void *h);     /* lock-free: the module or library the handle came from */
 HIDDEN void handle_insert(const void *h, kinfo *ki, void *owner);   /* reg_lock held */
 HIDDEN kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block);   /* lock-free; counts the launch */
+HIDDEN void launch_error(const void *handle);   /* a variant's launch failed: the original ran */
 HIDDEN kinfo *find_kernel(const void *image, const char *name);   /* reg_lock held */
 HIDDEN void remember(const void *handle, const void *image, const char *name, int owner_kind, void *owner);
 HIDDEN void remember_image(void *owner, const void *image);
 HIDDEN const void *image_of(void *owner);
 HIDDEN void forget_owner(void *owner);
-HIDDEN sentry *variant_lookup(uint64_t h, kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len);
+HIDDEN sentry *variant_lookup(uint64_t h, kinfo *ki, gpu_ctx ctx, const uint8_t *key, uint32_t len);
 HIDDEN void variant_insert(sentry *ne);   /* jit_lock held */
 HIDDEN void for_each_variant(kinfo *ki, void (*f)(sentry *, void *), void *arg);   /* jit_lock or attr_lock held */
-HIDDEN sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending);
-HIDDEN void launch_error(const void *handle);
+HIDDEN sentry *new_entry(kinfo *ki, gpu_ctx ctx, const uint8_t *key, int len, gpu_fn fn, int pending);
 
-/* ------------------------------------------------------------------ python.c (jit_lock held for all but py_bytes) */
+/* ------------------------------------------------------------------ jobs.c: one compile request */
 
-HIDDEN extern py_api py;
-HIDDEN extern PyObject *f_warm_set, *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler,
-    *f_finish, *f_miss, *f_track_deferred, *f_validated, *f_validate_skipped, *f_validate_refusal;
+/* One compile request: everything the specializer needs, copied out of the launch. */
+typedef struct job {
+  struct job *next;
+  kinfo *ki;
+  sentry *e;
+  gpu_ctx ctx;
+  dim3 grid, block;
+  size_t nargs;
+  uint8_t *args;
+  uint64_t *addrs;
+  double gpu_ms;
+  gpu_arch arch;
+  uint32_t gen;            /* the policy generation of its key: a stale job is dropped */
+} job;
+
+/* ------------------------------------------------------------------ python.c (layer 1)
+ *
+ * The embedded interpreter, and the only file that calls it: each py_* function takes the GIL
+ * itself and answers in C types, so no other file knows Python's API or the GIL. Those that
+ * read or change a kernel's policy or its deferred launches want jit_lock held. */
+
 HIDDEN extern int py_state;   /* 0 not tried, 1 ready, -1 unavailable */
 HIDDEN extern char shim_dir[4096];
 HIDDEN void find_shim_dir(void);
-HIDDEN int python_ready(void);
-HIDDEN uint8_t *py_bytes(PyObject *res, ssize_t *len);
+HIDDEN int python_ready(void);   /* start (or join) Python and import the runtime; jit_lock held */
+HIDDEN int py_running(void);     /* ready, and not finalized since (a host Python may have been) */
+HIDDEN int py_holds_gil(void);   /* the calling thread holds the GIL (a Python app's launching thread) */
 HIDDEN int read_kernel_info(kinfo *ki, const uint8_t *blob, ssize_t n);
 HIDDEN void apply_policy(kinfo *ki, const uint8_t *pol, ssize_t n);
 HIDDEN size_t pack_args(kinfo *ki, void **params, uint8_t *out);
-HIDDEN void track(kinfo *ki, void **params, dim3 grid, dim3 block);
-HIDDEN void pass_deferred(kinfo *ki);   /* the GIL and jit_lock held */
 HIDDEN ssize_t deferred_bytes(kinfo *ki);   /* the records defer() kept: jit_lock held */
-HIDDEN void report_at_exit(void);
+/* runtime.kernel_info for the kernel `name` of `image` on `arch`: its answer (malloc'd; NULL:
+ * run the original), for read_kernel_info. */
+HIDDEN uint8_t *py_kernel_info(const void *image, const char *name, gpu_arch arch, ssize_t *n);
+HIDDEN void py_track(kinfo *ki, void **params, dim3 grid, dim3 block);   /* the tracker alone; its policy applied */
+HIDDEN void py_drain_deferred(kinfo *ki);   /* a compile thread, before a job: the GIL first, then jit_lock if free */
+HIDDEN void py_drain_all_deferred(void);    /* at exit: every kernel's, where jit_lock is free */
+/* What runtime.miss or runtime.specialize answered for a job. */
+typedef struct {
+  int status;              /* PROTO_MISS_IMAGE, PROTO_MISS_ORIGINAL or PROTO_MISS_POLICY_CHANGED */
+  uint32_t track_ns;       /* miss: the tracker's share of the call */
+  uint8_t *buf;            /* the answer, which image points into (free it) */
+  const uint8_t *image;    /* PROTO_IMAGE: the entry point's name and the image; nimage 0: not in any cache */
+  size_t nimage;
+} py_answer;
+/* The tracker sees the job's launch (after the kernel's deferred ones), and the policy it
+ * answers is applied; unless that changed it, the caches (or, without cached_only, the
+ * compiler) answer the image. *t: where the wait for the GIL ends (its MISS_GIL stage). */
+HIDDEN void py_miss(job *j, int cached_only, py_answer *a, uint64_t *t);
+HIDDEN void py_specialize(job *j, int cached_only, py_answer *a, uint64_t *t);   /* the caches, or the compiler, alone */
+HIDDEN void py_load_failed(int kid, int error);
+HIDDEN void py_prepare_compiler(int sm);
+HIDDEN int py_prepare_compiler_ahead(void);   /* 0: declined (the last run compiled nothing) */
+HIDDEN uint8_t *py_warm_set(const uint64_t *images, int n, ssize_t *len);
+HIDDEN void py_validate_skipped(int kid, const char *why);
+HIDDEN char *py_validate_refusal(int kid);   /* why its variants must not be checked (malloc'd), or NULL */
+HIDDEN int py_validated(int kid, const uint8_t *args, size_t nargs, const uint8_t *ranges, size_t nranges,
+                        const uint8_t *variant, const uint8_t *original, const uint8_t *shadow, size_t total, double ms);
+HIDDEN void py_finish(const uint8_t *counters, size_t n, const uint8_t *trials, size_t ntrials);
+HIDDEN int py_write_report(const char *path, const uint8_t *counters, size_t n, unsigned long long unknown,
+                           const unsigned long long w[W_COUNT]);   /* 0: not written */
 
-/* ------------------------------------------------------------------ jobs.c: the miss path */
+/* ------------------------------------------------------------------ trial.c (layer 2): speed trials */
+
+/* PROTEUS_SPEED_CHECK: a new variant is timed against the original on live launches, the two
+ * taking turns, and dropped (its launches run the original) when it is measured slower. */
+HIDDEN extern int g_count_variants;   /* PROTEUS_TRACE_OUTPUT has cache-stats: launches per variant */
+HIDDEN void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, gpu_fn fn);   /* before fn is published */
+HIDDEN gpu_fn trial_pick(kinfo *ki, sentry *e, gpu_fn fn, trial_ticket *tk);
+HIDDEN void trial_release(void);   /* decided trials' events freed: on a miss, never on a hit */
+HIDDEN void turn_begin(trial_ticket *tk, gpu_stream s);
+HIDDEN void turn_end(trial_ticket *tk, gpu_stream s);
+HIDDEN void trial_finish(void);              /* before exit: the queued turns waited for and judged */
+HIDDEN void variant_ran(sentry *e);            /* a launch ran e's variant outside trial_pick (a miss, a wait) */
+HIDDEN uint8_t *trial_records(size_t *len);    /* at exit: PROTO_VARIANT each */
+
+/* ------------------------------------------------------------------ lifecycle.c (layer 3) */
+
+HIDDEN extern int g_disable, g_validate;
+HIDDEN void read_env(void);
+HIDDEN void prestart(const struct gpu_ops *platform);   /* Python (and the compiler's warm-up) on a thread of their own */
+HIDDEN void prepare_compiler(int sm, int app_thread);
+HIDDEN void before_exit(void);
+enum { PRE_NONE, PRE_PYTHON, PRE_COMPILER, PRE_DONE };
+HIDDEN extern pthread_mutex_t pre_lock;
+HIDDEN extern int pre_state, main_wrapped, exiting;
+HIDDEN extern _Atomic int pre_did;
+
+/* ------------------------------------------------------------------ jobs.c (layer 3): the miss path */
 
 /* PROTEUS_ASYNC_COMPILATION: 0 compiles on the launching thread, 1 in the background, the
  * original kernel running until the variant is ready (both upstream's); auto (ours, the
@@ -289,48 +304,32 @@ HIDDEN void report_at_exit(void);
  * waits for it (docs/user/policy.md). */
 enum { ASYNC_OFF, ASYNC_ON, ASYNC_AUTO };
 
-/* One compile request: everything the specializer needs, copied out of the launch. */
-typedef struct job {
-  struct job *next;
-  kinfo *ki;
-  sentry *e;
-  CUcontext ctx;
-  dim3 grid, block;
-  size_t nargs;
-  uint8_t *args;
-  uint64_t *addrs;
-  double gpu_ms;
-  int arch;
-  uint32_t gen;            /* the policy generation of its key: a stale job is dropped */
-} job;
-
 HIDDEN extern int g_async, g_async_threads;
+HIDDEN extern __thread uint64_t tl_load_ns;   /* this thread's time loading variants: a miss's MISS_LOAD stage */
 HIDDEN int compile_threads(const char *value, long cpus);
 HIDDEN extern pthread_mutex_t q_lock;
 HIDDEN extern pthread_cond_t q_cond;
 HIDDEN extern job *q_head, *q_tail;
 HIDDEN extern int q_stop, q_busy, q_workers;
 HIDDEN double gpu_ms(kinfo *ki);
-HIDDEN job *make_job(kinfo *ki, void *owner, CUcontext ctx, void **params, dim3 grid, dim3 block);
+HIDDEN job *make_job(kinfo *ki, void *owner, gpu_ctx ctx, void **params, dim3 grid, dim3 block);
 HIDDEN void free_job(job *j);
 /* What an answer says of its variant besides the image (protocol.h PROTO_IMAGE_*). */
 typedef struct { uint32_t vid, flags; } answer_meta;
-HIDDEN CUfunction run_job(job *j, int cached_only, int *uncached, answer_meta *m);
-HIDDEN CUfunction load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m);   /* the GIL held */
-HIDDEN CUfunction miss_job(job *j, int cached_only, int *uncached, int *changed, uint64_t *track_ns, answer_meta *m);
+HIDDEN gpu_fn run_job(job *j, int cached_only, int *uncached, answer_meta *m);
+HIDDEN gpu_fn load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m);
+HIDDEN void resolve(kinfo *ki);   /* a kernel's first launch: which recorded kernel it is. jit_lock held */
+HIDDEN void resolve_with(kinfo *ki, const uint8_t *blob, ssize_t n);   /* ... from kernel_info's answer. jit_lock held */
 HIDDEN void *worker(void *arg);
 HIDDEN void read_async_env(void);   /* jit_lock held */
 HIDDEN void stop_workers(void);
-HIDDEN void register_atfork(void);
+HIDDEN void register_atfork(void);   /* fork: the child forgets the shim's threads and their locks */
 HIDDEN int defer(kinfo *ki, void **params, dim3 grid, dim3 block);
-HIDDEN CUfunction await_variant(kinfo *ki, sentry *e, CUstream stream);
-HIDDEN CUfunction pick_compiling(kinfo *ki, sentry *e, CUstream stream, int asked_first);
-HIDDEN extern _Atomic int captures_open;   /* stream captures begun and not ended (cuda_capture.c) */
-HIDDEN int stream_capturing(CUstream s);
-HIDDEN void relax_capture_mode(void);
-HIDDEN CUfunction miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, CUcontext ctx,
-                               sentry **served, sentry **compiling, int *asked_first);
-HIDDEN CUfunction pick_miss(const void *handle, void **params, dim3 grid, dim3 block, CUstream stream, kinfo *ki,
-                            CUcontext ctx, int ctx_free);
+HIDDEN gpu_fn await_variant(kinfo *ki, sentry *e, gpu_stream stream);
+HIDDEN gpu_fn pick_compiling(kinfo *ki, sentry *e, gpu_stream stream, int asked_first);
+HIDDEN gpu_fn miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, gpu_ctx ctx,
+                           sentry **served, sentry **compiling, int *asked_first);
+HIDDEN gpu_fn pick_miss(const void *handle, void **params, dim3 grid, dim3 block, gpu_stream stream, kinfo *ki,
+                        gpu_ctx ctx, int ctx_free);
 
 #endif

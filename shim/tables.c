@@ -1,7 +1,7 @@
-/* The shim's tables, shared by every thread and both platforms: launch handles -> kernels,
- * loaded images, device variables the runtime registered, and the variants (lock-free open
- * addressing; entries are never freed, so a reader never sees one go); the counters the report
- * reads. */
+/* The bottom layer, shared by every thread and both platforms: the tables (launch handles ->
+ * kernels, loaded images, and the variants: lock-free open addressing, entries never freed, so a
+ * reader never sees one go), the counters the report reads, and what every layer uses (clocks,
+ * warnings, glibc's own dlsym, the chosen platform). It calls nothing above it. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
@@ -17,8 +17,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "hitpath.h"
+#include "platform.h"
 #include "shim.h"
+#include "tables.h"
 
 hslot handles[HSLOTS];
 /* The module (or library) each slot's handle came from, read on misses only. The kernel's own
@@ -29,12 +30,14 @@ _Atomic(sentry *) variants[SSLOTS];
 pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;   /* registration and inserts */
 pthread_mutex_t jit_lock = PTHREAD_MUTEX_INITIALIZER;   /* one compilation at a time */
 kinfo *all_kernels;
-var_reg *all_vars;
 static _Atomic uint64_t n_variants;
-_Atomic uint64_t unknown_launches;
+_Atomic uint64_t unknown_launches;   /* launches of handles never registered with us */
 _Atomic uint64_t t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns, n_awaits;
 _Atomic uint64_t t_check_ns, n_checks;   /* await_variant's checks that did not wait */
 _Atomic uint64_t n_deferred;   /* misses handed to the value tracker later (defer) */
+_Atomic uint64_t n_preloaded;
+_Atomic int captures_open;
+int g_trace_launch;
 
 /* Where the CPU went (the report's threads_ms): the app's main() (wall and its thread's CPU,
  * where the shim wraps main), and the CPU of the shim's own threads. A cold run that is slower
@@ -58,8 +61,51 @@ uint64_t now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}   /* handles never registered with us: reported */
+}
 
+void warn(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "proteus: warning: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+void *(*real_dlsym)(void *, const char *);
+
+void init_real_dlsym(void) {
+  if (real_dlsym) return;
+  /* dlsym itself is interposed: reach glibc's through its versioned name. */
+  static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", NULL};
+  for (int i = 0; versions[i] && !real_dlsym; i++)
+    real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+}
+
+/* ------------------------------------------------------------------ the platform */
+
+const struct gpu_ops *_Atomic gpu;
+static _Atomic(const struct gpu_ops *) claimed;
+
+/* The first platform entry point the app calls decides (platform.h); every later claim of the
+ * same platform is a load and a compare. A thread that claims what another is claiming at the
+ * same instant waits until that one has published the table, so neither goes on with the
+ * default's. */
+int gpu_claim(const struct gpu_ops *ops) {
+  const struct gpu_ops *owner = atomic_load_explicit(&claimed, memory_order_acquire);
+  if (!owner && atomic_compare_exchange_strong(&claimed, &owner, ops)) {
+    gpu = ops;
+    return 1;
+  }
+  if (owner != ops) return 0;
+  while (gpu != ops) sched_yield();
+  return 1;
+}
+
+void gpu_default(const struct gpu_ops *ops) {
+  const struct gpu_ops *none = NULL;
+  atomic_compare_exchange_strong(&gpu, &none, ops);
+}
 
 kinfo *handle_lookup(const void *h) {
   hslot *e = find_handle(h);
@@ -83,7 +129,6 @@ void handle_insert(const void *h, kinfo *ki, void *owner) {   /* caller holds re
     return;
   }
 }
-
 
 kinfo *find_kernel(const void *image, const char *name) {   /* reg_lock held */
   for (kinfo *k = all_kernels; k; k = k->next_all)
@@ -127,10 +172,7 @@ const void *image_of(void *owner) {
   return found;
 }
 
-/* ------------------------------------------------------------------ embedded Python */
-
-
-sentry *variant_lookup(uint64_t h, kinfo *ki, CUcontext ctx, const uint8_t *key, uint32_t len) {
+sentry *variant_lookup(uint64_t h, kinfo *ki, gpu_ctx ctx, const uint8_t *key, uint32_t len) {
   uint32_t i = (uint32_t)h & (SSLOTS - 1);
   for (uint32_t n = 0; n < SSLOTS; n++, i = (i + 1) & (SSLOTS - 1)) {
     sentry *e = atomic_load_explicit(&variants[i], memory_order_acquire);
@@ -152,7 +194,6 @@ void variant_insert(sentry *ne) {   /* caller holds jit_lock */
   }
 }
 
-
 void for_each_variant(kinfo *ki, void (*f)(sentry *, void *), void *arg) {
   for (uint32_t i = 0; i < SSLOTS; i++) {
     sentry *e = atomic_load_explicit(&variants[i], memory_order_acquire);
@@ -160,8 +201,7 @@ void for_each_variant(kinfo *ki, void (*f)(sentry *, void *), void *arg) {
   }
 }
 
-
-sentry *new_entry(kinfo *ki, CUcontext ctx, const uint8_t *key, int len, CUfunction fn, int pending) {
+sentry *new_entry(kinfo *ki, gpu_ctx ctx, const uint8_t *key, int len, gpu_fn fn, int pending) {
   /* on a line of its own: a hit reads the header and a short key in one */
   sentry *ne = aligned_alloc(64, (sizeof *ne + (size_t)len + 63) & ~(size_t)63);
   if (!ne) return NULL;
@@ -185,6 +225,11 @@ kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block) {
   return ki;
 }
 
+/* The variant did not launch (the original runs instead): counted for the report. */
+void launch_error(const void *handle) {
+  kinfo *ki = handle_lookup(handle);
+  if (ki) atomic_fetch_add_explicit(&ki->launch_errors, 1, memory_order_relaxed);
+}
 
 /* An unloaded image's memory may hold another image later: forget which kernels it had. */
 void forget_owner(void *owner) {

@@ -11,13 +11,14 @@
  * original from then on. The run time remembers each verdict per variant in the cache
  * (runtime/speed.py), so a later run times nothing and never loads a variant found slower. What
  * a trial costs: TRIAL_RUNS launches of the original per new variant, in the run that first
- * compiles it. */
+ * compiles it. Events come from the platform (platform.h); one without them (HIP) has no trials,
+ * and with cache-stats its variants' launches are still counted. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_api.h"
+#include "platform.h"
 #include "shim.h"
 
 _Static_assert(PROTO_VARIANT == 40, "trial_records packs i32, 3 x u32, 4 x f32, u64 (protocol.VARIANT)");
@@ -33,25 +34,27 @@ static _Atomic(trial *) spent;
 
 static void free_events(trial *t) {
   for (int i = 0; i < 2 * TRIAL_TURNS; i++) {
-    if (t->ev[i] && real_cuEventDestroy) real_cuEventDestroy(t->ev[i]);
+    if (t->ev[i] && gpu->event_destroy) gpu->event_destroy(t->ev[i]);
     t->ev[i] = NULL;
   }
 }
 
-void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, CUfunction fn) {
+void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, gpu_fn fn) {
   if (!vid || !fn) return;
-  /* HIP kernels and kernels without events take no GPU-time samples: nothing to time with */
+  /* kernels without sample events (none made, or a platform without events) have nothing to
+   * time with */
+  const struct gpu_ops *platform = gpu;
   int timed = (flags & PROTO_IMAGE_TRIAL) && ki->ev[1] && atomic_load(&ki->sample_state) != SAMPLE_OFF &&
-              real_cuEventCreate && real_cuCtxGetCurrent;
+              platform->event_create;
   if (!timed && !g_count_variants) return;
   trial *t = calloc(1, sizeof *t);
   if (!t) return;
   t->ki = ki; t->e = e; t->vid = vid - 1;
   pthread_mutex_init(&t->collect, NULL);
-  if (timed && real_cuCtxGetCurrent(&t->ctx) == CUDA_SUCCESS && t->ctx) {
+  if (timed && platform->current_context(&t->ctx) && t->ctx) {
     t->timed_trial = 1;
     for (int i = 0; i < 2 * TRIAL_TURNS && t->timed_trial; i++)
-      if (real_cuEventCreate(&t->ev[i], 0) != CUDA_SUCCESS) { t->ev[i] = NULL; t->timed_trial = 0; }
+      if (!platform->event_create(&t->ev[i])) { t->ev[i] = NULL; t->timed_trial = 0; }
     if (!t->timed_trial) free_events(t);   /* those made before the one that failed */
   }
   atomic_init(&t->verdict, t->timed_trial ? TRIAL_RUNNING : TRIAL_ENDED);
@@ -111,12 +114,11 @@ static void collect(trial *t) {
     int st = atomic_load_explicit(&t->turn_state[k], memory_order_acquire);
     if (st == TURN_FREE) break;   /* not launched yet, or its launch not done */
     if (st == TURN_RECORDED) {
-      CUresult q = real_cuEventQuery(t->ev[2 * k + 1]);
-      if (q == 600 /* CUDA_ERROR_NOT_READY */) break;
+      int q = gpu->event_query(t->ev[2 * k + 1]);
+      if (q == EVENT_PENDING) break;
       float ms = 0;
       int arm = (int)(k & 1) ^ 1;   /* the variant first */
-      if (q == CUDA_SUCCESS && real_cuEventElapsedTime(&ms, t->ev[2 * k], t->ev[2 * k + 1]) == CUDA_SUCCESS && ms >= 0 &&
-          t->n[arm] < TRIAL_RUNS)
+      if (q == EVENT_DONE && gpu->event_elapsed(&ms, t->ev[2 * k], t->ev[2 * k + 1]) && ms >= 0 && t->n[arm] < TRIAL_RUNS)
         t->ms[arm][t->n[arm]++] = ms;
     }
     t->collected++;
@@ -127,7 +129,7 @@ static void collect(trial *t) {
 
 /* A hit on a variant followed: counted (cache-stats); under trial, which side this launch runs
  * and which turn it times. Launches after the turns run the variant until the verdict. */
-__attribute__((noinline)) CUfunction trial_pick(kinfo *ki, sentry *e, CUfunction fn, trial_ticket *tk) {
+__attribute__((noinline)) gpu_fn trial_pick(kinfo *ki, sentry *e, gpu_fn fn, trial_ticket *tk) {
   trial *t = atomic_load_explicit(&e->trial, memory_order_acquire);
   if (!t) goto variant;
   /* a launch of its key, whichever side runs: upstream counts each as a use of the entry */
@@ -162,20 +164,18 @@ void variant_ran(sentry *e) {
 }
 
 /* Around the launch of a turn: its events, on the launch's stream, in the trial's context. */
-void turn_begin(trial_ticket *tk, CUstream s) {
-  CUcontext ctx = NULL;
-  int capturing = 1;
+void turn_begin(trial_ticket *tk, gpu_stream s) {
+  gpu_ctx ctx = NULL;
   trial *t = tk->t;
+  const struct gpu_ops *platform = gpu;
   prof_push("proteus-rewrite speed trial: %s, turn %d", t->ki->name ? t->ki->name : "?", tk->turn);
-  tk->recorded = !atomic_load_explicit(&captures_open, memory_order_relaxed) &&
-                 real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx == t->ctx &&
-                 real_cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS && !capturing &&
-                 real_cuEventRecord(t->ev[2 * tk->turn], s) == CUDA_SUCCESS;
+  tk->recorded = !atomic_load_explicit(&captures_open, memory_order_relaxed) && platform->current_context(&ctx) &&
+                 ctx == t->ctx && platform->stream_capturing(s) == 0 && platform->event_record(t->ev[2 * tk->turn], s);
 }
 
-void turn_end(trial_ticket *tk, CUstream s) {
+void turn_end(trial_ticket *tk, gpu_stream s) {
   trial *t = tk->t;
-  int ok = tk->recorded && real_cuEventRecord(t->ev[2 * tk->turn + 1], s) == CUDA_SUCCESS;
+  int ok = tk->recorded && gpu->event_record(t->ev[2 * tk->turn + 1], s);
   atomic_store_explicit(&t->turn_state[tk->turn], ok ? TURN_RECORDED : TURN_FAILED, memory_order_release);
   prof_pop();
 }
@@ -183,17 +183,19 @@ void turn_end(trial_ticket *tk, CUstream s) {
 /* Before any exit handler (lifecycle.c before_exit): the turns still queued on the GPU are waited
  * for and judged now. The report collects at the library's destructor, which runs after the
  * app's runtime's own exit handler has torn its context down, events and all; a variant whose
- * turns sat behind a deep queue (300 launches of 6 ms queued in a few ms, H100) was left
- * undecided there, and every later run timed it again. The wait is for launches the turns
- * followed, all queued long before: the driver's teardown would wait for them too. */
+ * turns sat behind a deep queue would be left undecided there, and every later run would time
+ * it again (docs/dev/findings/speed-trials.md, "Why judge before the exit handlers"). The
+ * wait is for launches the turns followed, all queued long before: the driver's teardown would
+ * wait for them too. */
 void trial_finish(void) {
-  if (!real_cuEventSynchronize) return;
+  const struct gpu_ops *platform = gpu;
+  if (!platform || !platform->event_sync) return;
   pthread_mutex_lock(&trial_lock);
   for (trial *t = all_trials; t; t = t->next) {
     if (atomic_load(&t->verdict) != TRIAL_RUNNING) continue;
     uint32_t claimed = atomic_load(&t->turns);
     for (uint32_t k = 0; k < claimed && k < TRIAL_TURNS; k++)   /* (those collected already are done) */
-      if (atomic_load_explicit(&t->turn_state[k], memory_order_acquire) == TURN_RECORDED) real_cuEventSynchronize(t->ev[2 * k + 1]);
+      if (atomic_load_explicit(&t->turn_state[k], memory_order_acquire) == TURN_RECORDED) platform->event_sync(t->ev[2 * k + 1]);
     collect(t);
   }
   pthread_mutex_unlock(&trial_lock);

@@ -120,8 +120,9 @@ CALLS = (
     Call("track", "iy#(III)(III)y#"),                      # kid, args, grid, block, deferred records
     Call("track_deferred", "iy#"),                         # kid, deferred records
     Call("miss", "iy#(III)(III)y#idiy#"),                  # kid, args, grid, block, globals, arch, GPU ms, cached only, deferred
+    Call("miss_hip", "iy#(III)(III)y#sdiy#"),              # ... the device's processor name (HIP)
     Call("specialize", "iy#(III)(III)y#idi"),              # the same, without the deferred records
-    Call("specialize_hip", "iy#(III)(III)y#sd"),           # kid, args, grid, block, globals, processor, GPU ms
+    Call("specialize_hip", "iy#(III)(III)y#sdi"),          # ... the device's processor name (HIP)
     Call("load_failed", "ii"),                             # kid, driver error code
     Call("prepare_compiler", "i"),                         # SM version (0: unknown)
     Call("prepare_compiler_ahead", "ii"),                  # SM version, ahead (may decline)

@@ -12,21 +12,20 @@ import os
 import re
 import shutil
 import struct
-import time
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from proteus_rewrite import runtime, store
-from proteus_rewrite.fatbin import layouts
-from proteus_rewrite.runtime import protocol
 from proteus_rewrite.cache import Entry, StorageCache, decode, describe, encode
-from proteus_rewrite.fatbin import extract, hostelf, offload_bundle
+from proteus_rewrite.fatbin import extract, hostelf, layouts, offload_bundle
 from proteus_rewrite.fatbin.table import best_for_arch
 from proteus_rewrite.jit import Config, Launch, codegen, specializer
 from proteus_rewrite.policy import decode_run, run_key
+from proteus_rewrite.runtime import protocol
 
 from ..conftest import ROOT, run_cli
 from ..support.hip_samples import hip_samples

@@ -11,12 +11,17 @@
  *   register_var ID NAME SIZE         __hipRegisterVar
  *   unregister_fatbin ID              __hipUnregisterFatBinary
  *   launch NAME GX,GY,GZ BX,BY,BZ ARG1     hipLaunchKernel of a registered kernel (the original)
- *   module_load MID BYTES FILE        hipModuleLoadData; FILE: a copy of the image, in $FAKE_HIP_DIR
+ *   module_load MID BYTES FILE THREAD hipModuleLoadData; FILE: a copy of the image, in $FAKE_HIP_DIR;
+ *                                     THREAD: "main" (the app's main thread) or "other" (a compile thread)
  *   module_load_failed BYTES          (FAKE_HIP_FAIL contains "load")
  *   module_function MID NAME          hipModuleGetFunction
  *   module_launch MID NAME GX,GY,GZ BX,BY,BZ ARG1 STREAM   hipModuleLaunchKernel
  *   module_launch_failed MID NAME     (FAKE_HIP_FAIL contains "launch": every module launch fails)
  *   device_properties DEV             hipGetDeviceProperties
+ *
+ * Streams are idle (hipStreamQuery: hipSuccess) unless FAKE_HIP_BUSY=1, where every stream
+ * always has work queued (hipErrorNotReady, which like any error stays the thread's last one);
+ * no stream ever captures.
  *
  * ARG1: the first 4 bytes of argument 1, in hex (loop_count's trip count, for instance). Errors
  * are sticky, the strictest a runtime can be: a failing call sets the thread's last error, and
@@ -27,6 +32,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,7 +215,7 @@ static hipError_t load(hipModule_t *out, const void *image) {
     FILE *f = fopen(path, "wb");
     if (f) { fwrite(image, 1, size, f); fclose(f); }
   }
-  logline("module_load %d %zu %s", m->id, size, path);
+  logline("module_load %d %zu %s %s", m->id, size, path, gettid() == getpid() ? "main" : "other");
   *out = (hipModule_t)m;
   return hipSuccess;
 }
@@ -354,6 +360,18 @@ hipError_t hipMemcpyFromSymbol(void *dst, const void *symbol, size_t sizeBytes, 
 }
 
 hipError_t hipDeviceSynchronize(void) { return hipSuccess; }
+
+hipError_t hipStreamQuery(hipStream_t stream) {
+  (void)stream;
+  const char *busy = getenv("FAKE_HIP_BUSY");
+  return busy && busy[0] == '1' ? ret(hipErrorNotReady) : hipSuccess;
+}
+
+hipError_t hipStreamIsCapturing(hipStream_t stream, hipStreamCaptureStatus *pCaptureStatus) {
+  (void)stream;
+  *pCaptureStatus = hipStreamCaptureStatusNone;
+  return hipSuccess;
+}
 
 hipError_t hipGetLastError(void) {
   hipError_t e = last_error;

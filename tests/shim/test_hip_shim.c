@@ -1,6 +1,7 @@
 /* Unit tests of the HIP half of the shim, without a GPU or a HIP runtime: the device's
- * processor read from hipDeviceProp_t, and the launch path's hit (no lock, no allocation, no
- * Python) and fallback. Built and run by tests/shim/test_hip_shim.py. */
+ * processor read from hipDeviceProp_t, the launch path's hit (no lock, no allocation, no
+ * Python) and fallback, and a launch whose variant a compile thread is still compiling, which
+ * takes the core's path as on CUDA. Built and run by tests/shim/test_hip_shim.py. */
 #define _GNU_SOURCE
 #include <unistd.h>
 #include <stdio.h>
@@ -60,7 +61,7 @@ static hipFunction_t hit_result;
 static void *call_pick(void *arg) {
   int n = 42; float f = 0.5f; void *ptr = (void *)0x1000;
   void *params[3] = {&n, &f, &ptr};
-  hit_result = hip_pick(arg, params, (dim3){10, 1, 1}, (dim3){256, 1, 1});
+  hit_result = hip_pick(arg, params, (dim3){10, 1, 1}, (dim3){256, 1, 1}, NULL);
   return NULL;
 }
 
@@ -125,9 +126,71 @@ static void test_hit_path_takes_no_lock_and_allocates_nothing(void) {
   g_disable = 0;
 }
 
+/* A variant still compiling (queued by an earlier launch's miss, platform.h's async path): with
+ * PROTEUS_ASYNC_COMPILATION=auto a launch that asks for it again waits while its stream is busy
+ * (hipStreamQuery) and gets the function the compile thread publishes; the stream's "not ready"
+ * is not left for the app's hipGetLastError. With 1 it runs the original at once, counted as a
+ * launch while compiling. */
+static _Atomic int stream_queries, errors_left;
+static hipError_t busy_query(hipStream_t s) { (void)s; atomic_fetch_add(&stream_queries, 1); atomic_store(&errors_left, 1); return HIP_ERROR_NOT_READY; }
+static hipError_t not_capturing(hipStream_t s, hipStreamCaptureStatus *st) { (void)s; *st = 0; return HIP_SUCCESS; }
+static hipError_t peek_error(void) { return atomic_load(&errors_left) ? HIP_ERROR_NOT_READY : HIP_SUCCESS; }
+static hipError_t take_error(void) { return atomic_exchange(&errors_left, 0) ? HIP_ERROR_NOT_READY : HIP_SUCCESS; }
+static sentry *compiling;
+static void *compile_thread(void *arg) {
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  atomic_store(&compiling->fn, arg);
+  atomic_store(&compiling->pending, 0);
+  return NULL;
+}
+static void test_a_compiling_variant_is_waited_for_or_skipped(void) {
+  EXPECT(gpu_claim(&hip_ops) && gpu == &hip_ops && !gpu_claim(&cuda_ops));   /* chosen once */
+  real_hipGetDevice = fake_get_device;
+  real_hipStreamQuery = busy_query;
+  real_hipStreamIsCapturing = not_capturing;
+  real_hipPeekAtLastError = peek_error;
+  real_hipGetLastError = take_error;
+  g_disable = 0;
+  const void *stub = (const void *)0x5100;
+  remember(stub, (const void *)0x6100, "c", OWNER_HIP_RUNTIME, (void *)0x7100);
+  kinfo *ki = handle_lookup(stub);
+  ki->nparams = 1; ki->sizes[0] = 4;
+  atomic_store(&ki->fold[0], 1);
+  atomic_store(&ki->state, K_ACTIVE);
+  int n = 7;
+  void *params[1] = {&n};
+  uint8_t key[MAX_KEY];
+  int len = stable_key(ki, params, (dim3){1, 1, 1}, (dim3){64, 1, 1}, key);
+  pthread_mutex_lock(&jit_lock);
+  compiling = new_entry(ki, (gpu_ctx)(uintptr_t)4, key, len, NULL, 1);
+  variant_insert(compiling);
+  pthread_mutex_unlock(&jit_lock);
+  atomic_store(&ki->unserved, compiling->hash);   /* what the miss that queued it leaves */
+
+  g_async = ASYNC_AUTO;
+  pthread_t t;
+  pthread_create(&t, NULL, compile_thread, (void *)0x99);
+  hipFunction_t f = hip_pick(stub, params, (dim3){1, 1, 1}, (dim3){64, 1, 1}, (hipStream_t)0x5);
+  pthread_join(t, NULL);
+  EXPECT(f == (hipFunction_t)0x99 && atomic_load(&stream_queries) > 0 && atomic_load(&n_awaits) == 1);
+  EXPECT(atomic_load(&ki->hits) == 1 && atomic_load(&ki->pending_launches) == 0 && atomic_load(&errors_left) == 0);
+  f = hip_pick(stub, params, (dim3){1, 1, 1}, (dim3){64, 1, 1}, (hipStream_t)0x5);   /* from now on, a hit */
+  EXPECT(f == (hipFunction_t)0x99 && atomic_load(&ki->hits) == 2);
+
+  atomic_store(&compiling->fn, NULL);   /* compiling again, in upstream's asynchronous mode: no wait */
+  atomic_store(&compiling->pending, 1);
+  g_async = ASYNC_ON;
+  int queries = atomic_load(&stream_queries);
+  f = hip_pick(stub, params, (dim3){1, 1, 1}, (dim3){64, 1, 1}, (hipStream_t)0x5);
+  EXPECT(f == NULL && atomic_load(&ki->pending_launches) == 1 && atomic_load(&stream_queries) == queries);
+  g_async = -1;
+}
+
 int main(void) {
   test_arch_from_props();
   test_hit_path_takes_no_lock_and_allocates_nothing();
+  test_a_compiling_variant_is_waited_for_or_skipped();
   if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
   printf("HIP shim unit tests: all passed\n");
   return 0;

@@ -17,7 +17,6 @@ import shutil
 import struct
 import subprocess
 import sys
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -57,7 +56,7 @@ int main(void) {
   P(sizeof(hipError_t)) P(sizeof(dim3)) P(offsetof(dim3, y)) P(offsetof(dim3, z)) P(sizeof(hipStream_t))
   P(sizeof(hipModule_t)) P(sizeof(hipFunction_t)) P(sizeof(hipDeviceptr_t)) P(sizeof(hipJitOption))
   P(sizeof(void **)) P(HIP_GCN_ARCH_NAME_OFFSET_CHECK) P(HIP_STREAM_PER_THREAD_CHECK) P(HIP_INVALID_IMAGE_CHECK)
-  P(HIP_SUCCESS_CHECK)
+  P(HIP_SUCCESS_CHECK) P(HIP_NOT_READY_CHECK) P(HIP_CAPTURE_IMPLICIT_CHECK) P(sizeof(hipStreamCaptureStatus))
   return 0;
 }
 """
@@ -89,11 +88,15 @@ def test_the_shims_hip_declarations_match_rocms_headers(tmp_path):
     ours = _sizes(tmp_path, "ours", '#include "shim.h"\n#include "hip_api.h"\n'
                   "#define HIP_GCN_ARCH_NAME_OFFSET_CHECK HIP_GCN_ARCH_NAME_OFFSET\n"
                   "#define HIP_STREAM_PER_THREAD_CHECK (size_t)HIP_STREAM_PER_THREAD\n"
-                  "#define HIP_INVALID_IMAGE_CHECK HIP_ERROR_INVALID_IMAGE\n#define HIP_SUCCESS_CHECK HIP_SUCCESS\n")
+                  "#define HIP_INVALID_IMAGE_CHECK HIP_ERROR_INVALID_IMAGE\n#define HIP_SUCCESS_CHECK HIP_SUCCESS\n"
+                  "#define HIP_NOT_READY_CHECK HIP_ERROR_NOT_READY\n"
+                  "#define HIP_CAPTURE_IMPLICIT_CHECK HIP_ERROR_STREAM_CAPTURE_IMPLICIT\n")
     rocm = _sizes(tmp_path, "rocm", "#include <hip/hip_runtime_api.h>\n#include <stddef.h>\n"
                   "#define HIP_GCN_ARCH_NAME_OFFSET_CHECK offsetof(hipDeviceProp_t, gcnArchName)\n"
                   "#define HIP_STREAM_PER_THREAD_CHECK (size_t)hipStreamPerThread\n"
                   "#define HIP_INVALID_IMAGE_CHECK hipErrorInvalidImage\n#define HIP_SUCCESS_CHECK hipSuccess\n"
+                  "#define HIP_NOT_READY_CHECK hipErrorNotReady\n"
+                  "#define HIP_CAPTURE_IMPLICIT_CHECK hipErrorStreamCaptureImplicit\n"
                   "typedef hipJitOption hipJitOption_;\n")
     assert ours == rocm, (ours, rocm)
 
@@ -113,8 +116,7 @@ def test_registration_declarations_match_what_clang_emits(tmp_path):
     _headers()
     if not CLANG:
         pytest.skip("needs clang-19 (scripts/install-deps)")
-    sys.path.insert(0, str(ROOT / "samples"))
-    import build_hip
+    from samples import build_hip
 
     hip = tmp_path / "k.hip"
     hip.write_text("#include <hip/hip_runtime.h>\n__device__ float table[4];\n"
@@ -219,14 +221,19 @@ class Run:
 
 def run_app(exe: Path, fake: Path, tmp: Path, shim_dir: Path | None = None, tag: str = "run", cache: Path | None = None,
             **env) -> Run:
+    """The app on the fake runtime. Compiled on the launching thread (PROTEUS_ASYNC_COMPILATION=0)
+    unless env says otherwise, so that which launch runs what is exact; None unsets a variable
+    (PROTEUS_ASYNC_COMPILATION=None: the default, auto)."""
     work = tmp / tag
     work.mkdir()
     cos = work / "cos"
     cos.mkdir()
+    env = {"PROTEUS_ASYNC_COMPILATION": "0", **env}
     full = dict(os.environ, LD_LIBRARY_PATH=str(fake), FAKE_HIP_LOG=str(work / "fake.log"), FAKE_HIP_DIR=str(cos),
-                PROTEUS_CACHE_DIR=str(cache or work / "cache"), PROTEUS_REPORT=str(work / "report.json"), **env)
-    for k in ("PROTEUS_DISABLE", "PROTEUS_FAULT_INJECT", "PROTEUS_STORE_DIR", "LD_PRELOAD"):
-        if k not in env:
+                PROTEUS_CACHE_DIR=str(cache or work / "cache"), PROTEUS_REPORT=str(work / "report.json"))
+    full.update({k: v for k, v in env.items() if v is not None})
+    for k in ("PROTEUS_DISABLE", "PROTEUS_FAULT_INJECT", "PROTEUS_STORE_DIR", "LD_PRELOAD", "FAKE_HIP_BUSY", *env):
+        if env.get(k) is None:
             full.pop(k, None)
     if shim_dir is not None:
         full["LD_PRELOAD"] = str(shim_dir / "libproteus.so")
@@ -301,6 +308,56 @@ def test_loop_count_specializes_every_kernel_and_loads_its_code_objects(fake, re
     assert waits["miss_count"] == 4 and waits["python_start"] > 0 and waits["misses"] > 0 and waits["exit"] == 0
     # Python started on the prestart thread at registration; HIP has no compiler warm-up
     assert r.report["prestart"] == {"python": True, "compiler": False, "variants_loaded": 0, "compiler_skipped": False}
+
+
+def test_a_miss_compiles_on_a_compile_thread_and_a_later_launch_gets_the_variant(fake, recorded, native, tmp_path):
+    """The default (PROTEUS_ASYNC_COMPILATION=auto), through the core's miss path as on CUDA: a
+    launch that misses queues its variant for a compile thread and runs the original; the next
+    launch that asks for the same variant, its stream still busy (FAKE_HIP_BUSY=1), waits for it
+    and runs it, and the one after that hits. A launch that asks for a variant first never waits:
+    axpy's second key and the other kernels' single launches run the original, and their variants
+    are compiled before exit."""
+    r = run_app(hip_samples() / "loop_count", fake, tmp_path, recorded("loop_count"), PROTEUS_ASYNC_COMPILATION=None,
+                FAKE_HIP_BUSY="1")
+    assert r.proc.returncode == 0, r.stderr
+    assert r.stdout == native("loop_count").stdout and "warning" not in r.stderr
+    # axpy's first launch (8 iterations) and each first launch of another key ran the original ...
+    assert [(line[1], line[4]) for line in r.lines("launch")] == [(AXPY, "00000008"), (AXPY, "00000003"), (POLY, "0000000c"),
+                                                                  (MIX, "00000005")]
+    # ... the 2nd waited for the variant the 1st queued, and the 3rd hit it
+    assert [(line[2], line[5]) for line in r.lines("module_launch")] == [(AXPY, "00000008")] * 2
+    # every variant was compiled and loaded on a compile thread: the exit waited for those queued
+    loads = r.lines("module_load")
+    assert len(loads) == 4 and {line[-1] for line in loads} == {"other"}
+    axpy = r.kernel(AXPY)
+    assert (axpy["launches"], axpy["specialized_launches"], axpy["launches_while_compiling"], axpy["specializations"]) == (4, 2, 2, 2)
+    for name in (POLY, MIX):
+        k = r.kernel(name)
+        assert (k["launches"], k["specialized_launches"], k["launches_while_compiling"], k["specializations"]) == (1, 0, 1, 1)
+    waits = r.report["shim_wait_ms"]
+    assert waits["compiling_count"] == 1 and waits["compiling"] > 0  # the one wait, on the compile thread's variant
+    assert r.report["unknown_handle_launches"] == 0
+
+
+def test_upstreams_asynchronous_mode_never_waits_and_the_next_run_is_served_from_the_cache(fake, recorded, native, tmp_path):
+    """PROTEUS_ASYNC_COMPILATION=1: every miss queues, every launch runs the original while its
+    variant compiles, busy stream or not; the compile threads finish the queue before exit, so the
+    next run's launches are served from the disk cache, loaded on the launching thread."""
+    cache = tmp_path / "cache"
+    cold = run_app(hip_samples() / "loop_count", fake, tmp_path, recorded("loop_count"), "cold", cache,
+                   PROTEUS_ASYNC_COMPILATION="1", FAKE_HIP_BUSY="1")
+    assert cold.proc.returncode == 0, cold.stderr
+    assert cold.stdout == native("loop_count").stdout and "warning" not in cold.stderr
+    assert cold.report["shim_wait_ms"]["compiling_count"] == 0
+    assert {line[-1] for line in cold.lines("module_load")} == {"other"} and len(cold.lines("module_load")) == 4
+    assert sum(k["specializations"] for k in cold.report["kernels"]) == 4
+    assert sum(k["launches_while_compiling"] for k in cold.report["kernels"]) >= 4  # each key's first launch at least
+    warm = run_app(hip_samples() / "loop_count", fake, tmp_path, recorded("loop_count"), "warm", cache,
+                   PROTEUS_ASYNC_COMPILATION="1")
+    assert warm.proc.returncode == 0 and warm.stdout == native("loop_count").stdout, warm.stderr
+    assert warm.lines("launch") == [] and len(warm.lines("module_launch")) == 6
+    assert {line[-1] for line in warm.lines("module_load")} == {"main"}
+    assert sum(k["disk_cache_hits"] for k in warm.report["kernels"]) == 4
 
 
 def test_a_second_run_loads_its_variants_from_the_disk_cache(fake, recorded, native, tmp_path):
