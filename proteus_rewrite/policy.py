@@ -34,6 +34,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from .jit.targets import target_for
+
 BLOCK, GRID = "block", "grid"
 
 
@@ -181,7 +183,8 @@ def decode_warm(data: bytes) -> list[dict]:
     for it in items[:WARM_MAX]:
         try:
             args = it["args"]
-            ok = (isinstance(it["fatbin"], str) and isinstance(it["kernel"], str) and isinstance(it["arch"], int)
+            # a note holds only launches the shim loads ahead: another platform's is another writer's
+            ok = (target_for(it["arch"]).loads_ahead and isinstance(it["fatbin"], str) and isinstance(it["kernel"], str)
                   and isinstance(args, dict) and all(k.isdigit() and isinstance(v, str) and bytes.fromhex(v) for k, v in args.items())
                   and dims(it["grid"]) and dims(it["block"]))
         except (TypeError, KeyError, AttributeError, ValueError):
@@ -195,9 +198,10 @@ def compiles_likely(last_compiled: int | None) -> bool:
     """Whether to warm the compiler up ahead (the prestart thread, beside the context's creation).
     Unknown counts as likely: a first run compiles. A run after one that compiled nothing
     (steady state, or a prewarmed cache) skips it: the warm-up loads LLVM and nvJitLink, whose
-    pages and exit-time destructors made the process's exit 8.7 ms longer on the build machine
-    (bench/results/exitcost-2026-11-23-vm.json). Guessed wrong, the first variant waits for the
-    warm-up on its compile thread, and this run's note makes the next one warm up ahead."""
+    pages and exit-time destructors make the process's exit several times longer than with the
+    run time alone imported (docs/dev/findings/startup-and-exit.md). Guessed wrong, the first
+    variant waits for the warm-up on its compile thread, and this run's note makes the next one
+    warm up ahead."""
     return last_compiled is None or last_compiled > 0
 
 

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..errors import InputError, ProteusError
-from ..runtime.report import read_report
+from ..runtime.report import LaunchRecord, read_report
 from .app import EPILOG, err_console, main
 from .common import cache_dir_path, find_kernel, input_path, load, store_paths
 
@@ -66,37 +66,27 @@ def prewarm(store_or_app, reports, cache_dir):
     # Every launch is read before anything is compiled or stored: a malformed one stops the command.
     launches, seen = [], set()
     for name, spec, driver, path in todo:
-        spec = without(spec, learned.get(name, ()))
         try:
-            arch = spec["arch"] if isinstance(spec["arch"], str) else int(spec["arch"])  # gfx90a (HIP) or 90
+            recorded = LaunchRecord.from_json(spec).without(learned.get(name, ()))
             # the first store with a record of it for this arch: an app and its libraries rarely share a name
             table, record = next(((t, r) for t in tables if any(t is u for u, _ in by_name.get(name, ()))
-                                  and (r := _find(t, name, arch)) is not None), (None, None))
+                                  and (r := _find(t, name, recorded.arch)) is not None), (None, None))
             if record is None:
                 counts["not in this store"] += 1
                 continue
-            if not isinstance(spec["args"], dict):
-                raise TypeError("its args are not an object")
-            grid, block = tuple(spec.get("grid") or ()), tuple(spec.get("block") or ())
-            if not all(len(d) == 3 and all(isinstance(v, int) and v > 0 for v in d) for d in (grid, block)):
-                raise ValueError("grid and block need three positive integers each")
-            raw = tuple(bytes.fromhex(spec["args"][str(p.index)]) if str(p.index) in spec["args"] else bytes(p.size)
-                        for p in record.params)
-            launch = jit.Launch(raw, grid, block, arch,
-                                {g: int(a) for g, a in spec.get("globals", {}).items()},
-                                frozenset(p.index for p in record.params if str(p.index) not in spec["args"]),
-                                frozenset(spec.get("unknown_dims", ())))
+            launch = recorded.launch(record)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"a variant of {name} is malformed ({type(exc).__name__}: {exc})", path) from None
-        if (name, repr(spec)) not in seen:
-            seen.add((name, repr(spec)))
+        if (name, recorded) not in seen:
+            seen.add((name, recorded))
             launches.append((table, record, launch, driver))
     if config.tracker:  # what the value tracker learned: the next run starts from it, as after that run
         from ..policy import policy_key, save_learned
 
         for name, slots in learned.items():
             for table, record in by_name.get(name, []):
-                key = policy_key(table.fatbin(record.fatbin).sha256, record.name, record.arch, config.tracker_threshold, config.tracker_ratio)
+                key = policy_key(table.fatbin(record.fatbin).sha256, record.name, record.arch, config.tracker_threshold,
+                                 config.tracker_ratio)
                 failures = sum(chain.put_errors.values())
                 save_learned(chain, key, record.arch, list(dict.fromkeys(slots)), record.demangled)
                 counts["not stored" if sum(chain.put_errors.values()) > failures else "tracker decisions"] += 1
@@ -124,15 +114,6 @@ def prewarm(store_or_app, reports, cache_dir):
                       markup=False)
     if counts["failed"] or counts["not stored"] or chain.put_errors:
         sys.exit(1)
-
-
-def without(spec, slots) -> dict:
-    """A recorded launch with the tracker's stopped slots (argument indices, "block", "grid") unfolded."""
-    args, dims = (spec.get("args"), spec.get("unknown_dims") or []) if isinstance(spec, dict) else (None, None)
-    if not slots or not isinstance(args, dict) or not isinstance(dims, list):
-        return spec  # nothing to do, or malformed: reading it as a launch says so
-    return {**spec, "args": {i: v for i, v in args.items() if i not in slots},
-            "unknown_dims": sorted({*map(str, dims), *(s for s in slots if s in ("block", "grid"))})}
 
 
 def _find(table, name: str, arch):

@@ -10,9 +10,10 @@ import click
 from ..errors import ProteusError
 from ..fatbin.table import arch_name
 from ..runtime.files import atomic_write
-from .app import EPILOG, err_console, main
 from . import common
+from .app import EPILOG, err_console, main
 from .common import default_arch, dim3, find_kernel, load
+
 
 @main.command(epilog=EPILOG)
 @click.argument("store_or_app", metavar="STORE", type=common.input_path())
@@ -38,7 +39,7 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     The PROTEUS_* variables apply as at run time.
     """
     from .. import jit
-    from ..jit import process, relink
+    from ..jit import process, relink, targets
 
     # Everything given is checked before anything is compiled or written.
     config = jit.Config.from_env()
@@ -46,7 +47,7 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     table = load(common.store_path(store_or_app))
     hip = table.app.platform == "hip"
     sm = common.arch(arch) if arch else default_arch(table, kernel) if hip else 90
-    if hip != isinstance(sm, str):
+    if targets.target_for(sm).platform != table.app.platform:
         raise click.BadParameter(f"{arch!r}: a {'HIP' if hip else 'CUDA'} app needs "
                                  f"{'an AMDGPU processor such as gfx90a' if hip else 'sm_XX'}", param_hint="--arch")
     emit = emit or ("ir" if hip else "ptx")

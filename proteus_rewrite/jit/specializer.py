@@ -120,12 +120,12 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
 
 
 def _register_cap(kernel: KernelRecord, launch: Launch, cg: CodegenConfig) -> int | None:
-    """LLVM 22 + nvJitLink allocated more registers than clang 19 + ptxas for some kernels
-    (calc_eos 36-38 vs 32, adam_update unspecialized 52 vs 41: achieved occupancy fell from 80%
-    to 57% and 58% to 47%, Nsight Compute on the H100), costing more than folding gained. So a
+    """LLVM 22 + nvJitLink allocate more registers than clang 19 + ptxas for some kernels, and
+    the occupancy lost cost more than folding gained (docs/dev/findings/registers.md). So a
     variant may use as many registers as keep the AOT code's blocks per SM at this launch's
-    block size (occupancy.py); a variant that serves any block size keeps the AOT count."""
-    if not (cg.cap_registers and isinstance(kernel.arch, int) and kernel.aot_registers):
+    block size (occupancy.py); a variant that serves any block size keeps the AOT count. Only
+    where CUDA's occupancy rules apply (the target says)."""
+    if not (cg.cap_registers and kernel.aot_registers and targets.target_for(kernel.arch).caps_registers):
         return None
     if "block" in launch.unknown_dims:
         return kernel.aot_registers
@@ -171,7 +171,7 @@ CODEGEN_REVISION = 5
 def _fixed_key(modules: tuple[str, ...], kernel: str, arch: int | str, ptx_target: tuple, cg: CodegenConfig,
                tuning: pipeline.Tuning) -> str:
     # Every miss computes a key, on the launching thread before it queues a compilation; this
-    # part, encoded once per kernel, was a sixth of a miss's Python time (bench/miss_bench.py).
+    # part, encoded once per kernel, was a sixth of a miss's Python time (bench/micro/miss_bench.py).
     doc = {
         "tool": __version__,
         "revision": CODEGEN_REVISION,
@@ -261,11 +261,10 @@ def _resolve_compiler(cg: CodegenConfig, driver_version: int | None) -> CodegenC
     if cg.ptx_compiler != "auto":
         return cg
     # ptxas compiles the PTX as a whole program; nvJitLink compiles it as relocatable code (as
-    # `ptxas -c`), which made longer code of the same PTX: on the H100 the whole-program cubins
-    # ran wsm5 at 1.76x of its plain build against 1.69x, rsbench 1.77x against 1.75x, lulesh
-    # 1.09x against 0.98x (bench/results/proteus-compare.md, docs/dev/findings-codegen.md). So a
-    # toolkit's ptxas comes first, where one is found that the driver can load the output of.
-    # Then nvJitLink (a cubin makes the next run's load cheapest), then the driver's own JIT.
+    # `ptxas -c`), which makes longer code of the same PTX and slower variants
+    # (docs/dev/findings/ptx-compiler.md). So a toolkit's ptxas comes first, where one is found
+    # that the driver can load the output of. Then nvJitLink (a cubin makes the next run's load
+    # cheapest), then the driver's own JIT.
     if codegen.ptxas_usable(driver_version):
         return dataclasses.replace(cg, ptx_compiler="ptxas")
     return dataclasses.replace(cg, ptx_compiler="nvjitlink" if codegen.nvjitlink_available() or not driver_version else "driver")

@@ -1,9 +1,11 @@
 """The two code targets behind one interface: NVPTX (CUDA: PTX, then a cubin) and AMDGPU (HIP:
 an object, linked by ld.lld into a code object, what hipModuleLoadData takes).
 
-The specializer asks `target_for(arch)` once per launch (an SM version is CUDA, a processor
-name such as "gfx90a" is HIP) and never branches on the platform itself. A target says what of
-a plan reaches its code, what its cache key names, how a cached entry becomes an image, and
+`target_for(arch)` is the one place that tells the platforms apart (an SM version is CUDA, a
+processor name such as "gfx90a" is HIP); the specializer, the run time and the command line ask
+the target it returns and never branch on the type of `arch` themselves. A target says what of
+a plan reaches its code, what its cache key names, how a cached entry becomes an image, what the
+shim does for it beyond launching variants (speed trials, validation, loading ahead), and
 compiles: the LLVM part both share (`optimize_and_emit`), then its own backend.
 """
 
@@ -92,6 +94,28 @@ class Nvptx:
 
     arch: int  # SM version
 
+    platform = "cuda"  # as KernelTable.app.platform names it
+    # the launch's block and grid reach the code (folded, as ranges, or as launch bounds), so
+    # both may be in the shim's key
+    folds_dims = True
+    # CUDA's occupancy rules (occupancy.py) bound the variant's registers per thread
+    caps_registers = True
+    # what the shim does for this platform's variants beyond launching them: speed trials
+    # (shim/trial.c, CUDA events), PROTEUS_VALIDATE's shadow run (shim/cuda_validate.c) and a
+    # warm run's loading ahead (shim/cuda_warm.c)
+    speed_trials = True
+    validates = True
+    loads_ahead = True
+
+    def accepts(self, recorded_arch: int | str) -> bool:
+        """Whether bitcode recorded for `recorded_arch` may be compiled for this device: any
+        SM version (fatbin.table.best_for_arch chose it: an older one's bitcode compiles for a
+        newer device)."""
+        return True
+
+    def load_failure(self, code: int) -> str:
+        return f"cuModuleLoadData/cuModuleGetFunction failed with CUDA error {code}"
+
     def adapt(self, plan: Plan, cg: CodegenConfig) -> tuple[Plan, CodegenConfig]:
         return plan, cg
 
@@ -143,7 +167,23 @@ class Amdgpu:
     it). Block and grid sizes are not folded (ir.py), so only the launch bound (the flat
     work-group size, from the block) reaches the code and the key: any grid shares a variant."""
 
-    arch: str  # processor, "gfx90a"
+    arch: str  # processor, "gfx90a" (no features: target_for drops them)
+
+    platform = "hip"
+    folds_dims = False  # only the block reaches the code, as the flat work-group size (adapt)
+    caps_registers = False
+    # the HIP shim has no speed trials, no shadow run and no loading ahead
+    speed_trials = False
+    validates = False
+    loads_ahead = False
+
+    def accepts(self, recorded_arch: int | str) -> bool:
+        """A module built for one processor (its target attributes, the device libraries linked
+        into it) runs on no other."""
+        return recorded_arch == self.arch
+
+    def load_failure(self, code: int) -> str:
+        return f"hipModuleLoadData/hipModuleGetFunction failed with HIP error {code}"
 
     def adapt(self, plan: Plan, cg: CodegenConfig) -> tuple[Plan, CodegenConfig]:
         return (dataclasses.replace(plan, grid=None, fold_dims=False, dims_range=False, min_ctas=None,
@@ -181,8 +221,21 @@ Target = Nvptx | Amdgpu
 
 
 def target_for(arch: int | str) -> Target:
-    """An SM version (90) is CUDA's NVPTX; a processor name ("gfx90a") is HIP's AMDGPU."""
-    return Amdgpu(arch) if isinstance(arch, str) else Nvptx(arch)
+    """An SM version (90) is CUDA's NVPTX; a processor name is HIP's AMDGPU, its features
+    dropped (the device's gcnArchName "gfx90a:sramecc+:xnack-" is "gfx90a"). TypeError for
+    anything else, so that a malformed document's architecture is refused, not compiled for."""
+    if isinstance(arch, str):
+        return Amdgpu(arch.split(":", 1)[0])
+    if isinstance(arch, int):
+        return Nvptx(arch)
+    raise TypeError(f"not a GPU architecture: {arch!r}")
+
+
+def document_arch(value: object) -> int | str:
+    """An architecture as a JSON document holds it (a report's launch record): a processor
+    name as it is, anything else read as an SM version (ValueError or TypeError when it is
+    none)."""
+    return value if isinstance(value, str) else int(value)  # type: ignore[arg-type]
 
 
 # A variant tried at one more block per SM is kept when ptxas fits it in at most this many bytes
@@ -192,13 +245,11 @@ def target_for(arch: int | str) -> Target:
 STEP_MAX_STACK_GROWTH = 64
 STEP_MAX_REGISTER_CUT = 0.2
 # Spilling is worth it only for a large gain in residency: at least this factor more blocks per
-# SM (1 -> 2, 2 -> 3); a smaller gain is taken only where nothing more spills. H100, kernel
-# GPU time against the AOT code's (speed trials; medians of 6 turns, two runs each) and the
-# programs' own figures: lulesh's calcMonotonicQGradientsForElems went 1 -> 2 blocks for 32
-# bytes, 1.00x -> 0.71x; feynman-kac's fk went 4 -> 5 for 8 bytes and ran 6% slower (1.30x
-# -> 1.22x of the plain build); lulesh's applyMaterialPropertiesForElems 4 -> 5 for 24 bytes,
-# 0.81x -> 0.84x; calcMonotonicQForElems 6 -> 8 for 24 bytes, 1.00x -> 1.01x. Timing both
-# variants on live launches would decide per kernel; the speed trials time one against the AOT code.
+# SM (1 -> 2, 2 -> 3); a smaller gain is taken only where nothing more spills. A step from 1 to 2
+# blocks that spilled still made the kernel faster; steps of one block in four or six, spilling
+# as little, made theirs slower (docs/dev/findings.md, "Spilling for residency pays only for a
+# large gain"). Timing both variants on live launches would decide per kernel; the speed trials
+# time one against the AOT code.
 STEP_SPILL_MIN_GAIN = 1.5
 
 

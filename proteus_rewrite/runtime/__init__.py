@@ -20,6 +20,18 @@
     validate_skipped(kid, reason)             a variant PROTEUS_VALIDATE could not check
     validate_refusal(kid) -> bytes            why a kernel's variants must not be checked (b"" if they may)
 
+These are entry.py's, each a thin wrapper that hands the process's one Session (made by init) to
+the module that does the work:
+
+    session    the Session: stores, resolved kernels and their statistics, caches, compiler; kernel_info
+    launch     a launch's bytes decoded once (decode_launch), for the tracker and the flow
+    miss       the value tracker (track), and the one-call miss: the tracker, then the flow
+    flow       the miss flow: decode, budget, cache, compile, verdict
+    lifecycle  the compiler's preparation, the note on what a run compiled, finish
+    warm       a warm run's first launches answered ahead, and the note they come from
+    report     the report's schema: written at exit, read back (LaunchRecord: a variant's launch)
+    speed, validate, trace, protocol, files
+
 Kernel stores (*.kstore) are found beside the shim (or in PROTEUS_STORE_DIR). A loaded
 image is matched to a recorded fat binary by the SHA-256 of its bytes, so a store that
 does not belong to the running binary (say, the app was rebuilt) matches nothing and the
@@ -28,14 +40,27 @@ processor (HIP: its gcnArchName, "gfx90a:sramecc+:xnack-"; the features are drop
 and a None, never an exception into C.
 """
 
-from .miss import (WARM_UP_ARCH, compiled_this_run, finish, load_failed, miss, prepare_compiler, specialize, track,
-                   track_deferred)
-from .report import write_report
-from .session import init, kernel_info, reset, state
-from .validate import refusal as validate_refusal
-from .validate import skipped as validate_skipped
-from .validate import validated
-from .warm import warm_set
+from .entry import (
+    compiled_this_run,
+    finish,
+    init,
+    kernel_info,
+    load_failed,
+    miss,
+    prepare_compiler,
+    reset,
+    specialize,
+    state,
+    track,
+    track_deferred,
+    validate_refusal,
+    validate_skipped,
+    validated,
+    warm_set,
+    write_report,
+)
+from .lifecycle import WARM_UP_ARCH
 
 __all__ = ["WARM_UP_ARCH", "compiled_this_run", "finish", "init", "kernel_info", "load_failed", "miss",
-           "prepare_compiler", "reset", "specialize", "state", "track", "track_deferred", "validate_refusal", "validate_skipped", "validated", "warm_set", "write_report"]
+           "prepare_compiler", "reset", "specialize", "state", "track", "track_deferred", "validate_refusal", "validate_skipped",
+           "validated", "warm_set", "write_report"]

@@ -1,9 +1,12 @@
 """The run's report (PROTEUS_REPORT): written at exit from the shim's counters and the run
 time's statistics, read back by `proteus-rewrite report` and `prewarm`. Its schema is here
-alone: write_report makes the document, read_report checks one and gives its kernels."""
+alone: write_report makes the document, read_report checks one and gives its kernels, and
+LaunchRecord is a variant's launch, the one part of it that is read back field by field (by
+prewarm, and by warm.py from this run's statistics)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -13,9 +16,14 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import InputError
+from ..fatbin.table import KernelRecord
+from ..jit.launch import Launch
+from ..jit.targets import document_arch
 from ..policy import BLOCK, GRID
-from . import protocol, session, speed
+from . import protocol, speed, validate
 from .files import atomic_write
+from .launch import RawLaunch
+from .session import Session
 
 
 def _wait_sections(waits: tuple[int, ...]) -> dict:
@@ -70,16 +78,76 @@ def parse_counters(counters: bytes) -> list[tuple]:
     return out
 
 
-def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: tuple[int, ...] = ()) -> None:
+@dataclass(frozen=True)
+class LaunchRecord:
+    """A variant's launch as the report records it (each variant's "launch", and each of a
+    kernel's "not_compiled"): enough to compile the variant again offline (prewarm) and to note
+    it for the next run to load ahead (warm.py). to_json writes it; from_json is its one reader."""
+
+    args: tuple[tuple[int, bytes], ...]  # the folded parameters' bytes, by index, ascending
+    unknown_dims: tuple[str, ...]  # BLOCK, GRID: not folded, not bounding the kernel
+    arch: int | str  # the device's (a CUDA record's may be older)
+    block: tuple[int, ...]
+    grid: tuple[int, ...]
+    globals: tuple[tuple[str, int], ...]  # device variable -> its address in the AOT module
+
+    @classmethod
+    def of(cls, launch: RawLaunch, folded, unknown_dims, arch: int | str, record: KernelRecord) -> LaunchRecord:
+        """The record of `launch` (of `record`'s kernel), keeping the arguments in `folded`."""
+        return cls(tuple((i, launch.args[i]) for i in sorted(folded)), tuple(sorted(unknown_dims)), arch,
+                   tuple(launch.block), tuple(launch.grid), tuple(zip(record.globals, launch.addresses)))
+
+    def to_json(self) -> dict:
+        return {"args": {str(i): v.hex() for i, v in self.args}, "unknown_dims": list(self.unknown_dims),
+                "arch": self.arch, "block": list(self.block), "grid": list(self.grid), "globals": dict(self.globals)}
+
+    @classmethod
+    def from_json(cls, doc: object) -> LaunchRecord:
+        """A launch record read back; ValueError, TypeError, KeyError or AttributeError (with
+        what is wrong) when `doc` is not one."""
+        if not isinstance(doc, dict):
+            raise TypeError("not an object")
+        if not isinstance(doc["args"], dict):
+            raise TypeError("its args are not an object")
+        args = tuple(sorted((int(i), bytes.fromhex(v)) for i, v in doc["args"].items()))
+        dims = doc.get("unknown_dims", [])
+        if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
+            raise TypeError("its unknown_dims are not a list of names")
+        arch = document_arch(doc["arch"])
+        grid, block = tuple(doc.get("grid") or ()), tuple(doc.get("block") or ())
+        if not all(len(d) == 3 and all(isinstance(v, int) and v > 0 for v in d) for d in (grid, block)):
+            raise ValueError("grid and block need three positive integers each")
+        globals_ = tuple((str(g), int(a)) for g, a in doc.get("globals", {}).items())
+        return cls(args, tuple(sorted(dims)), arch, block, grid, globals_)
+
+    def without(self, slots) -> LaunchRecord:
+        """This launch with the tracker's stopped slots (argument indices as text, BLOCK,
+        GRID) unfolded: the launch the next run asks for."""
+        slots = {str(s) for s in slots}
+        if not slots:
+            return self
+        return dataclasses.replace(self, args=tuple((i, v) for i, v in self.args if str(i) not in slots),
+                                   unknown_dims=tuple(sorted({*self.unknown_dims, *(slots & {BLOCK, GRID})})))
+
+    def launch(self, record: KernelRecord) -> Launch:
+        """The launch to specialize `record` for: a parameter the record leaves out is zero,
+        and unknown (never folded)."""
+        args = dict(self.args)
+        return Launch(tuple(args.get(p.index, bytes(p.size)) for p in record.params), self.grid, self.block, self.arch,
+                      dict(self.globals), frozenset(p.index for p in record.params if p.index not in args),
+                      frozenset(self.unknown_dims))
+
+
+def write_report(session: Session, path: str, counters: bytes, unknown_launches: int = 0,
+                 waits: tuple[int, ...] = ()) -> None:
     """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks.
     `waits`, from the shim: WAIT_FIELDS, in that order (ns, counts, CLOCK_MONOTONIC times).
     Without them (a test), the report has no waits."""
     t_report = time.perf_counter()
-    assert session._state is not None
-    if session._profile is not None:
-        session._profile.disable()
+    if session.profile is not None:
+        session.profile.disable()
         try:
-            session._profile.dump_stats(os.environ["PROTEUS_PROFILE"])
+            session.profile.dump_stats(os.environ["PROTEUS_PROFILE"])
         except OSError as exc:
             print(f"proteus: warning: {os.environ['PROTEUS_PROFILE']}: cannot write the profile: {exc.strerror or exc}",
                   file=sys.stderr, flush=True)
@@ -96,10 +164,10 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
                  "launches_timing_original": timing,
                  "gpu_ms_estimate": round(gpu_us / 1000.0, 3)}
         if kid >= 0:
-            s = session._state.stats[kid]
+            s = session.stats[kid]
             entry.update(
                 demangled=s.demangled,
-                globals=list(session._state.kernels[kid][1].globals),
+                globals=list(session.kernels[kid][1].globals),
                 specialized_launches=launches - fallbacks - launch_errors - compiling - captured - timing,
                 table_hits=hits,
                 specializations=s.specializations,
@@ -117,7 +185,7 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
                 slower_declined=s.slower_declined,
             )
             if s.tracker is not None:
-                record = session._state.kernels[kid][1]
+                record = session.kernels[kid][1]
                 entry["tracker"] = {"distinct_variants": s.tracker.variants, "stopped_folding": s.tracker.dropped,
                                     "learned_from_earlier_runs": s.tracker.learned,
                                     "folded_now": [record.params[i].index for i in sorted(s.tracker.folded)],
@@ -128,24 +196,22 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
     doc = {
         "tool": f"proteus-rewrite {__version__}",
         "pid": os.getpid(),
-        "driver_version": session._state.driver_version,
+        "driver_version": session.driver_version,
         "unknown_handle_launches": unknown_launches,  # launches of kernels the shim never saw registered
-        "async_compilation": session._state.config.async_compilation,
-        "async_threads": session._state.config.async_threads,
-        "seconds": round(time.time() - session._state.started, 3),
+        "async_compilation": session.config.async_compilation,
+        "async_threads": session.config.async_threads,
+        "seconds": round(time.time() - session.started, 3),
         **_wait_sections(waits),
-        "stores": [t.app.name for t in session._state.tables],
-        "cache": {name: vars(s) for name, s in session._state.cache.stats().items()},
+        "stores": [t.app.name for t in session.tables],
+        "cache": {name: vars(s) for name, s in session.cache.stats().items()},
         # where variants compile: a process of its own (None: in the app's, PROTEUS_COMPILE_PROCESS=0)
-        "compiler_process": session._state.compiler.report() if session._state.compiler is not None else None,
+        "compiler_process": session.compiler.report() if session.compiler is not None else None,
         "kernels": kernels,
     }
-    if session._state.validation:  # PROTEUS_VALIDATE: each variant checked against the original
-        from . import validate
-
-        doc["validation"] = validate.report_section()
+    if session.validation:  # PROTEUS_VALIDATE: each variant checked against the original
+        doc["validation"] = validate.report_section(session)
     if doc["prestart"]:  # left cold ahead: the app's last run compiled nothing (policy.compiles_likely)
-        doc["prestart"]["compiler_skipped"] = session._state.warm_up_skipped
+        doc["prestart"]["compiler_skipped"] = session.warm_up_skipped
     if "threads_ms" in doc:   # this report's own cost, up to writing it (a cold run's is larger)
         doc["threads_ms"]["report"] = round((time.perf_counter() - t_report) * 1e3, 2)
     try:

@@ -15,7 +15,8 @@ import hashlib
 import json
 
 from ..cache import Entry
-from . import protocol, session
+from . import protocol
+from .session import Session
 
 SPEED_KIND = "speed"  # the cache entry kind of a verdict
 
@@ -24,10 +25,9 @@ def _key(variant_key: str) -> str:
     return hashlib.sha256(f"speed:{variant_key}".encode()).hexdigest()
 
 
-def remembered(variant_key: str) -> dict | None:
+def remembered(session: Session, variant_key: str) -> dict | None:
     """An earlier run's verdict on the variant cached under `variant_key`, or None."""
-    st = session.state()
-    hit = st.cache.get(_key(variant_key), counted=False)
+    hit = session.cache.get(_key(variant_key), counted=False)
     if hit is None or hit[0].kind != SPEED_KIND:
         return None
     try:
@@ -42,17 +42,16 @@ def _ratio(doc: dict) -> float | None:
     return round(v / o, 3) if o > 0 and v > 0 else None
 
 
-def received(records: bytes) -> None:
+def received(session: Session, records: bytes) -> None:
     """At exit, what the shim followed of each variant (protocol.VARIANT): a speed trial into the
     variant's report entry and, decided, into the cache; its launches, where counted (the
     cache-stats trace), into the entry's `launches`."""
-    st = session.state()
     for at in range(0, len(records) - protocol.VARIANT.size + 1, protocol.VARIANT.size):
         t = dict(zip(protocol.VARIANT_FIELDS, protocol.VARIANT.unpack_from(records, at)))
         kid, vid = t["kid"], t["variant"]
-        if not (0 <= kid < len(st.stats)) or not (0 <= vid < len(st.stats[kid].variants)):
+        if not (0 <= kid < len(session.stats)) or not (0 <= vid < len(session.stats[kid].variants)):
             continue
-        variant = st.stats[kid].variants[vid]
+        variant = session.stats[kid].variants[vid]
         if t["launches"]:
             variant["launches"] = t["launches"]
         if not variant.pop("trial", False):
@@ -62,8 +61,8 @@ def received(records: bytes) -> None:
         if doc["verdict"] != "undecided":
             doc.update({f: round(t[f], 2) for f in protocol.VARIANT_FIELDS[4:8]})
             doc["variant_over_original"] = _ratio(doc)
-            record = st.kernels[kid][1]
-            st.cache.put(Entry(_key(variant["cache_key"]), SPEED_KIND, record.arch, json.dumps(doc).encode(),
+            record = session.kernels[kid][1]
+            session.cache.put(Entry(_key(variant["cache_key"]), SPEED_KIND, record.arch, json.dumps(doc).encode(),
                                {"kernel": record.demangled}), enforce_cap=False)
             if doc["verdict"] == "slower":
                 session.trace("variants", f"{record.demangled}: variant {variant['key']} is slower than the original "

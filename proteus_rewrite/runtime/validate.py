@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import InputError
-from . import protocol, session
+from . import protocol
 from .files import atomic_write
+from .session import Session
 
 DENY_FILE = "validate-deny.json"
 RANGE = protocol.VALIDATE_RANGE
@@ -118,8 +119,8 @@ def compare(original: bytes, variant: bytes) -> tuple[int, int, float, bool]:
     return count, first, min(worst.values()), sampled
 
 
-def _deny_path() -> Path:
-    return Path(session.state().config.cache_dir or _default_cache_dir()) / DENY_FILE
+def _deny_path(session: Session) -> Path:
+    return Path(session.config.cache_dir or _default_cache_dir()) / DENY_FILE
 
 
 def _default_cache_dir() -> Path:
@@ -141,22 +142,21 @@ def read_deny(path: Path) -> dict[str, dict]:
     return doc.get("denied", {})
 
 
-def denied(name: str) -> dict | None:
+def denied(session: Session, name: str) -> dict | None:
     """Why `name` is denied (by its store or the cache directory's list), or None."""
-    st = session.state()
-    if st.deny is None:
-        st.deny = {}
-        for table in st.tables:
-            st.deny.update(table.denied)
+    if session.deny is None:
+        session.deny = {}
+        for table in session.tables:
+            session.deny.update(table.denied)
         try:
-            st.deny.update(read_deny(_deny_path()))
+            session.deny.update(read_deny(_deny_path(session)))
         except InputError as exc:
             session.warn_once("deny-list", str(exc))
-    return st.deny.get(name)
+    return session.deny.get(name)
 
 
-def _persist(name: str, record: dict) -> None:
-    path = _deny_path()
+def _persist(session: Session, name: str, record: dict) -> None:
+    path = _deny_path(session)
     try:
         current = read_deny(path)
     except InputError:
@@ -175,7 +175,7 @@ def requested() -> bool:
     return v[:1] in ("t", "T", "y", "Y") or (v.lstrip("-").isdigit() and int(v) != 0)
 
 
-def _tolerance() -> float:
+def _tolerance(session: Session) -> float:
     text = os.environ.get("PROTEUS_VALIDATE_ULPS", "").strip()
     try:
         return float(text) if text else 0.0
@@ -184,10 +184,10 @@ def _tolerance() -> float:
         return 0.0
 
 
-def _folded(kid: int, args: bytes) -> dict[str, object]:
+def _folded(session: Session, kid: int, args: bytes) -> dict[str, object]:
     from ..jit.launch import python_value
 
-    record = session.state().kernels[kid][1]
+    record = session.kernels[kid][1]
     out, off = {}, 0
     for p in record.params:
         raw = args[off : off + p.size]
@@ -200,14 +200,13 @@ def _folded(kid: int, args: bytes) -> dict[str, object]:
     return out
 
 
-def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes, shadow: bytes, ms: float) -> int:
+def validated(session: Session, kid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes, shadow: bytes, ms: float) -> int:
     """The shim's check of one variant: 0 keeps the variant; 1 denies the kernel (its results
     differ); 2 runs the original for the rest of this run without denying it (the original's
     own two runs, `shadow` and `original`, disagree: nothing to compare against)."""
     try:
-        st = session.state()
-        record = st.kernels[kid][1]
-        outcome = Outcome(record.demangled, _folded(kid, args), "same", ms=round(ms, 2))
+        record = session.kernels[kid][1]
+        outcome = Outcome(record.demangled, _folded(session, kid, args), "same", ms=round(ms, 2))
         if shadow and shadow != original:
             count = compare(shadow, original)[0]
             outcome.verdict = "varies"
@@ -215,7 +214,7 @@ def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: by
                               "runs on the same memory: atomics or races), so its variant cannot be compared")
             outcome.allocations = len(ranges) // RANGE.size
             outcome.bytes_compared = len(original)
-            st.validation.append(outcome)
+            session.validation.append(outcome)
             session.warn_once(f"validate-varies:{record.name}", f"{record.demangled}: not validated ({outcome.reason}); "
                               "the original kernel runs in this run")
             return 2
@@ -231,12 +230,12 @@ def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: by
                 outcome.differences.append(Difference(base, size, count, first, ulps, sampled))
         if outcome.differences:
             worst = max(d.max_ulps for d in outcome.differences)
-            tolerance = _tolerance()
+            tolerance = _tolerance(session)
             # no tolerance: bit for bit (-0.0 against 0.0 is 0 ULPs apart, and still a difference);
             # a sampled distance proves no bound
             sampled = any(d.sampled for d in outcome.differences)
             outcome.verdict = "within-ulps" if tolerance > 0 and worst <= tolerance and not sampled else "differs"
-        st.validation.append(outcome)
+        session.validation.append(outcome)
         if outcome.verdict != "differs":
             session.trace("variants", f"{record.demangled}: validated ({outcome.verdict}, {outcome.allocations} "
                           f"allocations, {outcome.bytes_compared} bytes)")
@@ -248,10 +247,10 @@ def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: by
                   f"{worst.base:#x}; folded {outcome.folded}")
         outcome.reason = reason
         entry = {"reason": reason, "folded": outcome.folded, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "modules": [st.kernels[kid][0].modules[record.module].sha256] if record.module is not None else []}
-        if st.deny is not None:
-            st.deny[record.name] = entry
-        _persist(record.name, entry)
+                 "modules": [session.kernels[kid][0].modules[record.module].sha256] if record.module is not None else []}
+        if session.deny is not None:
+            session.deny[record.name] = entry
+        _persist(session, record.name, entry)
         print(f"proteus: validation: {record.demangled}: {reason}; denied (the original kernel runs, in this run and "
               f"later ones)", file=sys.stderr, flush=True)
         return 1
@@ -261,24 +260,22 @@ def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: by
         return 1
 
 
-def refusal(kid: int) -> bytes:
+def refusal(session: Session, kid: int) -> bytes:
     """Why the shim must not run this kernel's variant in the original's shadow (b"" if it may):
     a kernel whose module calls printf would print twice (and the app's output would not be
     the native one). Judged per module: the bitcode names vprintf."""
-    st = session.state()
-    table, record = st.kernels[kid]
+    table, record = session.kernels[kid]
     modules = [table.modules[i] for i in (record.module, *record.link_modules) if i is not None]
     if any(b"vprintf" in m.bitcode for m in modules):
         return b"its module calls printf, which running it in the original's shadow would print twice"
     return b""
 
 
-def skipped(kid: int, reason: str) -> None:
+def skipped(session: Session, kid: int, reason: str) -> None:
     """The shim could not check a variant (too large, a launch it cannot repeat, ...): the
     kernel runs the original for the rest of this run, and the report says why."""
-    st = session.state()
-    record = st.kernels[kid][1]
-    st.validation.append(Outcome(record.demangled, {}, "skipped", reason))
+    record = session.kernels[kid][1]
+    session.validation.append(Outcome(record.demangled, {}, "skipped", reason))
     session.warn_once(f"validate-skip:{record.name}", f"{record.demangled}: not validated ({reason}); the original "
                       "kernel runs")
 
@@ -287,10 +284,10 @@ def _ulps_text(u: float) -> str:
     return "not a number or infinite" if math.isinf(u) else f"{u:.0f} ULPs"
 
 
-def report_section() -> list[dict]:
+def report_section(session: Session) -> list[dict]:
     """The report's "validation" list: one entry per check, in order."""
     out = []
-    for o in session.state().validation:
+    for o in session.validation:
         d = {"kernel": o.kernel, "verdict": o.verdict, "folded": o.folded, "allocations": o.allocations,
              "bytes_compared": o.bytes_compared, "ms": o.ms}
         if o.reason:

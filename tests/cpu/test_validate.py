@@ -62,19 +62,20 @@ def _ranges(*sizes: int) -> bytes:
 
 def test_equal_results_keep_the_variant(state):
     st, _t, k = state
-    assert validate.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(1.0), f64(1.0), 1.5) == 0
+    assert runtime.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(1.0), f64(1.0), 1.5) == 0
     assert st.validation[0].verdict == "same" and st.validation[0].allocations == 1
-    assert validate.denied(k.name) is None
+    assert validate.denied(st, k.name) is None
 
 
 def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, capfd):
     st, t, k = state
-    assert validate.validated(0, _args(k, {1: "3"}), _ranges(8, 16), f64(1.0) + f64(0.0, 0.0),
+    assert runtime.validated(0, _args(k, {1: "3"}), _ranges(8, 16), f64(1.0) + f64(0.0, 0.0),
                               f64(1.0) + f64(0.0, 5.0), b"", 2.0) == 1
     err = capfd.readouterr().err
     assert f"proteus: validation: {k.demangled}: its variant wrote different results" in err and "denied" in err
     outcome = st.validation[0]
-    assert outcome.verdict == "differs" and len(outcome.differences) == 1 and outcome.differences[0].first_offset == 14  # 5.0 vs 0.0: the top bytes of the 2nd double
+    # 5.0 vs 0.0: the top bytes of the 2nd double
+    assert outcome.verdict == "differs" and len(outcome.differences) == 1 and outcome.differences[0].first_offset == 14
     deny = json.loads((tmp_path / "cache" / validate.DENY_FILE).read_text())["denied"]
     assert k.name in deny and "'1': 3" in deny[k.name]["reason"].replace('"', "'")
     # this run: the miss path refuses the kernel, one warning, the original runs
@@ -82,7 +83,7 @@ def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, c
     assert answer is None and any("denied by validation" in r for r in st.stats[0].failures)
     # a later run reads the list from the cache directory
     st.deny = None
-    assert "different results" in validate.denied(k.name)["reason"]
+    assert "different results" in validate.denied(st, k.name)["reason"]
     # and the report carries the outcome
     runtime.write_report(str(tmp_path / "r.json"), b"")
     v = json.loads((tmp_path / "r.json").read_text())["validation"]
@@ -92,40 +93,40 @@ def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, c
 def test_a_tolerance_in_ulps_accepts_small_float_differences(state, monkeypatch):
     st, _t, k = state
     # none: bit for bit, even where the numbers are equal
-    assert validate.validated(0, _args(k, {}), _ranges(8), f64(-0.0), f64(0.0), b"", 1.0) == 1
+    assert runtime.validated(0, _args(k, {}), _ranges(8), f64(-0.0), f64(0.0), b"", 1.0) == 1
     st.deny = {}
     bits = struct.unpack("<Q", f64(2.0))[0]
     monkeypatch.setenv("PROTEUS_VALIDATE_ULPS", "2")
-    assert validate.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 2), f64(2.0), b"", 1.0) == 0
+    assert runtime.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 2), f64(2.0), b"", 1.0) == 0
     assert st.validation[-1].verdict == "within-ulps"
-    assert validate.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 3), f64(2.0), b"", 1.0) == 1
+    assert runtime.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 3), f64(2.0), b"", 1.0) == 1
 
 
 def test_an_original_whose_results_vary_is_reported_not_denied(state, tmp_path, capfd):
     """Two runs of the original on the same memory disagree (atomics, races): nothing to hold
     the variant to. This run keeps the original (2), the cache directory denies nothing."""
     st, _t, k = state
-    assert validate.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(2.0), f64(3.0), 1.0) == 2
+    assert runtime.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(2.0), f64(3.0), 1.0) == 2
     assert st.validation[0].verdict == "varies" and "vary from run to run" in st.validation[0].reason
     assert "not validated (the original kernel's own results vary" in capfd.readouterr().err
-    assert not (tmp_path / "cache" / validate.DENY_FILE).exists() and validate.denied(k.name) is None
+    assert not (tmp_path / "cache" / validate.DENY_FILE).exists() and validate.denied(st, k.name) is None
 
 
 def test_kernels_that_print_are_not_run_in_the_shadow(state):
     st, t, k = state
-    assert validate.refusal(0) == b""  # loop_count prints nothing on the GPU
+    assert runtime.validate_refusal(0) == b""  # loop_count prints nothing on the GPU
     # the same module as if it called printf (CUDA's device printf is a call to vprintf)
     m = t.modules[k.module]
     printing = dataclasses.replace(t, modules=tuple(dataclasses.replace(x, bitcode=x.bitcode + b"vprintf") if x is m else x
                                                     for x in t.modules))
     st.kernels.append((printing, k))
-    assert b"printf, which running it in the original's shadow would print twice" in validate.refusal(1)
+    assert b"printf, which running it in the original's shadow would print twice" in runtime.validate_refusal(1)
 
 
 def test_a_skipped_check_is_reported_once(state, capfd):
     st, _t, k = state
-    validate.skipped(0, "a cooperative launch, which validation does not repeat")
-    validate.skipped(0, "a cooperative launch, which validation does not repeat")
+    runtime.validate_skipped(0, "a cooperative launch, which validation does not repeat")
+    runtime.validate_skipped(0, "a cooperative launch, which validation does not repeat")
     assert capfd.readouterr().err.count("not validated (a cooperative launch") == 1
     assert [o.verdict for o in st.validation] == ["skipped", "skipped"]
 

@@ -154,12 +154,10 @@ def test_without_preloading_no_note_is_written(app, monkeypatch):
 def test_without_a_note_no_fat_binary_is_read(app, monkeypatch):
     """The prestart thread asks about every fat binary of the loaded objects (a cuBLAS's among
     them): with nothing noted, none is hashed, and the note is looked up once."""
-    from proteus_rewrite.runtime import session
-
     run, address, _ = app
-    run()
+    st, _, _ = run()
     read = []
-    monkeypatch.setattr(session, "_image", lambda ptr: read.append(ptr))
+    monkeypatch.setattr(st, "image", lambda ptr: read.append(ptr))
     lookups = []
     disk = next(level for level in runtime.state().cache.levels if isinstance(level, StorageCache))
     real_get = disk.get

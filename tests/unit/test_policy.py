@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import struct
 
-from proteus_rewrite.policy import (BLOCK, GRID, Budget, Tracker, compiles_likely, decode_learned, decode_run, encode_learned,
-                                    encode_run, policy_key, run_key)
+from proteus_rewrite.policy import (
+    BLOCK,
+    GRID,
+    Budget,
+    Tracker,
+    compiles_likely,
+    decode_learned,
+    decode_run,
+    encode_learned,
+    encode_run,
+    policy_key,
+    run_key,
+)
 
 
 def launch(tracker: Tracker, step: int, alpha: float = 2.0, block: int = 256, grid: int = 64) -> None:
