@@ -49,36 +49,76 @@ PROTEUS_CUDA_API(PROTEUS_CUDA_DEFINE)
 static _Atomic int driver_calls_loaded;
 void init_driver_calls(void) {
   if (atomic_load_explicit(&driver_calls_loaded, memory_order_acquire)) return;
-#define LOAD(n) if (!real_##n) real_##n = cuda_sym(#n)
-  LOAD(cuLaunchKernel); LOAD(cuLaunchKernel_ptsz); LOAD(cuLaunchKernelEx); LOAD(cuLaunchKernelEx_ptsz);
-  LOAD(cuLaunchCooperativeKernel); LOAD(cuLaunchCooperativeKernel_ptsz);
-  LOAD(cuModuleLoadData); LOAD(cuModuleGetFunction);
+#define LOAD(n) \
+  if (!real_##n) real_##n = cuda_sym(#n)
+  LOAD(cuLaunchKernel);
+  LOAD(cuLaunchKernel_ptsz);
+  LOAD(cuLaunchKernelEx);
+  LOAD(cuLaunchKernelEx_ptsz);
+  LOAD(cuLaunchCooperativeKernel);
+  LOAD(cuLaunchCooperativeKernel_ptsz);
+  LOAD(cuModuleLoadData);
+  LOAD(cuModuleGetFunction);
   if (!real_cuModuleGetGlobal) real_cuModuleGetGlobal = cuda_sym("cuModuleGetGlobal_v2");   /* size_t version */
   if (!real_cuEventDestroy) real_cuEventDestroy = cuda_sym("cuEventDestroy_v2");
-  LOAD(cuLibraryGetGlobal); LOAD(cuCtxGetCurrent); LOAD(cuCtxGetDevice); LOAD(cuDeviceGetAttribute);
-  LOAD(cuDriverGetVersion); LOAD(cuCtxSetCurrent); LOAD(cuEventCreate); LOAD(cuEventRecord); LOAD(cuEventQuery);
-  LOAD(cuEventSynchronize); LOAD(cuEventElapsedTime); LOAD(cuStreamIsCapturing); LOAD(cuStreamQuery); LOAD(cuThreadExchangeStreamCaptureMode);
-  LOAD(cuLibraryLoadData); LOAD(cuLibraryGetKernel); LOAD(cuKernelGetFunction); LOAD(cuDeviceGetCount); LOAD(cuDeviceGet);
-  LOAD(cuFuncSetAttribute); LOAD(cuFuncSetCacheConfig); LOAD(cuKernelSetAttribute); LOAD(cuKernelSetCacheConfig);
+  LOAD(cuLibraryGetGlobal);
+  LOAD(cuCtxGetCurrent);
+  LOAD(cuCtxGetDevice);
+  LOAD(cuDeviceGetAttribute);
+  LOAD(cuDriverGetVersion);
+  LOAD(cuCtxSetCurrent);
+  LOAD(cuEventCreate);
+  LOAD(cuEventRecord);
+  LOAD(cuEventQuery);
+  LOAD(cuEventSynchronize);
+  LOAD(cuEventElapsedTime);
+  LOAD(cuStreamIsCapturing);
+  LOAD(cuStreamQuery);
+  LOAD(cuThreadExchangeStreamCaptureMode);
+  LOAD(cuLibraryLoadData);
+  LOAD(cuLibraryGetKernel);
+  LOAD(cuKernelGetFunction);
+  LOAD(cuDeviceGetCount);
+  LOAD(cuDeviceGet);
+  LOAD(cuFuncSetAttribute);
+  LOAD(cuFuncSetCacheConfig);
+  LOAD(cuKernelSetAttribute);
+  LOAD(cuKernelSetCacheConfig);
   /* what cuda_graph.c calls itself, whether or not the app's graph calls come through it */
-  LOAD(cuGraphGetNodes); LOAD(cuGraphNodeGetType); LOAD(cuGraphKernelNodeGetParams_v2); LOAD(cuGraphKernelNodeSetParams_v2);
-  LOAD(cuGraphKernelNodeGetAttribute); LOAD(cuGraphClone); LOAD(cuGraphDestroy); LOAD(cuGraphExecKernelNodeSetParams_v2);
+  LOAD(cuGraphGetNodes);
+  LOAD(cuGraphNodeGetType);
+  LOAD(cuGraphKernelNodeGetParams_v2);
+  LOAD(cuGraphKernelNodeSetParams_v2);
+  LOAD(cuGraphKernelNodeGetAttribute);
+  LOAD(cuGraphClone);
+  LOAD(cuGraphDestroy);
+  LOAD(cuGraphExecKernelNodeSetParams_v2);
   LOAD(cuGraphExecNodeSetParams);
 #undef LOAD
   if (real_cuLaunchKernel) atomic_store_explicit(&driver_calls_loaded, 1, memory_order_release);
 }
 
 /* The runtime's own function, found on first use (these are only called when it is loaded). */
-#define RUNTIME_REAL(n) (*({ if (!real_##n) *(void **)&real_##n = dlsym(RTLD_NEXT, #n); &real_##n; }))
+#define RUNTIME_REAL(n) \
+  (*({ \
+    if (!real_##n) *(void **)&real_##n = dlsym(RTLD_NEXT, #n); \
+    &real_##n; \
+  }))
 
 /* Device variables the runtime registered (__cudaRegisterVar), for cuda_global_address. */
-typedef struct var_reg { struct var_reg *next; const void *fatbin; const void *host; char *name; } var_reg;
+typedef struct var_reg {
+  struct var_reg *next;
+  const void *fatbin;
+  const void *host;
+  char *name;
+} var_reg;
 static var_reg *all_vars;   /* reg_lock */
 
 /* ------------------------------------------------------------------ kernels and handles */
 
 int current_arch(void) {
-  CUdevice dev; int major = 0, minor = 0;
+  CUdevice dev;
+  int major = 0, minor = 0;
   if (!real_cuCtxGetDevice || real_cuCtxGetDevice(&dev) != CUDA_SUCCESS) return 0;
   real_cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
   real_cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
@@ -119,14 +159,14 @@ static void cuda_kernel_ready(kinfo *ki) {
   if (real_cuEventCreate && real_cuCtxGetCurrent && real_cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx &&
       real_cuEventCreate(&ki->ev[0], 0) == CUDA_SUCCESS && real_cuEventCreate(&ki->ev[1], 0) == CUDA_SUCCESS)
     ki->ev_ctx = ctx;
-  else
-    atomic_store(&ki->sample_state, SAMPLE_OFF);
+  else atomic_store(&ki->sample_state, SAMPLE_OFF);
 }
 
 /* A device variable's address for a launch of `ki` through a handle from `owner` (its module
  * or library; NULL: the kernel's first). */
 uint64_t cuda_global_address(kinfo *ki, void *owner, const char *name) {
-  CUdeviceptr dptr = 0; size_t bytes = 0;
+  CUdeviceptr dptr = 0;
+  size_t bytes = 0;
   if (!owner) owner = ki->owner;
   if (ki->owner_kind == OWNER_LIBRARY && real_cuLibraryGetGlobal) {
     if (real_cuLibraryGetGlobal(&dptr, &bytes, (CUlibrary)owner, name) == CUDA_SUCCESS) return dptr;
@@ -181,7 +221,7 @@ static gpu_fn cuda_load(kinfo *ki, uint8_t *image, const char *name, int *error)
 
 /* A miss, out of line: the process's platform is CUDA (gpu_claim), or the original runs. */
 __attribute__((noinline, cold)) static CUfunction cuda_miss(const void *handle, void **params, dim3 grid, dim3 block,
-                                                           CUstream stream, kinfo *ki, CUcontext ctx, int ctx_free) {
+                                                            CUstream stream, kinfo *ki, CUcontext ctx, int ctx_free) {
   if (gpu_claim(&cuda_ops)) return pick_miss(handle, params, grid, block, stream, ki, ctx, ctx_free);
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
   return NULL;
@@ -234,9 +274,11 @@ original:
 
 /* Set while the runtime launches a kernel we left to it: its driver-level launch is then
  * the same launch, already decided, and passes straight through. */
-static __thread int in_runtime_launch __attribute__((tls_model("initial-exec")));   /* read on every launch: no __tls_get_addr call */
+static __thread int in_runtime_launch
+    __attribute__((tls_model("initial-exec")));   /* read on every launch: no __tls_get_addr call */
 
-static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **),
+static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                             CUstream, void **, void **),
                             CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, CUstream s, void **params, void **extra) {
   if (in_runtime_launch) return real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
@@ -245,7 +287,8 @@ static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, uns
   CUstream es = !s && real == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : s;
   trial_ticket tk = {0};
   CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki, &tk);
-  if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, shmem, s, real);
+  if (__builtin_expect(g_validate, 0) && sf)
+    sf = validate_begin(ki, sf, f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, shmem, s, real);
   sample_poll(ki);
   int sampled = sample_begin(ki, es, &tk);
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra) : 1;
@@ -266,16 +309,19 @@ static CUresult w_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, un
   return launch_with(real_cuLaunchKernel_ptsz, f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
 }
 
-static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **),
-                               const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfunction, void **, void **), const CUlaunchConfig *c,
+                               CUfunction f, void **params, void **extra) {
   kinfo *ki = NULL;
   trial_ticket tk = {0};
   CUstream es = c && !c->hStream && real == real_cuLaunchKernelEx_ptsz ? (CUstream)0x2 : c ? c->hStream : NULL;
-  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki, &tk) : NULL;
+  CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ},
+                                                 (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki, &tk)
+                                          : NULL;
   if (__builtin_expect(g_validate, 0) && sf)
     sf = c->numAttrs ? validate_refuse(ki, "launched with cuLaunchKernelEx attributes, which validation does not repeat")
-                     : validate_begin(ki, sf, f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ}, (dim3){c->blockDimX, c->blockDimY, c->blockDimZ},
-                                      c->sharedMemBytes, c->hStream, real == real_cuLaunchKernelEx_ptsz ? real_cuLaunchKernel_ptsz : real_cuLaunchKernel);
+                     : validate_begin(ki, sf, f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ},
+                                      (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, c->sharedMemBytes, c->hStream,
+                                      real == real_cuLaunchKernelEx_ptsz ? real_cuLaunchKernel_ptsz : real_cuLaunchKernel);
   sample_poll(ki);
   int sampled = sample_begin(ki, es, &tk);
   CUresult r = sf ? real(c, sf, params, extra) : 1;
@@ -286,10 +332,15 @@ static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfuncti
   prefetch_hit(f, ki);
   return r;
 }
-static CUresult w_cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { return launch_ex_with(real_cuLaunchKernelEx, c, f, p, e); }
-static CUresult w_cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { return launch_ex_with(real_cuLaunchKernelEx_ptsz, c, f, p, e); }
+static CUresult w_cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) {
+  return launch_ex_with(real_cuLaunchKernelEx, c, f, p, e);
+}
+static CUresult w_cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) {
+  return launch_ex_with(real_cuLaunchKernelEx_ptsz, c, f, p, e);
+}
 
-static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **),
+static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                           CUstream, void **),
                           CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                           unsigned shmem, CUstream s, void **params) {
   kinfo *ki = NULL;
@@ -306,8 +357,8 @@ static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsig
   prefetch_hit(f, ki);
   return r;
 }
-static CUresult w_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                                            unsigned shmem, CUstream s, void **params) {
+static CUresult w_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                            unsigned bz, unsigned shmem, CUstream s, void **params) {
   return coop_with(real_cuLaunchCooperativeKernel, f, gx, gy, gz, bx, by, bz, shmem, s, params);
 }
 static CUresult w_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -338,7 +389,8 @@ static CUresult w_cuModuleGetFunction(CUfunction *f, CUmodule m, const char *nam
   if (r == CUDA_SUCCESS) remember(*f, image_of(m), name, OWNER_MODULE, m);
   return r;
 }
-static CUresult w_cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, void **jv, unsigned nj, void *lo, void **lv, unsigned nl) {
+static CUresult w_cuLibraryLoadData(CUlibrary *l, const void *code, void *jo, void **jv, unsigned nj, void *lo, void **lv,
+                                    unsigned nl) {
   prestart(&cuda_ops);
   CUresult r = real_cuLibraryLoadData(l, code, jo, jv, nj, lo, lv, nl);
   if (r == CUDA_SUCCESS) {
@@ -366,7 +418,11 @@ static CUresult w_cuLibraryUnload(CUlibrary l) {
 static CUresult w_cuKernelGetFunction(CUfunction *f, CUkernel k) {
   CUresult r = real_cuKernelGetFunction(f, k);
   kinfo *ki = r == CUDA_SUCCESS ? handle_lookup(k) : NULL;
-  if (ki) { pthread_mutex_lock(&reg_lock); handle_insert(*f, ki, handle_owner(k)); pthread_mutex_unlock(&reg_lock); }
+  if (ki) {
+    pthread_mutex_lock(&reg_lock);
+    handle_insert(*f, ki, handle_owner(k));
+    pthread_mutex_unlock(&reg_lock);
+  }
   return r;
 }
 
@@ -414,7 +470,7 @@ const char *no_gpu_reason(int may_init) {
   static char why[512];
   static _Atomic int decided;
   read_env();
-  if (atomic_load(&decided) || !getenv(ENV_REPORT) || g_disable || !cuda_app()) return why;   /* (disabled: the report says so) */
+  if (atomic_load(&decided) || !getenv(ENV_REPORT) || g_disable || !cuda_app()) return why; /* (disabled: the report says so) */
   pthread_mutex_lock(&no_gpu_lock);
   int init = app_init;
   if (init > 0) snprintf(why, sizeof why, "%s", init_error);
@@ -435,8 +491,8 @@ const char *no_gpu_reason(int may_init) {
   /* Asked only where nothing was launched, and only before the exit handlers: after them a
    * driver the app loaded may be torn down already. */
   if (!may_init || launched_any()) return why;
-  CUresult (*init_fn)(unsigned) = (CUresult (*)(unsigned))real_dlsym(h, "cuInit");
-  CUresult (*name_of)(CUresult, const char **) = (CUresult (*)(CUresult, const char **))real_dlsym(h, "cuGetErrorName");
+  CUresult (*init_fn)(unsigned) = (CUresult(*)(unsigned))real_dlsym(h, "cuInit");
+  CUresult (*name_of)(CUresult, const char **) = (CUresult(*)(CUresult, const char **))real_dlsym(h, "cuGetErrorName");
   CUresult r = init_fn ? init_fn(0) : CUDA_SUCCESS;
   const char *name = NULL;
   if (r != CUDA_SUCCESS && (!name_of || name_of(r, &name) != CUDA_SUCCESS || !name)) name = "error";
@@ -450,24 +506,34 @@ const char *no_gpu_reason(int may_init) {
 static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long flags) {
   int ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   if (ptsz) {
-    WRAP_PROC("cuLaunchKernel", cuLaunchKernel_ptsz); WRAP_PROC("cuLaunchKernelEx", cuLaunchKernelEx_ptsz);
+    WRAP_PROC("cuLaunchKernel", cuLaunchKernel_ptsz);
+    WRAP_PROC("cuLaunchKernelEx", cuLaunchKernelEx_ptsz);
     WRAP_PROC("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel_ptsz);
-    WRAP_PROC("cuStreamBeginCapture", cuStreamBeginCapture_ptsz); WRAP_PROC("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph_ptsz);
+    WRAP_PROC("cuStreamBeginCapture", cuStreamBeginCapture_ptsz);
+    WRAP_PROC("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph_ptsz);
     WRAP_PROC("cuStreamEndCapture", cuStreamEndCapture_ptsz);
   } else {
-    WRAP_PROC("cuLaunchKernel", cuLaunchKernel); WRAP_PROC("cuLaunchKernelEx", cuLaunchKernelEx);
+    WRAP_PROC("cuLaunchKernel", cuLaunchKernel);
+    WRAP_PROC("cuLaunchKernelEx", cuLaunchKernelEx);
     WRAP_PROC("cuLaunchCooperativeKernel", cuLaunchCooperativeKernel);
     /* the runtime asks for the mode-taking version (CUDA >= 10.1): ours forwards the mode */
-    WRAP_PROC("cuStreamBeginCapture", cuStreamBeginCapture_v2); WRAP_PROC("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph);
+    WRAP_PROC("cuStreamBeginCapture", cuStreamBeginCapture_v2);
+    WRAP_PROC("cuStreamBeginCaptureToGraph", cuStreamBeginCaptureToGraph);
     WRAP_PROC("cuStreamEndCapture", cuStreamEndCapture);
   }
-  WRAP_PROC("cuModuleLoadData", cuModuleLoadData); WRAP_PROC("cuModuleLoadDataEx", cuModuleLoadDataEx);
-  WRAP_PROC("cuModuleLoadFatBinary", cuModuleLoadFatBinary); WRAP_PROC("cuModuleGetFunction", cuModuleGetFunction);
-  WRAP_PROC("cuLibraryLoadData", cuLibraryLoadData); WRAP_PROC("cuLibraryGetKernel", cuLibraryGetKernel);
+  WRAP_PROC("cuModuleLoadData", cuModuleLoadData);
+  WRAP_PROC("cuModuleLoadDataEx", cuModuleLoadDataEx);
+  WRAP_PROC("cuModuleLoadFatBinary", cuModuleLoadFatBinary);
+  WRAP_PROC("cuModuleGetFunction", cuModuleGetFunction);
+  WRAP_PROC("cuLibraryLoadData", cuLibraryLoadData);
+  WRAP_PROC("cuLibraryGetKernel", cuLibraryGetKernel);
   WRAP_PROC("cuKernelGetFunction", cuKernelGetFunction);
-  WRAP_PROC("cuModuleUnload", cuModuleUnload); WRAP_PROC("cuLibraryUnload", cuLibraryUnload);
-  WRAP_PROC("cuFuncSetAttribute", cuFuncSetAttribute); WRAP_PROC("cuFuncSetCacheConfig", cuFuncSetCacheConfig);
-  WRAP_PROC("cuKernelSetAttribute", cuKernelSetAttribute); WRAP_PROC("cuKernelSetCacheConfig", cuKernelSetCacheConfig);
+  WRAP_PROC("cuModuleUnload", cuModuleUnload);
+  WRAP_PROC("cuLibraryUnload", cuLibraryUnload);
+  WRAP_PROC("cuFuncSetAttribute", cuFuncSetAttribute);
+  WRAP_PROC("cuFuncSetCacheConfig", cuFuncSetCacheConfig);
+  WRAP_PROC("cuKernelSetAttribute", cuKernelSetAttribute);
+  WRAP_PROC("cuKernelSetCacheConfig", cuKernelSetCacheConfig);
   WRAP_PROC("cuInit", cuInit);
   if (!strncmp(sym, "cuGraph", 7)) return graph_proc(sym, real, ver, ptsz);
   if (!strcmp(sym, "cuModuleGetGlobal")) real_cuModuleGetGlobal = real;
@@ -478,8 +544,8 @@ static void *wrap_proc(const char *sym, void *real, int ver, unsigned long long 
 static CUresult w_cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags, int *status);
 static CUresult w_cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *status);
 
-static CUresult proc_with(CUresult (*real)(const char *, void **, int, unsigned long long, int *),
-                          const char *sym, void **pfn, int ver, unsigned long long flags, int *status) {
+static CUresult proc_with(CUresult (*real)(const char *, void **, int, unsigned long long, int *), const char *sym, void **pfn,
+                          int ver, unsigned long long flags, int *status) {
   CUresult r = real(sym, pfn, ver, flags, status);
   if (r != CUDA_SUCCESS || !pfn || !*pfn || !sym) return r;
   init_driver_calls();
@@ -511,9 +577,15 @@ __attribute__((visibility("default"))) void *dlsym(void *handle, const char *nam
     return (void *)w_cuInit;
   }
   if (strncmp(name, "cuGetProcAddress", 16)) return p;
-  prestart(&cuda_ops);   /* a static CUDA runtime starting up: the context comes next */
-  if (!strcmp(name, "cuGetProcAddress")) { *(void **)&real_cuGetProcAddress = p; return (void *)w_cuGetProcAddress; }
-  if (!strcmp(name, "cuGetProcAddress_v2")) { *(void **)&real_cuGetProcAddress_v2 = p; return (void *)w_cuGetProcAddress_v2; }
+  prestart(&cuda_ops); /* a static CUDA runtime starting up: the context comes next */
+  if (!strcmp(name, "cuGetProcAddress")) {
+    *(void **)&real_cuGetProcAddress = p;
+    return (void *)w_cuGetProcAddress;
+  }
+  if (!strcmp(name, "cuGetProcAddress_v2")) {
+    *(void **)&real_cuGetProcAddress_v2 = p;
+    return (void *)w_cuGetProcAddress_v2;
+  }
   return p;
 }
 
@@ -537,14 +609,26 @@ EXPORT CUresult cuStreamEndCapture(CUstream s, void **g) {
   if (!real_cuStreamEndCapture) real_cuStreamEndCapture = cuda_sym("cuStreamEndCapture");
   return real_cuStreamEndCapture ? w_cuStreamEndCapture(s, g) : 999;
 }
-EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value) { init_driver_calls(); return w_cuFuncSetAttribute(f, attrib, value); }
-EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, int config) { init_driver_calls(); return w_cuFuncSetCacheConfig(f, config); }
+EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attrib, int value) {
+  init_driver_calls();
+  return w_cuFuncSetAttribute(f, attrib, value);
+}
+EXPORT CUresult cuFuncSetCacheConfig(CUfunction f, int config) {
+  init_driver_calls();
+  return w_cuFuncSetCacheConfig(f, config);
+}
 EXPORT CUresult cuKernelSetAttribute(int attrib, int value, CUkernel k, CUdevice dev) {
   init_driver_calls();
   return w_cuKernelSetAttribute(attrib, value, k, dev);
 }
-EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev) { init_driver_calls(); return w_cuKernelSetCacheConfig(k, config, dev); }
-EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) { init_driver_calls(); return w_cuModuleLoadData(m, image); }
+EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev) {
+  init_driver_calls();
+  return w_cuKernelSetCacheConfig(k, config, dev);
+}
+EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image) {
+  init_driver_calls();
+  return w_cuModuleLoadData(m, image);
+}
 EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, void *o, void **v) {
   init_driver_calls();
   if (!real_cuModuleLoadDataEx) real_cuModuleLoadDataEx = cuda_sym("cuModuleLoadDataEx");
@@ -576,13 +660,18 @@ EXPORT void __cudaRegisterFunction(void **h, const char *hostFun, char *deviceFu
   RUNTIME_REAL(__cudaRegisterFunction)(h, hostFun, deviceFun, deviceName, tl, tid, bid, bd, gd, ws);
   remember(hostFun, image_of(h), deviceName, OWNER_RUNTIME, h);
 }
-EXPORT void __cudaRegisterVar(void **h, char *hostVar, char *deviceAddress, const char *deviceName, int ext, size_t size, int constant,
-                              int global) {
+EXPORT void __cudaRegisterVar(void **h, char *hostVar, char *deviceAddress, const char *deviceName, int ext, size_t size,
+                              int constant, int global) {
   RUNTIME_REAL(__cudaRegisterVar)(h, hostVar, deviceAddress, deviceName, ext, size, constant, global);
   var_reg *v = malloc(sizeof *v);
   if (v) {
-    v->fatbin = h; v->host = hostVar; v->name = strdup(deviceName);
-    pthread_mutex_lock(&reg_lock); v->next = all_vars; all_vars = v; pthread_mutex_unlock(&reg_lock);
+    v->fatbin = h;
+    v->host = hostVar;
+    v->name = strdup(deviceName);
+    pthread_mutex_lock(&reg_lock);
+    v->next = all_vars;
+    all_vars = v;
+    pthread_mutex_unlock(&reg_lock);
   }
 }
 
@@ -594,14 +683,16 @@ static CUfunction runtime_function(const void *func) {
 }
 
 static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, void **, size_t, void *),
-                                  CUresult (*drv)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **),
+                                  CUresult (*drv)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                                  unsigned, CUstream, void **, void **),
                                   const void *func, dim3 grid, dim3 block, void **args, size_t shmem, void *stream) {
   init_driver_calls();
   kinfo *ki = NULL;
   CUstream es = !stream && drv == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : stream;
   trial_ticket tk = {0};
   CUfunction sf = drv ? pick(func, args, grid, block, es, &ki, &tk) : NULL;
-  if (__builtin_expect(g_validate, 0) && sf) sf = validate_begin(ki, sf, runtime_function(func), args, grid, block, (unsigned)shmem, stream, drv);
+  if (__builtin_expect(g_validate, 0) && sf)
+    sf = validate_begin(ki, sf, runtime_function(func), args, grid, block, (unsigned)shmem, stream, drv);
   sample_poll(ki);
   int sampled = sample_begin(ki, es, &tk);
   if (sf) {
@@ -631,7 +722,7 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   kinfo *ki = NULL;
   int sampled = 0;
   trial_ticket tk = {0};
-  if (c && c->numAttrs == 0 && real_cuLaunchKernel) {   /* with attributes: leave it to the runtime */
+  if (c && c->numAttrs == 0 && real_cuLaunchKernel) { /* with attributes: leave it to the runtime */
     CUfunction sf = pick(func, args, c->gridDim, c->blockDim, c->stream, &ki, &tk);
     if (__builtin_expect(g_validate, 0) && sf)
       sf = validate_begin(ki, sf, runtime_function(func), args, c->gridDim, c->blockDim, (unsigned)c->dynamicSmemBytes, c->stream,
@@ -659,13 +750,13 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
 
 /* Found once (the prestart thread asks first, before it takes jit_lock: see prestart_main). */
 static int cuda_driver_version(void) {
-  if (!real_cuDriverGetVersion) *(void **)&real_cuDriverGetVersion = cuda_sym("cuDriverGetVersion");   /* needs no cuInit */
+  if (!real_cuDriverGetVersion) *(void **)&real_cuDriverGetVersion = cuda_sym("cuDriverGetVersion"); /* needs no cuInit */
   int v = 0;
   if (real_cuDriverGetVersion) real_cuDriverGetVersion(&v);
   return v;
 }
 
-static int cuda_arch(gpu_arch *out) {   /* 0 (no context) is asked about too: the run time decides */
+static int cuda_arch(gpu_arch *out) { /* 0 (no context) is asked about too: the run time decides */
   out->sm = current_arch();
   out->name = NULL;
   return 1;
@@ -681,7 +772,9 @@ static int cuda_stream_busy(gpu_stream s) {
 }
 
 static int cuda_event_create(void **ev) { return real_cuEventCreate && real_cuEventCreate(ev, 0) == CUDA_SUCCESS; }
-static void cuda_event_destroy(void *ev) { if (real_cuEventDestroy) real_cuEventDestroy(ev); }
+static void cuda_event_destroy(void *ev) {
+  if (real_cuEventDestroy) real_cuEventDestroy(ev);
+}
 static int cuda_event_record(void *ev, gpu_stream s) { return real_cuEventRecord && real_cuEventRecord(ev, s) == CUDA_SUCCESS; }
 static int cuda_event_query(void *ev) {
   CUresult q = real_cuEventQuery ? real_cuEventQuery(ev) : 999 /* CUDA_ERROR_UNKNOWN */;
@@ -690,7 +783,9 @@ static int cuda_event_query(void *ev) {
 static int cuda_event_elapsed(float *ms, void *start, void *end) {
   return real_cuEventElapsedTime && real_cuEventElapsedTime(ms, start, end) == CUDA_SUCCESS;
 }
-static void cuda_event_sync(void *ev) { if (real_cuEventSynchronize) real_cuEventSynchronize(ev); }
+static void cuda_event_sync(void *ev) {
+  if (real_cuEventSynchronize) real_cuEventSynchronize(ev);
+}
 
 const struct gpu_ops cuda_ops = {
     .name = "CUDA",

@@ -47,17 +47,25 @@ typedef struct {   /* CUDA_KERNEL_NODE_PARAMS_v2 (_v3: the same fields) */
  * __cudaRegisterFatBinary is handed. Its data is the fat binary, in .nv_fatbin. */
 #define FATBIN_WRAPPER_MAGIC 0x466243b1u
 #define FATBIN_MAGIC 0xba55ed50u
-typedef struct { unsigned magic, version; const void *data; void *filename_or_fatbins; } fatbin_wrapper;
+typedef struct {
+  unsigned magic, version;
+  const void *data;
+  void *filename_or_fatbins;
+} fatbin_wrapper;
 
 #define PROTEUS_CUDA_API(X) \
   X(CUresult, cuGetProcAddress, (const char *, void **, int, unsigned long long, int *)) \
   X(CUresult, cuGetProcAddress_v2, (const char *, void **, int, unsigned long long, int *)) \
-  X(CUresult, cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
-  X(CUresult, cuLaunchKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
+  X(CUresult, cuLaunchKernel, \
+    (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
+  X(CUresult, cuLaunchKernel_ptsz, \
+    (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **)) \
   X(CUresult, cuLaunchKernelEx, (const CUlaunchConfig *, CUfunction, void **, void **)) \
   X(CUresult, cuLaunchKernelEx_ptsz, (const CUlaunchConfig *, CUfunction, void **, void **)) \
-  X(CUresult, cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **)) \
-  X(CUresult, cuLaunchCooperativeKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **)) \
+  X(CUresult, cuLaunchCooperativeKernel, \
+    (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **)) \
+  X(CUresult, cuLaunchCooperativeKernel_ptsz, \
+    (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **)) \
   X(CUresult, cuModuleLoadData, (CUmodule *, const void *)) \
   X(CUresult, cuModuleLoadDataEx, (CUmodule *, const void *, unsigned, void *, void **)) \
   X(CUresult, cuModuleLoadFatBinary, (CUmodule *, const void *)) \
@@ -129,7 +137,11 @@ typedef struct { unsigned magic, version; const void *data; void *filename_or_fa
 
 /* In a function given an entry point `real` for the name `sym` (cuGetProcAddress): where the
  * name is `name`, keep the real one in real_<w> and hand out the wrapper w_<w> instead. */
-#define WRAP_PROC(name, w) if (!strcmp(sym, name)) { *(void **)&real_##w = real; return (void *)w_##w; }
+#define WRAP_PROC(name, w) \
+  if (!strcmp(sym, name)) { \
+    *(void **)&real_##w = real; \
+    return (void *)w_##w; \
+  }
 
 #define PROTEUS_CUDA_DECLARE(ret, name, params) HIDDEN extern ret(*real_##name) params;
 PROTEUS_CUDA_API(PROTEUS_CUDA_DECLARE)
@@ -169,8 +181,8 @@ HIDDEN CUresult w_cuKernelSetCacheConfig(CUkernel k, int config, CUdevice dev);
 /* PROTEUS_VALIDATE (cuda_validate.c): a variant's first launch checked in the original's shadow.
  * validate_begin answers the function to launch (NULL: the original); validate_end, after the
  * app's launch, compares. validate_refuse: a launch validation cannot repeat (the original runs). */
-typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                              void **, void **);
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **,
+                              void **);
 HIDDEN CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, void **params, dim3 grid, dim3 block,
                                  unsigned shmem, CUstream stream, launch_fn launch);
 HIDDEN void validate_end(void);
@@ -196,8 +208,10 @@ HIDDEN CUresult w_cuGraphLaunch_ptsz(void *exec, CUstream s);
 HIDDEN CUresult w_cuGraphExecDestroy(void *exec);
 HIDDEN CUresult w_cuGraphDestroy(void *graph);
 HIDDEN CUresult w_cuGraphDestroyNode(void *node);
+/* a CUkernel of a recorded kernel, whose functions nodes may hold */
 HIDDEN void graph_library_kernel(CUkernel k);
-HIDDEN void *graph_proc(const char *sym, void *real, int ver, int ptsz);   /* a cuGraph* entry point, wrapped or not */   /* a CUkernel of a recorded kernel, whose functions nodes may hold */
+/* a cuGraph* entry point, wrapped or not */
+HIDDEN void *graph_proc(const char *sym, void *real, int ver, int ptsz);
 
 /* ---- GPU time samples: a pair of events around a few launches: the 2nd, then every 64th
  * until SAMPLES_DENSE samples, then every 4,096th. A speed trial's turns (trial.c) are timed

@@ -21,8 +21,9 @@ static void set_one(kinfo *ki, CUfunction fn, int attrib, int value, int dev) {
   if (ki->ctx_free) {
     CUdevice d = dev;
     if (d < 0 && (!real_cuCtxGetDevice || real_cuCtxGetDevice(&d) != CUDA_SUCCESS)) return;
-    if (attrib == CACHE_CONFIG) { if (real_cuKernelSetCacheConfig) real_cuKernelSetCacheConfig((CUkernel)fn, value, d); }
-    else if (real_cuKernelSetAttribute) real_cuKernelSetAttribute(attrib, value, (CUkernel)fn, d);
+    if (attrib == CACHE_CONFIG) {
+      if (real_cuKernelSetCacheConfig) real_cuKernelSetCacheConfig((CUkernel)fn, value, d);
+    } else if (real_cuKernelSetAttribute) real_cuKernelSetAttribute(attrib, value, (CUkernel)fn, d);
   } else if (attrib == CACHE_CONFIG) {
     if (real_cuFuncSetCacheConfig) real_cuFuncSetCacheConfig(fn, value);
   } else if (real_cuFuncSetAttribute) {
@@ -37,7 +38,9 @@ void apply_attrs(kinfo *ki, CUfunction variant) {
   pthread_mutex_unlock(&attr_lock);
 }
 
-typedef struct { int attrib, value, dev; } attr_arg;
+typedef struct {
+  int attrib, value, dev;
+} attr_arg;
 
 static void set_on_variant(sentry *e, void *arg) {
   const attr_arg *a = arg;
@@ -55,7 +58,9 @@ static void record(const void *handle, int attrib, int value, int dev) {
   if (i == MAX_ATTRS) {
     warn("%s: more than %d function attributes set; later ones are not carried to its variants", ki->name, MAX_ATTRS);
   } else {
-    ki->attrs[i].attrib = attrib; ki->attrs[i].value = value; ki->attrs[i].dev = dev;
+    ki->attrs[i].attrib = attrib;
+    ki->attrs[i].value = value;
+    ki->attrs[i].dev = dev;
     if (i == ki->nattrs) ki->nattrs++;
     attr_arg a = {attrib, value, dev};
     for_each_variant(ki, set_on_variant, &a);

@@ -44,7 +44,10 @@ typedef struct {   /* CUDA_GRAPH_INSTANTIATE_PARAMS */
 typedef struct {   /* CUgraphNodeParams: a type, then a union of 232 bytes */
   int type;
   int reserved0[3];
-  union { long long reserved1[29]; knode kernel; };
+  union {
+    long long reserved1[29];
+    knode kernel;
+  };
   long long reserved2;
 } node_params;
 _Static_assert(sizeof(node_params) == 256, "CUgraphNodeParams");
@@ -61,8 +64,14 @@ typedef struct waiting {
 } waiting;
 
 /* An exec and the template it came from (the graph its SetParams nodes belong to). */
-typedef struct exec_rec { struct exec_rec *next; void *exec, *graph; } exec_rec;
-typedef struct doomed { struct doomed *next; void *graph; } doomed;
+typedef struct exec_rec {
+  struct exec_rec *next;
+  void *exec, *graph;
+} exec_rec;
+typedef struct doomed {
+  struct doomed *next;
+  void *graph;
+} doomed;
 
 static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
 static waiting *waits;
@@ -88,14 +97,20 @@ static size_t nlib, caplib;
 /* Functions found to be none of them since the last CUkernel was added: a graph of other
  * kernels (a library's, nvcc's) is not searched again at each instantiation or update. */
 #define NOT_OURS 256
-static struct { const void *func; size_t nlib; } not_ours[NOT_OURS];
+static struct {
+  const void *func;
+  size_t nlib;
+} not_ours[NOT_OURS];
 
 void graph_library_kernel(CUkernel k) {
   pthread_mutex_lock(&lib_lock);
   if (nlib == caplib) {
     size_t cap = caplib ? 2 * caplib : 64;
     CUkernel *grown = realloc(lib_kernels, cap * sizeof *grown);
-    if (grown) { lib_kernels = grown; caplib = cap; }
+    if (grown) {
+      lib_kernels = grown;
+      caplib = cap;
+    }
   }
   if (nlib < caplib) lib_kernels[nlib++] = k;
   pthread_mutex_unlock(&lib_lock);
@@ -132,8 +147,8 @@ static kinfo *node_kernel(const knode *p) {
 
 static void trace_node(const knode *p, const kinfo *ki, const char *what) {
   if (g_trace_launch)
-    fprintf(stderr, "proteus: graph node %s grid %u,%u,%u block %u,%u,%u: %s\n", ki ? ki->name : "(kernel not recorded)", p->gx, p->gy,
-            p->gz, p->bx, p->by, p->bz, what);
+    fprintf(stderr, "proteus: graph node %s grid %u,%u,%u block %u,%u,%u: %s\n", ki ? ki->name : "(kernel not recorded)", p->gx,
+            p->gy, p->gz, p->bx, p->by, p->bz, what);
 }
 
 /* The variant for a node's parameters: 1 with *out pointed at it; 0 to leave the node as it
@@ -200,7 +215,12 @@ static void wait_for(void *exec, void *graph, void *node, kinfo *ki, sentry *e, 
   for (uint32_t i = 0; i < ki->nparams; i++) bytes += ki->sizes[i];
   waiting *w = malloc(sizeof *w + ki->nparams * sizeof(void *) + bytes);
   if (!w) return;
-  w->exec = exec; w->graph = graph; w->node = node; w->ki = ki; w->e = e; w->p = *p;
+  w->exec = exec;
+  w->graph = graph;
+  w->node = node;
+  w->ki = ki;
+  w->e = e;
+  w->p = *p;
   w->p.params = w->argv;
   uint8_t *at = (uint8_t *)(w->argv + ki->nparams);
   for (uint32_t i = 0; i < ki->nparams; i++) {
@@ -235,7 +255,10 @@ static void destroy_if_doomed(void *graph) {
 static void drop_where(int (*match)(const waiting *, const void *, const void *), const void *a, const void *b) {
   for (waiting **p = &waits; *p;) {
     waiting *w = *p;
-    if (!match(w, a, b)) { p = &w->next; continue; }
+    if (!match(w, a, b)) {
+      p = &w->next;
+      continue;
+    }
     *p = w->next;
     atomic_fetch_sub(&nwaiting, 1);
     void *graph = w->graph;
@@ -244,9 +267,18 @@ static void drop_where(int (*match)(const waiting *, const void *, const void *)
   }
 }
 static int of_node(const waiting *w, const void *exec, const void *node) { return w->exec == exec && w->node == node; }
-static int of_exec(const waiting *w, const void *exec, const void *unused) { (void)unused; return w->exec == exec; }
-static int any_of_node(const waiting *w, const void *node, const void *unused) { (void)unused; return w->node == node; }
-static int of_graph(const waiting *w, const void *graph, const void *unused) { (void)unused; return w->graph == graph; }
+static int of_exec(const waiting *w, const void *exec, const void *unused) {
+  (void)unused;
+  return w->exec == exec;
+}
+static int any_of_node(const waiting *w, const void *node, const void *unused) {
+  (void)unused;
+  return w->node == node;
+}
+static int of_graph(const waiting *w, const void *graph, const void *unused) {
+  (void)unused;
+  return w->graph == graph;
+}
 
 /* At a launch of `exec`: each of its nodes whose variant landed runs it from now on. One whose
  * compilation failed or went stale (a policy change made the kernel's launches ask for another
@@ -257,7 +289,10 @@ static void land(void *exec) {
   pthread_mutex_lock(&graph_lock);
   for (waiting **p = &waits; *p;) {
     waiting *w = *p;
-    if (w->exec != exec || atomic_load_explicit(&w->e->pending, memory_order_acquire)) { p = &w->next; continue; }
+    if (w->exec != exec || atomic_load_explicit(&w->e->pending, memory_order_acquire)) {
+      p = &w->next;
+      continue;
+    }
     CUfunction fn = atomic_load_explicit(&w->e->fn, memory_order_acquire), f = fn ? node_function(w->ki, fn) : NULL;
     if (f) {
       knode out = w->p;
@@ -278,8 +313,8 @@ static void land(void *exec) {
 
 static int device_updatable(void *node) {
   long long value[8] = {0};   /* CUlaunchAttributeValue: 64 bytes; deviceUpdatable comes first */
-  return real_cuGraphKernelNodeGetAttribute && real_cuGraphKernelNodeGetAttribute(node, ATTR_DEVICE_UPDATABLE, value) == CUDA_SUCCESS &&
-         *(int *)value != 0;
+  return real_cuGraphKernelNodeGetAttribute &&
+         real_cuGraphKernelNodeGetAttribute(node, ATTR_DEVICE_UPDATABLE, value) == CUDA_SUCCESS && *(int *)value != 0;
 }
 
 /* Each kernel node of `graph` (the exec's template, or its copy for an update) gets its
@@ -291,7 +326,10 @@ static void point_nodes(void *graph, void *exec, int for_update) {
       real_cuGraphGetNodes(graph, NULL, &n) != CUDA_SUCCESS || !n)
     return;
   void **nodes = malloc(n * sizeof *nodes);
-  if (!nodes || real_cuGraphGetNodes(graph, nodes, &n) != CUDA_SUCCESS) { free(nodes); return; }
+  if (!nodes || real_cuGraphGetNodes(graph, nodes, &n) != CUDA_SUCCESS) {
+    free(nodes);
+    return;
+  }
   for (size_t i = 0; i < n; i++) {
     int type = -1;
     knode in, out;
@@ -312,11 +350,13 @@ static void point_nodes(void *graph, void *exec, int for_update) {
 }
 
 static void instantiated(CUresult r, void **exec, void *graph, unsigned long long flags) {
-  if (g_trace_launch) fprintf(stderr, "proteus: graph %p instantiated (%d) as %p\n", graph, r, exec && r == CUDA_SUCCESS ? *exec : NULL);
+  if (g_trace_launch)
+    fprintf(stderr, "proteus: graph %p instantiated (%d) as %p\n", graph, r, exec && r == CUDA_SUCCESS ? *exec : NULL);
   if (r != CUDA_SUCCESS || !exec || !*exec || (flags & INSTANTIATE_DEVICE_LAUNCH)) return;
   exec_rec *x = malloc(sizeof *x);
   if (x) {
-    x->exec = *exec; x->graph = graph;
+    x->exec = *exec;
+    x->graph = graph;
     pthread_mutex_lock(&graph_lock);
     x->next = execs;
     execs = x;
@@ -477,19 +517,26 @@ CUresult w_cuGraphDestroyNode(void *node) {
  * wrap it, else the real one. */
 void *graph_proc(const char *sym, void *real, int ver, int ptsz) {
   if (ptsz) {
-    WRAP_PROC("cuGraphLaunch", cuGraphLaunch_ptsz); WRAP_PROC("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams_ptsz);
+    WRAP_PROC("cuGraphLaunch", cuGraphLaunch_ptsz);
+    WRAP_PROC("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams_ptsz);
   } else {
-    WRAP_PROC("cuGraphLaunch", cuGraphLaunch); WRAP_PROC("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams);
+    WRAP_PROC("cuGraphLaunch", cuGraphLaunch);
+    WRAP_PROC("cuGraphInstantiateWithParams", cuGraphInstantiateWithParams);
   }
   if (ver >= 12000) {   /* the signatures CUDA 12 changed: the version asked for says which one */
-    WRAP_PROC("cuGraphInstantiate", cuGraphInstantiateWithFlags); WRAP_PROC("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams_v2);
+    WRAP_PROC("cuGraphInstantiate", cuGraphInstantiateWithFlags);
+    WRAP_PROC("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams_v2);
     WRAP_PROC("cuGraphExecUpdate", cuGraphExecUpdate_v2);
   } else {
-    WRAP_PROC("cuGraphInstantiate", cuGraphInstantiate_v2); WRAP_PROC("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams);
+    WRAP_PROC("cuGraphInstantiate", cuGraphInstantiate_v2);
+    WRAP_PROC("cuGraphExecKernelNodeSetParams", cuGraphExecKernelNodeSetParams);
     WRAP_PROC("cuGraphExecUpdate", cuGraphExecUpdate);
   }
-  WRAP_PROC("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags); WRAP_PROC("cuGraphExecNodeSetParams", cuGraphExecNodeSetParams);
-  WRAP_PROC("cuGraphExecDestroy", cuGraphExecDestroy); WRAP_PROC("cuGraphDestroy", cuGraphDestroy); WRAP_PROC("cuGraphDestroyNode", cuGraphDestroyNode);
+  WRAP_PROC("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags);
+  WRAP_PROC("cuGraphExecNodeSetParams", cuGraphExecNodeSetParams);
+  WRAP_PROC("cuGraphExecDestroy", cuGraphExecDestroy);
+  WRAP_PROC("cuGraphDestroy", cuGraphDestroy);
+  WRAP_PROC("cuGraphDestroyNode", cuGraphDestroyNode);
   return real;
 }
 

@@ -32,7 +32,10 @@ static CUresult (*mem_free)(CUdeviceptr);
 static CUresult (*copy_dtod)(CUdeviceptr, CUdeviceptr, size_t);
 static CUresult (*copy_dtoh)(void *, CUdeviceptr, size_t);
 
-typedef struct { CUdeviceptr base, snap; size_t size; } vrange;
+typedef struct {
+  CUdeviceptr base, snap;
+  size_t size;
+} vrange;
 typedef struct {
   kinfo *ki;
   CUfunction variant;
@@ -49,12 +52,16 @@ typedef struct {
 static __thread check *pending;   /* this thread's check, between its two halves */
 static pthread_mutex_t v_lock = PTHREAD_MUTEX_INITIALIZER;
 /* variants checked (done 1) or being checked (done 0) */
-static struct { CUfunction fn; int done; } checked[MAX_CHECKED];
+static struct {
+  CUfunction fn;
+  int done;
+} checked[MAX_CHECKED];
 static int nchecked;
 
 static void mark_done(CUfunction fn) {
   pthread_mutex_lock(&v_lock);
-  for (int i = 0; i < nchecked; i++) if (checked[i].fn == fn) checked[i].done = 1;
+  for (int i = 0; i < nchecked; i++)
+    if (checked[i].fn == fn) checked[i].done = 1;
   pthread_mutex_unlock(&v_lock);
 }
 
@@ -81,7 +88,8 @@ static void deny(kinfo *ki) { atomic_store(&ki->state, K_DISABLED); }
 
 
 static void free_check(check *c) {
-  for (int i = 0; i < c->n; i++) if (c->r[i].snap) mem_free(c->r[i].snap);
+  for (int i = 0; i < c->n; i++)
+    if (c->r[i].snap) mem_free(c->r[i].snap);
   free(c->after_variant);
   free(c->after_shadow);
   free(c->args);
@@ -101,7 +109,8 @@ static int add_range(check *c, CUdeviceptr p) {
   CUdeviceptr base = 0;
   size_t size = 0;
   if (!p || mem_range(&base, &size, p) != CUDA_SUCCESS || !size) return 0;
-  for (int i = 0; i < c->n; i++) if (c->r[i].base == base) return 0;
+  for (int i = 0; i < c->n; i++)
+    if (c->r[i].base == base) return 0;
   if (c->n == MAX_RANGES) return -1;
   c->r[c->n++] = (vrange){base, 0, size};
   c->total += size;
@@ -152,7 +161,8 @@ CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, vo
   if (atomic_load_explicit(&captures_open, memory_order_relaxed) || pending) return NULL;
   pthread_mutex_lock(&v_lock);
   int seen = -1;
-  for (int i = 0; i < nchecked && seen < 0; i++) if (checked[i].fn == variant) seen = checked[i].done;
+  for (int i = 0; i < nchecked && seen < 0; i++)
+    if (checked[i].fn == variant) seen = checked[i].done;
   int full = seen < 0 && nchecked == MAX_CHECKED;
   if (seen < 0 && !full) checked[nchecked++].fn = variant;
   pthread_mutex_unlock(&v_lock);
@@ -204,7 +214,8 @@ static CUfunction check_variant(kinfo *ki, CUfunction variant, CUfunction origin
   if (!c->args || !c->after_variant || (original && !c->after_shadow)) return give_up(ki, c, "out of host memory");
   if (params) pack_args(ki, params, c->args);
   for (int i = 0; i < c->n; i++)
-    if (mem_alloc(&c->r[i].snap, c->r[i].size) != CUDA_SUCCESS || copy_dtod(c->r[i].snap, c->r[i].base, c->r[i].size) != CUDA_SUCCESS)
+    if (mem_alloc(&c->r[i].snap, c->r[i].size) != CUDA_SUCCESS ||
+        copy_dtod(c->r[i].snap, c->r[i].base, c->r[i].size) != CUDA_SUCCESS)
       return give_up(ki, c, "no device memory for the snapshot");
   if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, c, "the snapshot failed");
   const char *why = shadow_run(c, variant, params, grid, block, shmem, stream, launch, c->after_variant, "variant");

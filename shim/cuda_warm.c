@@ -114,8 +114,8 @@ static int scan_object(struct dl_phdr_info *info, size_t size, void *found) {
   ElfW(Ehdr) eh;
   ElfW(Shdr) *sh = NULL;
   char *names = NULL;
-  if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
-      eh.e_shentsize != sizeof *sh || !eh.e_shnum || eh.e_shstrndx >= eh.e_shnum)
+  if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_shentsize != sizeof *sh ||
+      !eh.e_shnum || eh.e_shstrndx >= eh.e_shnum)
     goto done;
   size_t bytes = (size_t)eh.e_shnum * sizeof *sh;
   if (!(sh = malloc(bytes)) || pread(fd, sh, bytes, eh.e_shoff) != (ssize_t)bytes) goto done;
@@ -263,7 +263,12 @@ static int take_items(uint8_t *blob, ssize_t len, const uint64_t *ask, int n, in
     warm_item *it = &grown[n_items++];
     it->rec = blob + at;
     memcpy(it->dims, h, sizeof it->dims);
-    it->arch = h[6]; it->nparams = h[7]; it->nname = h[8]; it->nargs = h[9]; it->ninfo = h[10]; it->nanswer = h[11];
+    it->arch = h[6];
+    it->nparams = h[7];
+    it->nname = h[8];
+    it->nargs = h[9];
+    it->ninfo = h[10];
+    it->nanswer = h[11];
     it->image = first + k;
     it->done = 0;
     kept++;
@@ -290,7 +295,8 @@ static void ask_new(void) {
   if (!n || n_blobs == WARM_IMAGES) return;
   ssize_t len = 0;
   uint8_t *blob = py_warm_set(ask, n, &len);
-  if (take_items(blob, len, ask, n, first)) blobs[n_blobs++] = blob; else free(blob);
+  if (take_items(blob, len, ask, n, first)) blobs[n_blobs++] = blob;
+  else free(blob);
 }
 
 /* On the prestart thread as soon as Python is up, still holding jit_lock: the answers for the

@@ -60,13 +60,16 @@ static void *hip_sym(const char *name) {
 static void clear_our_error(hipError_t before) {
   if (before == HIP_SUCCESS && HIP_REAL(hipGetLastError)) real_hipGetLastError();
 }
-static hipError_t pending_error(void) {
-  return HIP_REAL(hipPeekAtLastError) ? real_hipPeekAtLastError() : HIP_SUCCESS;
-}
+static hipError_t pending_error(void) { return HIP_REAL(hipPeekAtLastError) ? real_hipPeekAtLastError() : HIP_SUCCESS; }
 
 /* ------------------------------------------------------------------ registration */
 
-typedef struct hip_var { struct hip_var *next; void **owner; const void *host; char *name; } hip_var;
+typedef struct hip_var {
+  struct hip_var *next;
+  void **owner;
+  const void *host;
+  char *name;
+} hip_var;
 static hip_var *hip_vars;   /* reg_lock */
 
 EXPORT void **__hipRegisterFatBinary(const void *data) {
@@ -91,16 +94,20 @@ EXPORT void __hipRegisterVar(void **modules, void *var, char *hostVar, char *dev
   real___hipRegisterVar(modules, var, hostVar, deviceVar, ext, size, constant, global);
   hip_var *v = malloc(sizeof *v);
   if (!v) return;
-  v->owner = modules; v->host = var; v->name = strdup(deviceVar ? deviceVar : "");
+  v->owner = modules;
+  v->host = var;
+  v->name = strdup(deviceVar ? deviceVar : "");
   pthread_mutex_lock(&reg_lock);
-  v->next = hip_vars; hip_vars = v;
+  v->next = hip_vars;
+  hip_vars = v;
   pthread_mutex_unlock(&reg_lock);
 }
 
 EXPORT void __hipUnregisterFatBinary(void **modules) {
   forget_owner(modules);
   pthread_mutex_lock(&reg_lock);
-  for (hip_var *v = hip_vars; v; v = v->next) if (v->owner == modules) v->owner = NULL;
+  for (hip_var *v = hip_vars; v; v = v->next)
+    if (v->owner == modules) v->owner = NULL;
   pthread_mutex_unlock(&reg_lock);
   if (HIP_REAL(__hipUnregisterFatBinary)) real___hipUnregisterFatBinary(modules);
 }
@@ -150,11 +157,15 @@ void arch_from_props(const unsigned char *props, size_t size, char *out, size_t 
   const char *p = (const char *)props;
   out[0] = 0;
   if (arch_at(p + HIP_GCN_ARCH_NAME_OFFSET, size - HIP_GCN_ARCH_NAME_OFFSET)) {
-    snprintf(out, nout, "%.*s", (int)strnlen(p + HIP_GCN_ARCH_NAME_OFFSET, size - HIP_GCN_ARCH_NAME_OFFSET), p + HIP_GCN_ARCH_NAME_OFFSET);
+    snprintf(out, nout, "%.*s", (int)strnlen(p + HIP_GCN_ARCH_NAME_OFFSET, size - HIP_GCN_ARCH_NAME_OFFSET),
+             p + HIP_GCN_ARCH_NAME_OFFSET);
     return;
   }
   for (size_t i = 0; i + 5 < size; i++)
-    if ((i == 0 || p[i - 1] == 0) && arch_at(p + i, size - i)) { snprintf(out, nout, "%.*s", (int)strnlen(p + i, size - i), p + i); return; }
+    if ((i == 0 || p[i - 1] == 0) && arch_at(p + i, size - i)) {
+      snprintf(out, nout, "%.*s", (int)strnlen(p + i, size - i), p + i);
+      return;
+    }
 }
 
 #define MAX_DEVICES 64
@@ -192,9 +203,7 @@ static int hip_device_arch(gpu_arch *out) {
   return 0;
 }
 
-static void hip_kernel_ready(kinfo *ki) {   /* no events here: no GPU-time samples */
-  atomic_store(&ki->sample_state, SAMPLE_OFF);
-}
+static void hip_kernel_ready(kinfo *ki) { /* no events here: no GPU-time samples */ atomic_store(&ki->sample_state, SAMPLE_OFF); }
 
 /* The device (its ordinal + 1) stands for the context: HIP loads a module per device. */
 static int hip_current_context(gpu_ctx *ctx) {
@@ -222,7 +231,10 @@ static uint64_t hip_global_address(kinfo *ki, void *owner, const char *name) {  
     const void *host = NULL;
     pthread_mutex_lock(&reg_lock);
     for (hip_var *v = hip_vars; v; v = v->next)
-      if (v->owner == ki->owner && !strcmp(v->name, name)) { host = v->host; break; }
+      if (v->owner == ki->owner && !strcmp(v->name, name)) {
+        host = v->host;
+        break;
+      }
     pthread_mutex_unlock(&reg_lock);
     if (host && real_hipGetSymbolAddress(&p, host) == HIP_SUCCESS) return (uintptr_t)p;
     if (host) clear_our_error(before);
@@ -288,7 +300,7 @@ const struct gpu_ops hip_ops = {
 
 /* A miss, out of line: the core's miss path, where the process's platform is HIP (gpu_claim). */
 __attribute__((noinline, cold)) static gpu_fn hip_miss(const void *handle, void **params, dim3 grid, dim3 block,
-                                                      hipStream_t stream, kinfo *ki, gpu_ctx ctx) {
+                                                       hipStream_t stream, kinfo *ki, gpu_ctx ctx) {
   if (gpu_claim(&hip_ops)) return pick_miss(handle, params, grid, block, (gpu_stream)stream, ki, ctx, 0);
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
   return NULL;
@@ -344,7 +356,7 @@ static void hip_launch_failed(const void *handle) {
 }
 
 static hipError_t hip_launch_with(hipLaunchKernel_fn real, hipStream_t spt_stream, const void *f, dim3 grid, dim3 block,
-                              void **args, size_t shmem, hipStream_t stream) {
+                                  void **args, size_t shmem, hipStream_t stream) {
   if (!real) return HIP_ERROR_INVALID_IMAGE;
   if (in_hip_launch) return real(f, grid, block, args, shmem, stream);
   hipStream_t s = stream ? stream : spt_stream;   /* the per-thread default stream is a handle of its own */
@@ -369,7 +381,7 @@ EXPORT hipError_t hipLaunchKernel(const void *function_address, dim3 numBlocks, 
 EXPORT hipError_t hipLaunchKernel_spt(const void *function_address, dim3 numBlocks, dim3 dimBlocks, void **args,
                                       size_t sharedMemBytes, hipStream_t stream) {
   return hip_launch_with(HIP_REAL(hipLaunchKernel_spt), HIP_STREAM_PER_THREAD, function_address, numBlocks, dimBlocks, args,
-                     sharedMemBytes, stream);
+                         sharedMemBytes, stream);
 }
 
 EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
@@ -388,8 +400,19 @@ EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gx, unsign
 
 /* Every definition above has exactly the type hip_api.h lists (which the tests check
  * against ROCm's headers and clang's registration calls). */
-#define SAME_TYPE(name) _Static_assert(__builtin_types_compatible_p(__typeof__(&name), name##_fn), #name " differs from hip_api.h");
-SAME_TYPE(__hipRegisterFatBinary) SAME_TYPE(__hipRegisterFunction) SAME_TYPE(__hipRegisterVar) SAME_TYPE(__hipUnregisterFatBinary)
-SAME_TYPE(hipLaunchKernel) SAME_TYPE(hipLaunchKernel_spt) SAME_TYPE(hipModuleLaunchKernel) SAME_TYPE(hipModuleLoadData)
-SAME_TYPE(hipModuleLoadDataEx) SAME_TYPE(hipModuleGetFunction) SAME_TYPE(hipModuleUnload)
+#define SAME_TYPE(name) \
+  _Static_assert(__builtin_types_compatible_p(__typeof__(&name), name##_fn), #name " differs from hip_api.h");
+// clang-format off
+SAME_TYPE(__hipRegisterFatBinary)
+SAME_TYPE(__hipRegisterFunction)
+SAME_TYPE(__hipRegisterVar)
+SAME_TYPE(__hipUnregisterFatBinary)
+SAME_TYPE(hipLaunchKernel)
+SAME_TYPE(hipLaunchKernel_spt)
+SAME_TYPE(hipModuleLaunchKernel)
+SAME_TYPE(hipModuleLoadData)
+SAME_TYPE(hipModuleLoadDataEx)
+SAME_TYPE(hipModuleGetFunction)
+SAME_TYPE(hipModuleUnload)
+// clang-format on
 #undef SAME_TYPE

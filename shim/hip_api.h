@@ -35,43 +35,45 @@ typedef struct hipDeviceProp_t hipDeviceProp_t;   /* never dereferenced: see hip
 #define HIP_GCN_ARCH_NAME_OFFSET 396
 
 /* clang's __hip_fatbin_wrapper, what __hipRegisterFatBinary is handed */
-typedef struct { unsigned magic, version; const void *binary; void *unused; } hip_fatbin_wrapper;
+typedef struct {
+  unsigned magic, version;
+  const void *binary;
+  void *unused;
+} hip_fatbin_wrapper;
 
-#define PROTEUS_HIP_API(X)                                                                                  \
-  /* interposed: the registration calls clang emits into every HIP translation unit ... */                  \
-  X(void **, __hipRegisterFatBinary, (const void *data))                                                    \
-  X(void, __hipRegisterFunction, (void **modules, const void *hostFunction, char *deviceFunction,           \
-                                  const char *deviceName, unsigned int threadLimit, void *tid, void *bid,   \
-                                  void *blockDim, void *gridDim, int *wSize))                               \
-  X(void, __hipRegisterVar, (void **modules, void *var, char *hostVar, char *deviceVar, int ext,            \
-                             size_t size, int constant, int global))                                        \
-  X(void, __hipUnregisterFatBinary, (void **modules))                                                       \
-  /* ... the launches (<<<>>> calls hipLaunchKernel, or _spt with a per-thread default stream) ... */       \
-  X(hipError_t, hipLaunchKernel, (const void *function_address, dim3 numBlocks, dim3 dimBlocks,             \
-                                  void **args, size_t sharedMemBytes, hipStream_t stream))                  \
-  X(hipError_t, hipLaunchKernel_spt, (const void *function_address, dim3 numBlocks, dim3 dimBlocks,         \
-                                      void **args, size_t sharedMemBytes, hipStream_t stream))              \
-  X(hipError_t, hipModuleLaunchKernel, (hipFunction_t f, unsigned int gridDimX, unsigned int gridDimY,      \
-                                        unsigned int gridDimZ, unsigned int blockDimX,                      \
-                                        unsigned int blockDimY, unsigned int blockDimZ,                     \
-                                        unsigned int sharedMemBytes, hipStream_t stream,                    \
-                                        void **kernelParams, void **extra))                                 \
-  /* ... and the module API, to learn which image and kernel a hipFunction_t is */                          \
-  X(hipError_t, hipModuleLoadData, (hipModule_t *module, const void *image))                                \
-  X(hipError_t, hipModuleLoadDataEx, (hipModule_t *module, const void *image, unsigned int numOptions,      \
-                                      hipJitOption *options, void **optionValues))                          \
-  X(hipError_t, hipModuleGetFunction, (hipFunction_t *function, hipModule_t module, const char *kname))    \
-  X(hipError_t, hipModuleUnload, (hipModule_t module))                                                      \
-  /* called by the shim itself, never interposed */                                                        \
-  X(hipError_t, hipGetDevice, (int *deviceId))                                                              \
-  X(hipError_t, hipSetDevice, (int deviceId))                                                               \
-  X(hipError_t, hipStreamQuery, (hipStream_t stream))                                                       \
-  X(hipError_t, hipStreamIsCapturing, (hipStream_t stream, hipStreamCaptureStatus *pCaptureStatus))         \
-  X(hipError_t, hipGetDeviceProperties, (hipDeviceProp_t *prop, int deviceId))                              \
-  X(hipError_t, hipGetSymbolAddress, (void **devPtr, const void *symbol))                                   \
-  X(hipError_t, hipModuleGetGlobal, (hipDeviceptr_t *dptr, size_t *bytes, hipModule_t hmod,                \
-                                     const char *name))                                                     \
-  X(hipError_t, hipGetLastError, (void))                                                                    \
+#define PROTEUS_HIP_API(X) \
+  /* interposed: the registration calls clang emits into every HIP translation unit ... */ \
+  X(void **, __hipRegisterFatBinary, (const void *data)) \
+  X(void, __hipRegisterFunction, \
+    (void **modules, const void *hostFunction, char *deviceFunction, const char *deviceName, unsigned int threadLimit, \
+     void *tid, void *bid, void *blockDim, void *gridDim, int *wSize)) \
+  X(void, __hipRegisterVar, \
+    (void **modules, void *var, char *hostVar, char *deviceVar, int ext, size_t size, int constant, int global)) \
+  X(void, __hipUnregisterFatBinary, (void **modules)) \
+  /* ... the launches (<<<>>> calls hipLaunchKernel, or _spt with a per-thread default stream) ... */ \
+  X(hipError_t, hipLaunchKernel, \
+    (const void *function_address, dim3 numBlocks, dim3 dimBlocks, void **args, size_t sharedMemBytes, hipStream_t stream)) \
+  X(hipError_t, hipLaunchKernel_spt, \
+    (const void *function_address, dim3 numBlocks, dim3 dimBlocks, void **args, size_t sharedMemBytes, hipStream_t stream)) \
+  X(hipError_t, hipModuleLaunchKernel, \
+    (hipFunction_t f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, \
+     unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, hipStream_t stream, void **kernelParams, \
+     void **extra)) \
+  /* ... and the module API, to learn which image and kernel a hipFunction_t is */ \
+  X(hipError_t, hipModuleLoadData, (hipModule_t * module, const void *image)) \
+  X(hipError_t, hipModuleLoadDataEx, \
+    (hipModule_t * module, const void *image, unsigned int numOptions, hipJitOption *options, void **optionValues)) \
+  X(hipError_t, hipModuleGetFunction, (hipFunction_t * function, hipModule_t module, const char *kname)) \
+  X(hipError_t, hipModuleUnload, (hipModule_t module)) \
+  /* called by the shim itself, never interposed */ \
+  X(hipError_t, hipGetDevice, (int *deviceId)) \
+  X(hipError_t, hipSetDevice, (int deviceId)) \
+  X(hipError_t, hipStreamQuery, (hipStream_t stream)) \
+  X(hipError_t, hipStreamIsCapturing, (hipStream_t stream, hipStreamCaptureStatus * pCaptureStatus)) \
+  X(hipError_t, hipGetDeviceProperties, (hipDeviceProp_t * prop, int deviceId)) \
+  X(hipError_t, hipGetSymbolAddress, (void **devPtr, const void *symbol)) \
+  X(hipError_t, hipModuleGetGlobal, (hipDeviceptr_t * dptr, size_t *bytes, hipModule_t hmod, const char *name)) \
+  X(hipError_t, hipGetLastError, (void)) \
   X(hipError_t, hipPeekAtLastError, (void))
 
 /* The pointers to the real functions (hip.c), HIP's table for the core, and what the tests call
@@ -79,7 +81,9 @@ typedef struct { unsigned magic, version; const void *binary; void *unused; } hi
 #ifndef PROTEUS_HIP_REAL_TYPES
 #include "platform.h"
 #include "shim.h"
-#define PROTEUS_HIP_DECLARE(ret, name, params) typedef ret(*name##_fn) params; HIDDEN extern name##_fn real_##name;
+#define PROTEUS_HIP_DECLARE(ret, name, params) \
+  typedef ret(*name##_fn) params; \
+  HIDDEN extern name##_fn real_##name;
 PROTEUS_HIP_API(PROTEUS_HIP_DECLARE)
 #undef PROTEUS_HIP_DECLARE
 HIDDEN extern const struct gpu_ops hip_ops;

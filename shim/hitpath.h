@@ -47,8 +47,14 @@ static inline int build_key(kinfo *ki, void **params, dim3 grid, dim3 block, uin
     len += size;
   }
   uint32_t dims = atomic_load_explicit(&ki->dims_in_key, memory_order_relaxed);
-  if (dims & PROTO_DIMS_BLOCK) { memcpy(key + len, &block, 12); len += 12; }
-  if (dims & PROTO_DIMS_GRID) { memcpy(key + len, &grid, 12); len += 12; }
+  if (dims & PROTO_DIMS_BLOCK) {
+    memcpy(key + len, &block, 12);
+    len += 12;
+  }
+  if (dims & PROTO_DIMS_GRID) {
+    memcpy(key + len, &grid, 12);
+    len += 12;
+  }
   return (int)len;
 }
 

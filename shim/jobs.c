@@ -32,17 +32,30 @@ job *make_job(kinfo *ki, void *owner, gpu_ctx ctx, void **params, dim3 grid, dim
   for (uint32_t i = 0; i < ki->nparams; i++) j->nargs += ki->sizes[i];
   j->args = malloc(j->nargs ? j->nargs : 1);
   j->addrs = calloc(ki->nglobals + 1, sizeof(uint64_t));
-  if (!j->args || !j->addrs) { free(j->args); free(j->addrs); free(j); return NULL; }
+  if (!j->args || !j->addrs) {
+    free(j->args);
+    free(j->addrs);
+    free(j);
+    return NULL;
+  }
   pack_args(ki, params, j->args);
   j->gen = atomic_load(&ki->gen);
   const struct gpu_ops *platform = gpu;
   for (uint32_t i = 0; i < ki->nglobals; i++) j->addrs[i] = platform->global_address(ki, owner, ki->globals[i]);
-  j->ki = ki; j->ctx = ctx; j->grid = grid; j->block = block; j->gpu_ms = gpu_ms(ki);
+  j->ki = ki;
+  j->ctx = ctx;
+  j->grid = grid;
+  j->block = block;
+  j->gpu_ms = gpu_ms(ki);
   platform->arch(&j->arch);   /* (unknown: the run time refuses it, and the original runs) */
   return j;
 }
 
-void free_job(job *j) { free(j->args); free(j->addrs); free(j); }
+void free_job(job *j) {
+  free(j->args);
+  free(j->addrs);
+  free(j);
+}
 
 /* ---- a kernel's first launch */
 
@@ -91,7 +104,11 @@ gpu_fn load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m) {
   char *name = strndup((const char *)p + PROTO_IMAGE_HEAD, nlen);
   size_t nimage = n - PROTO_IMAGE_HEAD - nlen;
   uint8_t *image = malloc(nimage);
-  if (!name || !image) { free(name); free(image); return NULL; }
+  if (!name || !image) {
+    free(name);
+    free(image);
+    return NULL;
+  }
   memcpy(image, p + PROTO_IMAGE_HEAD + nlen, nimage);
   uint64_t t0 = now_ns();
   gpu_fn fn = NULL;
@@ -141,7 +158,10 @@ void *worker(void *arg) {
   for (;;) {
     pthread_mutex_lock(&q_lock);
     while (!q_head && !q_stop) pthread_cond_wait(&q_cond, &q_lock);
-    if (q_stop) { pthread_mutex_unlock(&q_lock); return NULL; }
+    if (q_stop) {
+      pthread_mutex_unlock(&q_lock);
+      return NULL;
+    }
     job *j = q_head;
     q_head = j->next;
     if (!q_head) q_tail = NULL;
@@ -229,14 +249,17 @@ void read_async_env(void) {   /* jit_lock held */
   if (raw) {
     while (*raw == ' ' || *raw == '\t') raw++;
     size_t n = strcspn(raw, " \t");
-    if (n < sizeof a) { memcpy(a, raw, n); a[n] = 0; }
+    if (n < sizeof a) {
+      memcpy(a, raw, n);
+      a[n] = 0;
+    }
   }
-  g_async = !a[0] || !strcasecmp(a, "auto") ? ASYNC_AUTO
+  g_async = !a[0] || !strcasecmp(a, "auto")                                                                  ? ASYNC_AUTO
             : !strcasecmp(a, "1") || !strcasecmp(a, "true") || !strcasecmp(a, "yes") || !strcasecmp(a, "on") ? ASYNC_ON
-            : ASYNC_OFF;
+                                                                                                             : ASYNC_OFF;
   cpu_set_t set;
-  g_async_threads = compile_threads(t, sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                                 : sysconf(_SC_NPROCESSORS_ONLN));
+  g_async_threads =
+      compile_threads(t, sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 /* The first queued job starts the compile threads. The compiler's first use (about 0.2 s, or
@@ -258,7 +281,10 @@ static void start_workers(void) {   /* jit_lock held */
   if (!q_stop && atexit(stop_workers) == 0) {
     for (int i = 0; i < g_async_threads; i++) {
       pthread_t t;
-      if (pthread_create(&t, NULL, worker, NULL) == 0) { pthread_detach(t); q_workers++; }
+      if (pthread_create(&t, NULL, worker, NULL) == 0) {
+        pthread_detach(t);
+        q_workers++;
+      }
     }
   }
   pthread_mutex_unlock(&q_lock);
@@ -299,9 +325,13 @@ void register_atfork(void) {
 static int enqueue(job *j) {   /* jit_lock held */
   start_workers();
   pthread_mutex_lock(&q_lock);
-  if (q_stop || !q_workers) { pthread_mutex_unlock(&q_lock); return 0; }
+  if (q_stop || !q_workers) {
+    pthread_mutex_unlock(&q_lock);
+    return 0;
+  }
   j->next = NULL;
-  if (q_tail) q_tail->next = j; else q_head = j;
+  if (q_tail) q_tail->next = j;
+  else q_head = j;
   q_tail = j;
   atomic_fetch_add(&j->ki->jobs, 1);
   pthread_cond_signal(&q_cond);
@@ -345,7 +375,10 @@ gpu_fn await_variant(kinfo *ki, sentry *e, gpu_stream stream) {
   int idle = 0;
   const struct gpu_ops *platform = gpu;
   while (atomic_load_explicit(&e->pending, memory_order_acquire) && !__atomic_load_n(&q_stop, __ATOMIC_ACQUIRE)) {
-    if (!platform->stream_busy(stream)) { idle = 1; break; }
+    if (!platform->stream_busy(stream)) {
+      idle = 1;
+      break;
+    }
     if (++rounds % 256 == 0 && now_ns() - t0 > AWAIT_LIMIT_NS) break;
     sched_yield();
   }
@@ -412,8 +445,8 @@ int defer(kinfo *ki, void **params, dim3 grid, dim3 block) {
  * (first launch), the key built, the caches asked, the variant compiled here or queued for a
  * compile thread. Answers its function, or NULL: then *compiling is its entry where it is being
  * compiled (*asked_first: queued by this call). Counts no launch: the callers do. */
-gpu_fn miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, gpu_ctx ctx,
-                    sentry **served_out, sentry **compiling_out, int *asked_first_out) {
+gpu_fn miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, gpu_ctx ctx, sentry **served_out,
+                    sentry **compiling_out, int *asked_first_out) {
   uint8_t key[MAX_KEY];
   int len;
   gpu_fn fn = NULL;
@@ -518,8 +551,8 @@ done:
 }
 
 /* Miss: the variant found, compiled or queued (miss_variant), and the launch counted. */
-__attribute__((noinline, cold)) gpu_fn pick_miss(const void *handle, void **params, dim3 grid, dim3 block,
-                                                 gpu_stream stream, kinfo *ki, gpu_ctx ctx, int ctx_free) {
+__attribute__((noinline, cold)) gpu_fn pick_miss(const void *handle, void **params, dim3 grid, dim3 block, gpu_stream stream,
+                                                 kinfo *ki, gpu_ctx ctx, int ctx_free) {
   const struct gpu_ops *platform = gpu;
   if (ctx_free && (!platform->current_context(&ctx) || !ctx)) goto original;
   if (platform->stream_capturing(stream) > 0) {   /* into a graph: the original, and nothing that could end the capture */

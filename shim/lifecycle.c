@@ -172,11 +172,12 @@ static int wrapped_main(int argc, char **argv, char **envp) {
 
 /* The executable's _start calls this through its GOT, so the shim (LD_PRELOAD, or the first
  * DT_NEEDED entry of a rewritten executable) sees main return before exit() runs anything. */
-EXPORT int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), void (*fini)(void),
-                             void (*rtld_fini)(void), void *stack_end) {
+EXPORT int __libc_start_main(main_fn main, int argc, char **argv, void (*init)(void), void (*fini)(void), void (*rtld_fini)(void),
+                             void *stack_end) {
   init_real_dlsym();
   int (*real)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void), void *) =
-      (int (*)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void), void *))real_dlsym(RTLD_NEXT, "__libc_start_main");
+      (int (*)(main_fn, int, char **, void (*)(void), void (*)(void), void (*)(void), void *))real_dlsym(RTLD_NEXT,
+                                                                                                         "__libc_start_main");
   app_main = main;
   main_wrapped = 1;
   return real(wrapped_main, argc, argv, init, fini, rtld_fini, stack_end);
@@ -209,12 +210,17 @@ static uint8_t *counters(size_t *len) {
   for (kinfo *k = all_kernels; k; k = k->next_all) {
     if (!atomic_load(&k->launches) && !atomic_load(&k->graph_nodes)) continue;
     int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
-    uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches), atomic_load(&k->hits), atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
-                     atomic_load(&k->pending_launches), atomic_load(&k->captured), atomic_load(&k->timing),
-                     (uint64_t)(gpu_ms(k) * 1000.0), atomic_load(&k->graph_nodes)};
-    memcpy(buf + *len, &kid, 4); memcpy(buf + *len + 4, c, sizeof c); *len += PROTO_COUNTERS;
+    uint64_t c[PROTO_COUNTERS_U64] = {
+        atomic_load(&k->launches),         atomic_load(&k->hits),     atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
+        atomic_load(&k->pending_launches), atomic_load(&k->captured), atomic_load(&k->timing),    (uint64_t)(gpu_ms(k) * 1000.0),
+        atomic_load(&k->graph_nodes)};
+    memcpy(buf + *len, &kid, 4);
+    memcpy(buf + *len + 4, c, sizeof c);
+    *len += PROTO_COUNTERS;
     size_t nl = strnlen(k->name, 255);
-    memcpy(buf + *len, k->name, nl); buf[*len + nl] = 0; *len += nl + 1;
+    memcpy(buf + *len, k->name, nl);
+    buf[*len + nl] = 0;
+    *len += nl + 1;
   }
   return buf;
 }
@@ -249,25 +255,38 @@ static void report_at_exit(void) {
   const char *no_gpu = platform && platform->no_gpu_reason ? platform->no_gpu_reason(0) : "";
   if (!all_kernels && !no_gpu[0]) return;
   /* CLOCK_MONOTONIC, as a parent's clock reads it: where a run's time went, from exec to exit */
-  unsigned long long timeline[4] = {atomic_load(&t_loaded_ns), atomic_load(&t_main_start_ns), atomic_load(&t_main_end_ns), now_ns()};
+  unsigned long long timeline[4] = {atomic_load(&t_loaded_ns), atomic_load(&t_main_start_ns), atomic_load(&t_main_end_ns),
+                                    now_ns()};
   size_t len = 0;
   uint8_t *buf = counters(&len);
   if (!buf) return;
   /* the figures in write_report's order (protocol.h's W_*, runtime/protocol.py WAIT_FIELDS) */
-  unsigned long long w[W_COUNT] = {
-      [W_PYTHON_START] = atomic_load(&t_python_ns), [W_MISSES] = atomic_load(&t_miss_ns),
-      [W_MISS_COUNT] = atomic_load(&n_misses), [W_PREPARE_COMPILER] = atomic_load(&t_prepare_ns),
-      [W_EXIT] = atomic_load(&t_exit_wait_ns), [W_PRESTART] = (unsigned long long)atomic_load(&pre_did),
-      [W_COMPILING] = atomic_load(&t_await_ns), [W_COMPILING_COUNT] = atomic_load(&n_awaits),
-      [W_LOCK] = atomic_load(&t_stage_ns[MISS_LOCK]), [W_RESOLVE] = atomic_load(&t_stage_ns[MISS_RESOLVE]),
-      [W_TRACK] = atomic_load(&t_stage_ns[MISS_TRACK]), [W_SPECIALIZE] = atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
-      [W_QUEUE] = atomic_load(&t_stage_ns[MISS_QUEUE]), [W_GIL] = atomic_load(&t_stage_ns[MISS_GIL]),
-      [W_LOAD] = atomic_load(&t_stage_ns[MISS_LOAD]),
-      [W_COMPILING_CHECKS] = atomic_load(&t_check_ns), [W_COMPILING_CHECK_COUNT] = atomic_load(&n_checks),
-      [W_APP_MAIN_CPU] = atomic_load(&t_main_cpu_ns), [W_COMPILE_THREADS_CPU] = atomic_load(&t_worker_cpu_ns),
-      [W_PRESTART_CPU] = atomic_load(&t_prestart_cpu_ns), [W_DEFERRED_COUNT] = atomic_load(&n_deferred),
-      [W_PRELOADED] = atomic_load(&n_preloaded),
-      [W_SHIM_LOADED] = timeline[0], [W_MAIN_START] = timeline[1], [W_MAIN_END] = timeline[2], [W_REPORT] = timeline[3]};
+  unsigned long long w[W_COUNT] = {[W_PYTHON_START] = atomic_load(&t_python_ns),
+                                   [W_MISSES] = atomic_load(&t_miss_ns),
+                                   [W_MISS_COUNT] = atomic_load(&n_misses),
+                                   [W_PREPARE_COMPILER] = atomic_load(&t_prepare_ns),
+                                   [W_EXIT] = atomic_load(&t_exit_wait_ns),
+                                   [W_PRESTART] = (unsigned long long)atomic_load(&pre_did),
+                                   [W_COMPILING] = atomic_load(&t_await_ns),
+                                   [W_COMPILING_COUNT] = atomic_load(&n_awaits),
+                                   [W_LOCK] = atomic_load(&t_stage_ns[MISS_LOCK]),
+                                   [W_RESOLVE] = atomic_load(&t_stage_ns[MISS_RESOLVE]),
+                                   [W_TRACK] = atomic_load(&t_stage_ns[MISS_TRACK]),
+                                   [W_SPECIALIZE] = atomic_load(&t_stage_ns[MISS_SPECIALIZE]),
+                                   [W_QUEUE] = atomic_load(&t_stage_ns[MISS_QUEUE]),
+                                   [W_GIL] = atomic_load(&t_stage_ns[MISS_GIL]),
+                                   [W_LOAD] = atomic_load(&t_stage_ns[MISS_LOAD]),
+                                   [W_COMPILING_CHECKS] = atomic_load(&t_check_ns),
+                                   [W_COMPILING_CHECK_COUNT] = atomic_load(&n_checks),
+                                   [W_APP_MAIN_CPU] = atomic_load(&t_main_cpu_ns),
+                                   [W_COMPILE_THREADS_CPU] = atomic_load(&t_worker_cpu_ns),
+                                   [W_PRESTART_CPU] = atomic_load(&t_prestart_cpu_ns),
+                                   [W_DEFERRED_COUNT] = atomic_load(&n_deferred),
+                                   [W_PRELOADED] = atomic_load(&n_preloaded),
+                                   [W_SHIM_LOADED] = timeline[0],
+                                   [W_MAIN_START] = timeline[1],
+                                   [W_MAIN_END] = timeline[2],
+                                   [W_REPORT] = timeline[3]};
   int written = 0;
   int python = py_running();   /* a host Python may already have finalized */
   if (python && !no_gpu[0])   /* (without a GPU nothing ran that Python would have more to say of) */
@@ -282,19 +301,23 @@ static void report_at_exit(void) {
         json_string(f, no_gpu);
         fputs(", ", f);
       }
-      fprintf(f, "\"unknown_handle_launches\": %llu, "
-                 "\"timeline_ns\": {\"shim_loaded\": %llu, \"main_start\": %llu, \"main_end\": %llu, \"report\": %llu}, \"kernels\": [",
-              (unsigned long long)atomic_load(&unknown_launches), timeline[0], timeline[1], timeline[2], timeline[3]);
+      fprintf(
+          f,
+          "\"unknown_handle_launches\": %llu, "
+          "\"timeline_ns\": {\"shim_loaded\": %llu, \"main_start\": %llu, \"main_end\": %llu, \"report\": %llu}, \"kernels\": [",
+          (unsigned long long)atomic_load(&unknown_launches), timeline[0], timeline[1], timeline[2], timeline[3]);
       const char *sep = "";
       for (size_t off = 0; off < len;) {
-        uint64_t c[PROTO_COUNTERS_U64]; memcpy(c, buf + off + 4, sizeof c);
+        uint64_t c[PROTO_COUNTERS_U64];
+        memcpy(c, buf + off + 4, sizeof c);
         const char *name = (const char *)buf + off + PROTO_COUNTERS;
-        fprintf(f, "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": %llu, \"table_hits\": %llu, "
-                   "\"fallback_launches\": %llu, \"launch_errors\": %llu, \"launches_while_compiling\": %llu, "
-                   "\"launches_captured\": %llu, \"graph_nodes_specialized\": %llu}", sep, name,
-                (unsigned long long)c[0], (unsigned long long)(c[0] - c[2] - c[3] - c[4] - c[5] - c[6]), (unsigned long long)c[1],
-                (unsigned long long)(c[2] + c[3] + c[4] + c[6]), (unsigned long long)c[3], (unsigned long long)c[4],
-                (unsigned long long)c[5], (unsigned long long)c[8]);
+        fprintf(f,
+                "%s{\"name\": \"%s\", \"launches\": %llu, \"specialized_launches\": %llu, \"table_hits\": %llu, "
+                "\"fallback_launches\": %llu, \"launch_errors\": %llu, \"launches_while_compiling\": %llu, "
+                "\"launches_captured\": %llu, \"graph_nodes_specialized\": %llu}",
+                sep, name, (unsigned long long)c[0], (unsigned long long)(c[0] - c[2] - c[3] - c[4] - c[5] - c[6]),
+                (unsigned long long)c[1], (unsigned long long)(c[2] + c[3] + c[4] + c[6]), (unsigned long long)c[3],
+                (unsigned long long)c[4], (unsigned long long)c[5], (unsigned long long)c[8]);
         sep = ", ";
         off += PROTO_COUNTERS + strlen(name) + 1;
       }
@@ -312,4 +335,3 @@ __attribute__((constructor)) static void proteus_init(void) {
 }
 
 __attribute__((destructor)) static void proteus_fini(void) { report_at_exit(); }
-

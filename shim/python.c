@@ -51,7 +51,8 @@ void find_shim_dir(void) {
   if (dladdr((void *)find_shim_dir, &info) && info.dli_fname) {
     snprintf(shim_dir, sizeof shim_dir, "%s", info.dli_fname);
     char *slash = strrchr(shim_dir, '/');
-    if (slash) *slash = 0; else strcpy(shim_dir, ".");
+    if (slash) *slash = 0;
+    else strcpy(shim_dir, ".");
   }
 }
 
@@ -78,16 +79,23 @@ static int python_config(char *lib, size_t nlib, char *home, size_t nhome, char 
 }
 
 static int load_python_symbols(void *h) {
-#define PYSYM(field, sym) if (!(*(void **)&py.field = real_dlsym(h, sym))) return -1
-  PYSYM(IsInitialized, "Py_IsInitialized"); PYSYM(InitializeEx, "Py_InitializeEx");
-  PYSYM(EvalSaveThread, "PyEval_SaveThread"); PYSYM(GILStateEnsure, "PyGILState_Ensure");
-  PYSYM(GILStateRelease, "PyGILState_Release"); PYSYM(RunSimpleString, "PyRun_SimpleString");
+#define PYSYM(field, sym) \
+  if (!(*(void **)&py.field = real_dlsym(h, sym))) return -1
+  PYSYM(IsInitialized, "Py_IsInitialized");
+  PYSYM(InitializeEx, "Py_InitializeEx");
+  PYSYM(EvalSaveThread, "PyEval_SaveThread");
+  PYSYM(GILStateEnsure, "PyGILState_Ensure");
+  PYSYM(GILStateRelease, "PyGILState_Release");
+  PYSYM(RunSimpleString, "PyRun_SimpleString");
   PYSYM(GILStateCheck, "PyGILState_Check");
-  PYSYM(ImportModule, "PyImport_ImportModule"); PYSYM(GetAttrString, "PyObject_GetAttrString");
+  PYSYM(ImportModule, "PyImport_ImportModule");
+  PYSYM(GetAttrString, "PyObject_GetAttrString");
   /* '#' formats take Py_ssize_t lengths only in the _SizeT variant before Python 3.13 */
   if (!(*(void **)&py.CallFunction = real_dlsym(h, "_PyObject_CallFunction_SizeT"))) PYSYM(CallFunction, "PyObject_CallFunction");
   PYSYM(BytesAsStringAndSize, "PyBytes_AsStringAndSize");
-  PYSYM(LongAsLongLong, "PyLong_AsLongLong"); PYSYM(ErrPrint, "PyErr_Print"); PYSYM(DecRef, "Py_DecRef");
+  PYSYM(LongAsLongLong, "PyLong_AsLongLong");
+  PYSYM(ErrPrint, "PyErr_Print");
+  PYSYM(DecRef, "Py_DecRef");
   PYSYM(None, "_Py_NoneStruct");
 #undef PYSYM
   return 0;
@@ -132,20 +140,26 @@ static int start_python(void) {
       int *no_site = real_dlsym(h, "Py_NoSiteFlag");
       if (no_site) *no_site = 1;
       py.InitializeEx(0);                     /* 0: leave the app's signal handlers alone */
-      if (old_home) free(old_home); else unsetenv("PYTHONHOME");
+      if (old_home) free(old_home);
+      else unsetenv("PYTHONHOME");
       size_t cap = strlen(paths) * 2 + 256;
       char *code = malloc(cap);
       if (!code) return 0;
       /* The switch interval: a launching thread that needs the GIL (a miss asks the tracker and
        * the caches) while a compile thread runs Python can wait up to the default 5 ms for it,
        * at every miss. Our own interpreter only: a host Python keeps its setting. */
-      int n = snprintf(code, cap, "import sys\nrecorded = r'''%s'''.splitlines()\n"
-                                  "sys.path[:] = recorded + [p for p in sys.path if p not in recorded]\n"
-                                  "sys.setswitchinterval(0.0002)\n", paths);
+      int n = snprintf(code, cap,
+                       "import sys\nrecorded = r'''%s'''.splitlines()\n"
+                       "sys.path[:] = recorded + [p for p in sys.path if p not in recorded]\n"
+                       "sys.setswitchinterval(0.0002)\n",
+                       paths);
       int rc = (n > 0 && (size_t)n < cap) ? py.RunSimpleString(code) : -1;
       free(code);
       py.EvalSaveThread();                    /* release the GIL: every call takes it */
-      if (rc != 0) { warn("setting up the embedded Python failed"); return 0; }
+      if (rc != 0) {
+        warn("setting up the embedded Python failed");
+        return 0;
+      }
     }
   }
   int g = py.GILStateEnsure();
@@ -172,8 +186,8 @@ static int start_python(void) {
     f_validate_skipped = py.GetAttrString(rt, CALL_VALIDATE_SKIPPED);
     f_validate_refusal = py.GetAttrString(rt, CALL_VALIDATE_REFUSAL);
     f_warm_set = py.GetAttrString(rt, CALL_WARM_SET);
-    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish && f_miss &&
-        f_track_deferred && f_validated && f_validate_skipped && f_validate_refusal && f_warm_set) {
+    if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish &&
+        f_miss && f_track_deferred && f_validated && f_validate_skipped && f_validate_refusal && f_warm_set) {
       ok = py.LongAsLongLong(r) == 1;   /* False: a bad setting, which init has reported in one line */
       py.DecRef(r);
     } else py.ErrPrint();
@@ -183,7 +197,6 @@ static int start_python(void) {
 }
 
 
-
 int py_running(void) { return py_state > 0 && py.IsInitialized(); }
 
 int py_holds_gil(void) { return py.GILStateCheck && py.GILStateCheck(); }
@@ -191,9 +204,13 @@ int py_holds_gil(void) { return py.GILStateCheck && py.GILStateCheck(); }
 /* A call's result as bytes (copied into *out, malloc'ed), or NULL for None or a failure (its
  * exception printed). The GIL held. */
 static uint8_t *py_bytes(PyObject *res, ssize_t *len) {
-  if (!res) { py.ErrPrint(); return NULL; }
+  if (!res) {
+    py.ErrPrint();
+    return NULL;
+  }
   uint8_t *out = NULL;
-  char *buf; ssize_t n;
+  char *buf;
+  ssize_t n;
   if (res != py.None && py.BytesAsStringAndSize(res, &buf, &n) == 0 && (out = malloc(n ? n : 1))) {
     memcpy(out, buf, n);
     *len = n;
@@ -204,7 +221,8 @@ static uint8_t *py_bytes(PyObject *res, ssize_t *len) {
 
 /* A call whose result is not read. The GIL held. */
 static void done_with(PyObject *res) {
-  if (res) py.DecRef(res); else py.ErrPrint();
+  if (res) py.DecRef(res);
+  else py.ErrPrint();
 }
 
 /* Python's kernel_info reply: u32 kid, nparams, dims_in_key, nglobals, defer_max; u32 sizes[nparams];
@@ -215,13 +233,19 @@ int read_kernel_info(kinfo *ki, const uint8_t *blob, ssize_t n) {
   if (!blob || n < 20) return 0;
   memcpy(hdr, blob, 20);
   if (hdr[1] > MAX_PARAMS || (size_t)n < 20 + hdr[1] * 5u) return 0;
-  ki->kid = (int)hdr[0]; ki->nparams = hdr[1]; ki->nglobals = hdr[3]; ki->defer_max = hdr[4];
+  ki->kid = (int)hdr[0];
+  ki->nparams = hdr[1];
+  ki->nglobals = hdr[3];
+  ki->defer_max = hdr[4];
   atomic_store(&ki->dims_in_key, hdr[2]);
   memcpy(ki->sizes, blob + 20, hdr[1] * 4u);
   for (uint32_t i = 0; i < hdr[1]; i++) atomic_store(&ki->fold[i], blob[20 + hdr[1] * 4u + i]);
   ki->globals = calloc(ki->nglobals + 1, sizeof(char *));
   const char *p = (const char *)blob + 20 + hdr[1] * 5u, *end = (const char *)blob + n;
-  for (uint32_t i = 0; ki->globals && i < ki->nglobals && p < end; i++) { ki->globals[i] = strdup(p); p += strlen(p) + 1; }
+  for (uint32_t i = 0; ki->globals && i < ki->nglobals && p < end; i++) {
+    ki->globals[i] = strdup(p);
+    p += strlen(p) + 1;
+  }
   return 1;
 }
 
@@ -244,7 +268,8 @@ void apply_policy(kinfo *ki, const uint8_t *pol, ssize_t n) {   /* jit_lock held
 /* The launch's argument bytes, back to back, as the specializer reads them. */
 size_t pack_args(kinfo *ki, void **params, uint8_t *out) {
   size_t off = 0;
-  for (uint32_t i = 0; i < ki->nparams; off += ki->sizes[i], i++) if (out) memcpy(out + off, params[i], ki->sizes[i]);
+  for (uint32_t i = 0; i < ki->nparams; off += ki->sizes[i], i++)
+    if (out) memcpy(out + off, params[i], ki->sizes[i]);
   return off;
 }
 
@@ -254,9 +279,11 @@ static const char *deferred_of(kinfo *ki) { return ki->deferred ? (const char *)
 
 uint8_t *py_kernel_info(const void *image, const char *name, gpu_arch arch, ssize_t *n) {
   int g = py.GILStateEnsure();
-  uint8_t *blob = arch.name
-      ? py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO_HIP, (unsigned long long)(uintptr_t)image, name, arch.name), n)
-      : py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO, (unsigned long long)(uintptr_t)image, name, arch.sm), n);
+  uint8_t *blob =
+      arch.name
+          ? py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO_HIP, (unsigned long long)(uintptr_t)image, name, arch.name),
+                     n)
+          : py_bytes(py.CallFunction(f_kernel_info, FMT_KERNEL_INFO, (unsigned long long)(uintptr_t)image, name, arch.sm), n);
   py.GILStateRelease(g);
   return blob;
 }
@@ -271,9 +298,9 @@ void py_track(kinfo *ki, void **params, dim3 grid, dim3 block) {
   pack_args(ki, params, args);
   int g = py.GILStateEnsure();
   ssize_t npol = 0;
-  uint8_t *pol = py_bytes(py.CallFunction(f_track, FMT_TRACK, ki->kid, (const char *)args, (ssize_t)n,
-                                          grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                          deferred_of(ki), deferred_bytes(ki)), &npol);
+  uint8_t *pol = py_bytes(py.CallFunction(f_track, FMT_TRACK, ki->kid, (const char *)args, (ssize_t)n, grid.x, grid.y, grid.z,
+                                          block.x, block.y, block.z, deferred_of(ki), deferred_bytes(ki)),
+                          &npol);
   py.GILStateRelease(g);
   ki->ndeferred = 0;   /* the tracker has seen them, in order, before this launch */
   apply_policy(ki, pol, npol);
@@ -286,7 +313,8 @@ void py_track(kinfo *ki, void **params, dim3 grid, dim3 block) {
 static void pass_deferred(kinfo *ki) {
   if (!ki->ndeferred) return;
   ssize_t npol = 0;
-  uint8_t *pol = py_bytes(py.CallFunction(f_track_deferred, FMT_TRACK_DEFERRED, ki->kid, deferred_of(ki), deferred_bytes(ki)), &npol);
+  uint8_t *pol =
+      py_bytes(py.CallFunction(f_track_deferred, FMT_TRACK_DEFERRED, ki->kid, deferred_of(ki), deferred_bytes(ki)), &npol);
   ki->ndeferred = 0;
   apply_policy(ki, pol, npol);
   free(pol);
@@ -408,7 +436,10 @@ int py_prepare_compiler_ahead(void) {
   int g = py.GILStateEnsure();
   PyObject *r = py.CallFunction(f_prepare_compiler, FMT_PREPARE_COMPILER_AHEAD, 0, 1);
   int done = 1;
-  if (r) { done = py.LongAsLongLong(r) != 0; py.DecRef(r); } else py.ErrPrint();
+  if (r) {
+    done = py.LongAsLongLong(r) != 0;
+    py.DecRef(r);
+  } else py.ErrPrint();
   py.GILStateRelease(g);
   return done;
 }
@@ -465,9 +496,9 @@ int py_write_report(const char *path, const uint8_t *counters, size_t n, unsigne
                     const unsigned long long w[W_COUNT]) {
   _Static_assert(W_COUNT == 26, "FMT_WRITE_REPORT passes 26 figures: keep the call below in step");
   int g = py.GILStateEnsure();
-  PyObject *r = py.CallFunction(f_write_report, FMT_WRITE_REPORT, path, (const char *)counters, (ssize_t)n, unknown, w[0],
-                                w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15],
-                                w[16], w[17], w[18], w[19], w[20], w[21], w[22], w[23], w[24], w[25]);
+  PyObject *r = py.CallFunction(f_write_report, FMT_WRITE_REPORT, path, (const char *)counters, (ssize_t)n, unknown, w[0], w[1],
+                                w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15], w[16],
+                                w[17], w[18], w[19], w[20], w[21], w[22], w[23], w[24], w[25]);
   int written = r != NULL;
   done_with(r);
   py.GILStateRelease(g);

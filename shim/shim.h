@@ -36,10 +36,15 @@
  * CUkernel for a context-free variant; HIP: a hipFunction_t), a context (CUDA: a CUcontext;
  * HIP: the device's ordinal + 1, so that NULL stays "none"), a stream. */
 typedef void *gpu_fn, *gpu_ctx, *gpu_stream;
-typedef struct { unsigned x, y, z; } dim3;   /* as CUDA and HIP both lay it out */
+typedef struct {
+  unsigned x, y, z;
+} dim3;   /* as CUDA and HIP both lay it out */
 /* The device a variant is compiled for: CUDA names it by SM version (0: unknown), HIP by its
  * processor (gcnArchName, "gfx90a:sramecc+:xnack-"; NULL on CUDA). The run time takes either. */
-typedef struct { int sm; const char *name; } gpu_arch;
+typedef struct {
+  int sm;
+  const char *name;
+} gpu_arch;
 struct gpu_ops;   /* platform.h */
 
 #define MAX_PARAMS 256
@@ -112,7 +117,9 @@ typedef struct __attribute__((aligned(64))) kinfo {
   uint8_t *deferred;
   /* Function attributes the app set on the kernel (cuda_attrs.c): every variant gets them too,
    * when it loads and when the app sets one later. Written under attr_lock. */
-  struct { int attrib, value, dev; } attrs[MAX_ATTRS];
+  struct {
+    int attrib, value, dev;
+  } attrs[MAX_ATTRS];
   int nattrs;
   _Atomic uint64_t timing;   /* launches that ran the original to time a variant against it */
   _Atomic uint64_t graph_nodes;   /* kernel nodes of instantiated graphs pointed at a variant (cuda_graph.c) */
@@ -139,8 +146,12 @@ typedef struct sentry {
 #define TRIAL_TURNS (2 * TRIAL_RUNS)
 #define TRIAL_MARGIN 0.03     /* slower: the variant's median above the original's by more than this share, */
 #define TRIAL_FLOOR_MS 0.003  /* and by more than this, and its every counted launch above the original's median */
-enum { TRIAL_RUNNING = PROTO_TRIAL_UNDECIDED, TRIAL_KEPT = PROTO_TRIAL_KEPT, TRIAL_SLOWER = PROTO_TRIAL_SLOWER,
-       TRIAL_ENDED };   /* ENDED: no verdict (turns lost to a capture or another context); the variant stays */
+enum {
+  TRIAL_RUNNING = PROTO_TRIAL_UNDECIDED,
+  TRIAL_KEPT = PROTO_TRIAL_KEPT,
+  TRIAL_SLOWER = PROTO_TRIAL_SLOWER,
+  TRIAL_ENDED
+};   /* ENDED: no verdict (turns lost to a capture or another context); the variant stays */
 enum { TURN_FREE, TURN_RECORDED, TURN_FAILED };
 typedef struct trial {
   struct trial *next;
@@ -162,7 +173,10 @@ typedef struct trial {
   float median[2], min[2];
 } trial;
 /* What a launch's pick asks its launch to time: a trial's turn, or nothing (t NULL). */
-typedef struct { trial *t; int turn, recorded; } trial_ticket;
+typedef struct {
+  trial *t;
+  int turn, recorded;
+} trial_ticket;
 
 /* NVTX ranges for profilers (nvtx.c); a push and its pop on one thread. */
 HIDDEN void prof_push(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -175,10 +189,9 @@ HIDDEN extern pthread_mutex_t jit_lock;   /* one compilation at a time */
 HIDDEN extern kinfo *all_kernels;
 /* What the report reads: where the app's threads waited on us (nanoseconds; misses only,
  * never a hit), the CPU of the shim's threads, and CLOCK_MONOTONIC instants (see protocol.h) */
-HIDDEN extern _Atomic uint64_t unknown_launches, t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns,
-    t_await_ns, n_awaits, t_check_ns, n_checks, n_deferred;
-HIDDEN extern _Atomic uint64_t t_loaded_ns, t_main_start_ns, t_main_end_ns, t_main_cpu_ns, t_worker_cpu_ns,
-    t_prestart_cpu_ns;
+HIDDEN extern _Atomic uint64_t unknown_launches, t_python_ns, t_miss_ns, n_misses, t_prepare_ns, t_exit_wait_ns, t_await_ns,
+    n_awaits, t_check_ns, n_checks, n_deferred;
+HIDDEN extern _Atomic uint64_t t_loaded_ns, t_main_start_ns, t_main_end_ns, t_main_cpu_ns, t_worker_cpu_ns, t_prestart_cpu_ns;
 HIDDEN extern _Atomic uint64_t t_stage_ns[MISS_STAGES];
 HIDDEN extern _Atomic uint64_t n_preloaded;   /* variants loaded from answers made ahead (a platform's preload) */
 /* Stream captures begun and not ended, counted by the platform that wraps the capture calls
@@ -264,8 +277,8 @@ HIDDEN int py_prepare_compiler_ahead(void);   /* 0: declined (the last run compi
 HIDDEN uint8_t *py_warm_set(const uint64_t *images, int n, ssize_t *len);
 HIDDEN void py_validate_skipped(int kid, const char *why);
 HIDDEN char *py_validate_refusal(int kid);   /* why its variants must not be checked (malloc'd), or NULL */
-HIDDEN int py_validated(int kid, const uint8_t *args, size_t nargs, const uint8_t *ranges, size_t nranges,
-                        const uint8_t *variant, const uint8_t *original, const uint8_t *shadow, size_t total, double ms);
+HIDDEN int py_validated(int kid, const uint8_t *args, size_t nargs, const uint8_t *ranges, size_t nranges, const uint8_t *variant,
+                        const uint8_t *original, const uint8_t *shadow, size_t total, double ms);
 HIDDEN void py_finish(const uint8_t *counters, size_t n, const uint8_t *trials, size_t ntrials);
 HIDDEN int py_write_report(const char *path, const uint8_t *counters, size_t n, unsigned long long unknown,
                            const unsigned long long w[W_COUNT]);   /* 0: not written */
@@ -315,7 +328,9 @@ HIDDEN double gpu_ms(kinfo *ki);
 HIDDEN job *make_job(kinfo *ki, void *owner, gpu_ctx ctx, void **params, dim3 grid, dim3 block);
 HIDDEN void free_job(job *j);
 /* What an answer says of its variant besides the image (protocol.h PROTO_IMAGE_*). */
-typedef struct { uint32_t vid, flags; } answer_meta;
+typedef struct {
+  uint32_t vid, flags;
+} answer_meta;
 HIDDEN gpu_fn run_job(job *j, int cached_only, int *uncached, answer_meta *m);
 HIDDEN gpu_fn load_answer(kinfo *ki, const uint8_t *p, size_t n, answer_meta *m);
 HIDDEN void resolve(kinfo *ki);   /* a kernel's first launch: which recorded kernel it is. jit_lock held */
@@ -327,9 +342,9 @@ HIDDEN void register_atfork(void);   /* fork: the child forgets the shim's threa
 HIDDEN int defer(kinfo *ki, void **params, dim3 grid, dim3 block);
 HIDDEN gpu_fn await_variant(kinfo *ki, sentry *e, gpu_stream stream);
 HIDDEN gpu_fn pick_compiling(kinfo *ki, sentry *e, gpu_stream stream, int asked_first);
-HIDDEN gpu_fn miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, gpu_ctx ctx,
-                           sentry **served, sentry **compiling, int *asked_first);
-HIDDEN gpu_fn pick_miss(const void *handle, void **params, dim3 grid, dim3 block, gpu_stream stream, kinfo *ki,
-                        gpu_ctx ctx, int ctx_free);
+HIDDEN gpu_fn miss_variant(const void *handle, void **params, dim3 grid, dim3 block, kinfo *ki, gpu_ctx ctx, sentry **served,
+                           sentry **compiling, int *asked_first);
+HIDDEN gpu_fn pick_miss(const void *handle, void **params, dim3 grid, dim3 block, gpu_stream stream, kinfo *ki, gpu_ctx ctx,
+                        int ctx_free);
 
 #endif

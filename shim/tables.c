@@ -145,8 +145,12 @@ void remember(const void *handle, const void *image, const char *name, int owner
     ki = aligned_alloc(_Alignof(kinfo), sizeof *ki);
     if (ki) {
       memset(ki, 0, sizeof *ki);
-      ki->image = image; ki->name = strdup(name); ki->owner_kind = owner_kind; ki->owner = owner;
-      ki->next_all = all_kernels; all_kernels = ki;
+      ki->image = image;
+      ki->name = strdup(name);
+      ki->owner_kind = owner_kind;
+      ki->owner = owner;
+      ki->next_all = all_kernels;
+      all_kernels = ki;
     }
   }
   if (ki) handle_insert(handle, ki, owner);
@@ -154,20 +158,33 @@ void remember(const void *handle, const void *image, const char *name, int owner
 }
 
 /* Loaded images (modules/libraries -> the bytes they were loaded from). */
-typedef struct image_reg { struct image_reg *next; void *owner; const void *image; } image_reg;
+typedef struct image_reg {
+  struct image_reg *next;
+  void *owner;
+  const void *image;
+} image_reg;
 static image_reg *images;
 
 void remember_image(void *owner, const void *image) {
   pthread_mutex_lock(&reg_lock);
   image_reg *r = malloc(sizeof *r);
-  if (r) { r->owner = owner; r->image = image; r->next = images; images = r; }
+  if (r) {
+    r->owner = owner;
+    r->image = image;
+    r->next = images;
+    images = r;
+  }
   pthread_mutex_unlock(&reg_lock);
 }
 
 const void *image_of(void *owner) {
   const void *found = NULL;
   pthread_mutex_lock(&reg_lock);
-  for (image_reg *r = images; r; r = r->next) if (r->owner == owner) { found = r->image; break; }
+  for (image_reg *r = images; r; r = r->next)
+    if (r->owner == owner) {
+      found = r->image;
+      break;
+    }
   pthread_mutex_unlock(&reg_lock);
   return found;
 }
@@ -205,8 +222,13 @@ sentry *new_entry(kinfo *ki, gpu_ctx ctx, const uint8_t *key, int len, gpu_fn fn
   /* on a line of its own: a hit reads the header and a short key in one */
   sentry *ne = aligned_alloc(64, (sizeof *ne + (size_t)len + 63) & ~(size_t)63);
   if (!ne) return NULL;
-  ne->hash = key_hash(ki, ctx, key, len); ne->ki = ki; ne->ctx = ctx; ne->keylen = len;
-  atomic_init(&ne->fn, fn); atomic_init(&ne->pending, pending); atomic_init(&ne->trial, NULL);
+  ne->hash = key_hash(ki, ctx, key, len);
+  ne->ki = ki;
+  ne->ctx = ctx;
+  ne->keylen = len;
+  atomic_init(&ne->fn, fn);
+  atomic_init(&ne->pending, pending);
+  atomic_init(&ne->trial, NULL);
   memcpy(ne->key, key, len);
   return ne;
 }
@@ -221,7 +243,9 @@ kinfo *launched_kernel(const void *handle, dim3 grid, dim3 block) {
     return NULL;
   }
   atomic_fetch_add_explicit(&ki->launches, 1, memory_order_relaxed);
-  if (g_trace_launch) fprintf(stderr, "proteus: launch %s grid %u,%u,%u block %u,%u,%u\n", ki->name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+  if (g_trace_launch)
+    fprintf(stderr, "proteus: launch %s grid %u,%u,%u block %u,%u,%u\n", ki->name, grid.x, grid.y, grid.z, block.x, block.y,
+            block.z);
   return ki;
 }
 

@@ -15,13 +15,20 @@
 /* Launch handles, open addressing: the handle and its kernel in the slot itself, so a hit finds
  * the kernel in the one line it probes. A slot is claimed once (handle written last, with
  * release) and never emptied; a handle registered again gets its new kernel in place. */
-typedef struct { _Atomic(const void *) handle; _Atomic(kinfo *) ki; } hslot;
+typedef struct {
+  _Atomic(const void *) handle;
+  _Atomic(kinfo *) ki;
+} hslot;
 HIDDEN extern hslot handles[HSLOTS];
 HIDDEN extern _Atomic(void *) handle_owners[HSLOTS];
 HIDDEN extern _Atomic(sentry *) variants[SSLOTS];
 
 static inline uint64_t mix64(uint64_t h) {
-  h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
   return h;
 }
 
@@ -38,14 +45,18 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t n, uint64_t h) {
     uint64_t v, w;
     memcpy(&v, p, 8);
     memcpy(&w, p + 8, 8);
-    a = (a ^ v) * k; a ^= a >> 29;
-    b = (b ^ w) * k; b ^= b >> 29;
+    a = (a ^ v) * k;
+    a ^= a >> 29;
+    b = (b ^ w) * k;
+    b ^= b >> 29;
   }
   if (n >= 8) {
     uint64_t v;
     memcpy(&v, p, 8);
-    a = (a ^ v) * k; a ^= a >> 29;
-    p += 8; n -= 8;
+    a = (a ^ v) * k;
+    a ^= a >> 29;
+    p += 8;
+    n -= 8;
   }
   uint64_t tail = 0;
   memcpy(&tail, p, n);
@@ -75,7 +86,8 @@ static inline int key_equal(const uint8_t *a, const uint8_t *b, uint32_t n) {
     memcpy(&y, b, 8);
     if (x != y) return 0;
   }
-  for (; n; a++, b++, n--) if (*a != *b) return 0;
+  for (; n; a++, b++, n--)
+    if (*a != *b) return 0;
   return 1;
 }
 

@@ -44,17 +44,21 @@ void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, gpu_fn fn)
   /* kernels without sample events (none made, or a platform without events) have nothing to
    * time with */
   const struct gpu_ops *platform = gpu;
-  int timed = (flags & PROTO_IMAGE_TRIAL) && ki->ev[1] && atomic_load(&ki->sample_state) != SAMPLE_OFF &&
-              platform->event_create;
+  int timed = (flags & PROTO_IMAGE_TRIAL) && ki->ev[1] && atomic_load(&ki->sample_state) != SAMPLE_OFF && platform->event_create;
   if (!timed && !g_count_variants) return;
   trial *t = calloc(1, sizeof *t);
   if (!t) return;
-  t->ki = ki; t->e = e; t->vid = vid - 1;
+  t->ki = ki;
+  t->e = e;
+  t->vid = vid - 1;
   pthread_mutex_init(&t->collect, NULL);
   if (timed && platform->current_context(&t->ctx) && t->ctx) {
     t->timed_trial = 1;
     for (int i = 0; i < 2 * TRIAL_TURNS && t->timed_trial; i++)
-      if (!platform->event_create(&t->ev[i])) { t->ev[i] = NULL; t->timed_trial = 0; }
+      if (!platform->event_create(&t->ev[i])) {
+        t->ev[i] = NULL;
+        t->timed_trial = 0;
+      }
     if (!t->timed_trial) free_events(t);   /* those made before the one that failed */
   }
   atomic_init(&t->verdict, t->timed_trial ? TRIAL_RUNNING : TRIAL_ENDED);
@@ -213,8 +217,8 @@ uint8_t *trial_records(size_t *len) {
     int32_t kid = t->ki->kid;
     uint32_t u[3] = {t->vid, (uint32_t)(v == TRIAL_KEPT || v == TRIAL_SLOWER ? v : PROTO_TRIAL_UNDECIDED), t->n[0] + t->n[1]};
     int decided = v == TRIAL_KEPT || v == TRIAL_SLOWER;   /* microseconds; no figures without a verdict */
-    float f[4] = {decided ? t->median[0] * 1000 : 0, decided ? t->min[0] * 1000 : 0,
-                  decided ? t->median[1] * 1000 : 0, decided ? t->min[1] * 1000 : 0};
+    float f[4] = {decided ? t->median[0] * 1000 : 0, decided ? t->min[0] * 1000 : 0, decided ? t->median[1] * 1000 : 0,
+                  decided ? t->min[1] * 1000 : 0};
     uint64_t execs = atomic_load(&t->execs);
     memcpy(buf + *len, &kid, 4);
     memcpy(buf + *len + 4, u, sizeof u);

@@ -10,6 +10,7 @@ from ..errors import NotCudaBinaryError, ProteusError
 from .app import EPILOG, err_console, main
 from .common import input_path, load, print_table, require_bitcode, table_to_json
 
+
 @main.command(epilog=EPILOG)
 @click.argument("app", type=input_path())
 @click.option("--json", "as_json", is_flag=True, help="Print the kernel table as JSON.")

@@ -13,6 +13,7 @@ from ..runtime.report import kernel_rows, read_report
 from .app import EPILOG, main
 from .common import input_path
 
+
 @main.command(epilog=EPILOG)
 @click.argument("report_file", metavar="REPORT", type=input_path())
 @click.option("--json", "as_json", is_flag=True, help="Print the per-kernel summary as JSON.")
@@ -52,7 +53,8 @@ def report(report_file, as_json):
         line = (f"the app waited on the shim {waits.get('misses', 0)} ms over {n:,} miss{'es' if n != 1 else ''} "
                 + (f"({kept:,} kept for the value tracker, with no call into Python) " if isinstance(kept, int) and kept else "")
                 + f"and {waits.get('exit', 0)} ms at exit; Python started in {waits.get('python_start', 0)} ms "
-                + ("on the prestart thread, beside the app" if pre.get("python") else "on the first launch that missed (part of that wait)"))
+                + ("on the prestart thread, beside the app" if pre.get("python")
+                   else "on the first launch that missed (part of that wait)"))
         if pre.get("compiler"):
             line += "; the compiler process was started there" if proc else "; the compiler was warmed up there too"
         elif waits.get("prepare_compiler"):

@@ -16,8 +16,7 @@ import hashlib
 
 from ..errors import FormatError
 from . import amdgpu_codeobj as codeobj_mod
-from . import common
-from . import hostelf
+from . import common, hostelf
 from . import offload_bundle as bundle_mod
 from .table import EntryRecord, FatbinRecord, KernelRecord, KernelTable, ModuleRecord
 

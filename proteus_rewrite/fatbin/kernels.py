@@ -28,9 +28,9 @@ from . import ptx as ptx_mod
 from . import recipe as recipe_mod
 from .common import analyze_isolated, demangle, hostelf_app_info, merge_params, params_end
 from .entry import Kind
+
 # the records, importable from here too (the kernel table is this module's product)
 from .table import AppInfo, EntryRecord, FatbinRecord, KernelRecord, KernelTable, ModuleRecord, ParamRecord  # noqa: F401
-
 
 Progress = Callable[[int, int], None]
 

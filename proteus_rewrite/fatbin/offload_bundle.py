@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import zstandard
 
 from ..errors import FormatError
-
 from .layouts import CCOB_MAGIC
 from .layouts import OFFLOAD_BUNDLE_MAGIC as MAGIC
+
 HEADER = struct.Struct("<24sQ")
 ENTRY = struct.Struct("<QQQ")
 CCOB_V1 = struct.Struct("<4sHHIQ")

@@ -119,7 +119,8 @@ def _specialize(module: llvm.ModuleRef, table: KernelTable, kernel: KernelRecord
     # Textual part, on LLVM's printout of the pruned module.
     text = str(module)
     for reg in renamed:  # the calls that read a folded register, as upstream's [DimSpec] lines count them
-        found.sreg_calls[SREG_PREFIX + reg] = len(re.findall(r"call[^\n]*" + re.escape(llvm_name(SREG_RENAMED + reg.replace(".", "_"))) + r"\(", text))
+        callee = re.escape(llvm_name(SREG_RENAMED + reg.replace(".", "_")))
+        found.sreg_calls[SREG_PREFIX + reg] = len(re.findall(r"call[^\n]*" + callee + r"\(", text))
     text = _drop_kernel_cc(text)
     text = _make_inlinable(text)
     text, undefined = define_undefined(text)

@@ -72,9 +72,12 @@ static void logline(const char *fmt, ...) {
 static size_t elf_size(const unsigned char *p) {
   uint64_t shoff, phoff;
   uint16_t phentsize, phnum, shentsize, shnum;
-  memcpy(&phoff, p + 0x20, 8); memcpy(&shoff, p + 0x28, 8);
-  memcpy(&phentsize, p + 0x36, 2); memcpy(&phnum, p + 0x38, 2);
-  memcpy(&shentsize, p + 0x3a, 2); memcpy(&shnum, p + 0x3c, 2);
+  memcpy(&phoff, p + 0x20, 8);
+  memcpy(&shoff, p + 0x28, 8);
+  memcpy(&phentsize, p + 0x36, 2);
+  memcpy(&phnum, p + 0x38, 2);
+  memcpy(&shentsize, p + 0x3a, 2);
+  memcpy(&shnum, p + 0x3c, 2);
   size_t a = shoff + (size_t)shentsize * shnum, b = phoff + (size_t)phentsize * phnum;
   return a > b ? a : b;
 }
@@ -84,7 +87,9 @@ static size_t bundle_size(const unsigned char *p) {
   memcpy(&count, p + 24, 8);
   for (uint64_t i = 0; i < count && i < 64; i++) {
     uint64_t off, size, idlen;
-    memcpy(&off, p + pos, 8); memcpy(&size, p + pos + 8, 8); memcpy(&idlen, p + pos + 16, 8);
+    memcpy(&off, p + pos, 8);
+    memcpy(&size, p + pos + 8, 8);
+    memcpy(&idlen, p + pos + 16, 8);
     pos += 24 + idlen;
     if (off + size > end) end = off + size;
   }
@@ -95,16 +100,33 @@ static size_t bundle_size(const unsigned char *p) {
 static size_t image_size(const void *image) {
   const unsigned char *p = image;
   if (!p) return 0;
-  if (!memcmp(p, "\x7f" "ELF", 4)) return elf_size(p);
+  if (!memcmp(p,
+              "\x7f"
+              "ELF",
+              4))
+    return elf_size(p);
   if (!memcmp(p, "__CLANG_OFFLOAD_BUNDLE__", 24)) return bundle_size(p);
   return 0;
 }
 
 /* ------------------------------------------------------------------ registration */
 
-typedef struct { const void *binary; int id; } fatbin;
-typedef struct { const void *stub; char *name; int fatbin; } function;
-typedef struct { const void *host; char *name; size_t size; void *dev; int fatbin; } variable;
+typedef struct {
+  const void *binary;
+  int id;
+} fatbin;
+typedef struct {
+  const void *stub;
+  char *name;
+  int fatbin;
+} function;
+typedef struct {
+  const void *host;
+  char *name;
+  size_t size;
+  void *dev;
+  int fatbin;
+} variable;
 
 static fatbin fatbins[64];
 static function functions[1024];
@@ -112,7 +134,11 @@ static variable variables[256];
 static int nfatbins, nfunctions, nvariables;
 
 void **__hipRegisterFatBinary(const void *data) {
-  const struct { unsigned magic, version; const void *binary; void *unused; } *w = data;
+  const struct {
+    unsigned magic, version;
+    const void *binary;
+    void *unused;
+  } *w = data;
   if (!w || w->magic != 0x48495046u || nfatbins == 64) return NULL;
   fatbin *f = &fatbins[nfatbins];
   f->binary = w->binary;
@@ -123,7 +149,13 @@ void **__hipRegisterFatBinary(const void *data) {
 
 void __hipRegisterFunction(void **modules, const void *hostFunction, char *deviceFunction, const char *deviceName,
                            unsigned int threadLimit, void *tid, void *bid, void *blockDim, void *gridDim, int *wSize) {
-  (void)deviceFunction; (void)threadLimit; (void)tid; (void)bid; (void)blockDim; (void)gridDim; (void)wSize;
+  (void)deviceFunction;
+  (void)threadLimit;
+  (void)tid;
+  (void)bid;
+  (void)blockDim;
+  (void)gridDim;
+  (void)wSize;
   if (nfunctions == 1024) return;
   function *fn = &functions[nfunctions++];
   fn->stub = hostFunction;
@@ -132,12 +164,17 @@ void __hipRegisterFunction(void **modules, const void *hostFunction, char *devic
   logline("register_function %d %s", fn->fatbin, deviceName);
 }
 
-void __hipRegisterVar(void **modules, void *var, char *hostVar, char *deviceVar, int ext, size_t size, int constant,
-                      int global) {
-  (void)hostVar; (void)ext; (void)constant; (void)global;
+void __hipRegisterVar(void **modules, void *var, char *hostVar, char *deviceVar, int ext, size_t size, int constant, int global) {
+  (void)hostVar;
+  (void)ext;
+  (void)constant;
+  (void)global;
   if (nvariables == 256) return;
   variable *v = &variables[nvariables++];
-  v->host = var; v->name = strdup(deviceVar); v->size = size; v->dev = calloc(1, size ? size : 1);
+  v->host = var;
+  v->name = strdup(deviceVar);
+  v->size = size;
+  v->dev = calloc(1, size ? size : 1);
   v->fatbin = ((fatbin *)modules)->id;
   logline("register_var %d %s %zu", v->fatbin, deviceVar, size);
 }
@@ -146,7 +183,11 @@ void __hipUnregisterFatBinary(void **modules) { logline("unregister_fatbin %d", 
 
 /* ------------------------------------------------------------------ launches */
 
-typedef struct { dim3 grid, block; size_t shmem; hipStream_t stream; } config;
+typedef struct {
+  dim3 grid, block;
+  size_t shmem;
+  hipStream_t stream;
+} config;
 static __thread config configs[16];
 static __thread int nconfigs;
 
@@ -159,7 +200,10 @@ hipError_t __hipPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t shared
 hipError_t __hipPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem, hipStream_t *stream) {
   if (!nconfigs) return ret(hipErrorInvalidConfiguration);
   config c = configs[--nconfigs];
-  *gridDim = c.grid; *blockDim = c.block; *sharedMem = c.shmem; *stream = c.stream;
+  *gridDim = c.grid;
+  *blockDim = c.block;
+  *sharedMem = c.shmem;
+  *stream = c.stream;
   return hipSuccess;
 }
 
@@ -180,20 +224,29 @@ static hipError_t launch(const char *what, const void *f, dim3 g, dim3 b, void *
 
 hipError_t hipLaunchKernel(const void *f, dim3 numBlocks, dim3 dimBlocks, void **args, size_t sharedMemBytes,
                            hipStream_t stream) {
-  (void)sharedMemBytes; (void)stream;
+  (void)sharedMemBytes;
+  (void)stream;
   return launch("launch", f, numBlocks, dimBlocks, args);
 }
 
 hipError_t hipLaunchKernel_spt(const void *f, dim3 numBlocks, dim3 dimBlocks, void **args, size_t sharedMemBytes,
                                hipStream_t stream) {
-  (void)sharedMemBytes; (void)stream;
+  (void)sharedMemBytes;
+  (void)stream;
   return launch("launch_spt", f, numBlocks, dimBlocks, args);
 }
 
 /* ------------------------------------------------------------------ modules */
 
-typedef struct { int id; const unsigned char *image; size_t size; } module;
-typedef struct { module *mod; char *name; } kernel;
+typedef struct {
+  int id;
+  const unsigned char *image;
+  size_t size;
+} module;
+typedef struct {
+  module *mod;
+  char *name;
+} kernel;
 static int nmodules;
 
 static hipError_t load(hipModule_t *out, const void *image) {
@@ -213,7 +266,10 @@ static hipError_t load(hipModule_t *out, const void *image) {
   if (dir) {
     snprintf(path, sizeof path, "%s/module-%d.co", dir, m->id);
     FILE *f = fopen(path, "wb");
-    if (f) { fwrite(image, 1, size, f); fclose(f); }
+    if (f) {
+      fwrite(image, 1, size, f);
+      fclose(f);
+    }
   }
   logline("module_load %d %zu %s %s", m->id, size, path, gettid() == getpid() ? "main" : "other");
   *out = (hipModule_t)m;
@@ -224,7 +280,9 @@ hipError_t hipModuleLoadData(hipModule_t *module, const void *image) { return lo
 
 hipError_t hipModuleLoadDataEx(hipModule_t *module, const void *image, unsigned int numOptions, hipJitOption *options,
                                void **optionValues) {
-  (void)numOptions; (void)options; (void)optionValues;
+  (void)numOptions;
+  (void)options;
+  (void)optionValues;
   return load(module, image);
 }
 
@@ -234,7 +292,8 @@ hipError_t hipModuleGetFunction(hipFunction_t *function, hipModule_t hmod, const
   snprintf(kd, sizeof kd, "%s.kd", kname);
   if (!m || !memmem(m->image, m->size, kd, strlen(kd) + 1)) return ret(hipErrorNotFound);
   kernel *k = calloc(1, sizeof *k);
-  k->mod = m; k->name = strdup(kname);
+  k->mod = m;
+  k->name = strdup(kname);
   *function = (hipFunction_t)k;
   logline("module_function %d %s", m->id, kname);
   return hipSuccess;
@@ -243,7 +302,8 @@ hipError_t hipModuleGetFunction(hipFunction_t *function, hipModule_t hmod, const
 hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
                                  unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
                                  unsigned int sharedMemBytes, hipStream_t stream, void **kernelParams, void **extra) {
-  (void)sharedMemBytes; (void)extra;
+  (void)sharedMemBytes;
+  (void)extra;
   kernel *k = (kernel *)f;
   if (!k) return ret(hipErrorInvalidResourceHandle);
   if (failing("launch")) {
@@ -297,8 +357,14 @@ hipError_t hipGetDeviceProperties(hipDeviceProp_t *prop, int deviceId) {
   return hipSuccess;
 }
 
-hipError_t hipDriverGetVersion(int *v) { *v = 50221153; return hipSuccess; }
-hipError_t hipRuntimeGetVersion(int *v) { *v = 50221153; return hipSuccess; }
+hipError_t hipDriverGetVersion(int *v) {
+  *v = 50221153;
+  return hipSuccess;
+}
+hipError_t hipRuntimeGetVersion(int *v) {
+  *v = 50221153;
+  return hipSuccess;
+}
 
 hipError_t hipMalloc(void **ptr, size_t size) {
   *ptr = calloc(1, size ? size : 1);

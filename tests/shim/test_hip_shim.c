@@ -16,7 +16,13 @@
 #include <time.h>
 
 static int failures;
-#define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #cond); failures++; } } while (0)
+#define EXPECT(cond) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #cond); \
+      failures++; \
+    } \
+  } while (0)
 
 /* Every allocation in this program is counted, to show the hit path makes none. */
 extern void *__libc_malloc(size_t);
@@ -54,12 +60,17 @@ static void test_arch_from_props(void) {
   EXPECT(out[0] == 0);
 }
 
-static hipError_t fake_get_device(int *dev) { *dev = 3; return HIP_SUCCESS; }
+static hipError_t fake_get_device(int *dev) {
+  *dev = 3;
+  return HIP_SUCCESS;
+}
 
 static kinfo *hit_ki;
 static hipFunction_t hit_result;
 static void *call_pick(void *arg) {
-  int n = 42; float f = 0.5f; void *ptr = (void *)0x1000;
+  int n = 42;
+  float f = 0.5f;
+  void *ptr = (void *)0x1000;
   void *params[3] = {&n, &f, &ptr};
   hit_result = hip_pick(arg, params, (dim3){10, 1, 1}, (dim3){256, 1, 1}, NULL);
   return NULL;
@@ -73,12 +84,18 @@ static void test_hit_path_takes_no_lock_and_allocates_nothing(void) {
   kinfo *ki = handle_lookup(stub);
   EXPECT(ki != NULL);
   hit_ki = ki;
-  ki->nparams = 3; ki->sizes[0] = 4; ki->sizes[1] = 4; ki->sizes[2] = 8;
-  atomic_store(&ki->fold[0], 1); atomic_store(&ki->fold[1], 1);
+  ki->nparams = 3;
+  ki->sizes[0] = 4;
+  ki->sizes[1] = 4;
+  ki->sizes[2] = 8;
+  atomic_store(&ki->fold[0], 1);
+  atomic_store(&ki->fold[1], 1);
   atomic_store(&ki->dims_in_key, 1);
   atomic_store(&ki->state, K_ACTIVE);
   /* the variant the launch below asks for, on device 3 */
-  int n = 42; float f = 0.5f; void *ptr = (void *)0x1000;
+  int n = 42;
+  float f = 0.5f;
+  void *ptr = (void *)0x1000;
   void *params[3] = {&n, &f, &ptr};
   uint8_t key[MAX_KEY];
   int len = stable_key(ki, params, (dim3){10, 1, 1}, (dim3){256, 1, 1}, key);
@@ -132,8 +149,17 @@ static void test_hit_path_takes_no_lock_and_allocates_nothing(void) {
  * is not left for the app's hipGetLastError. With 1 it runs the original at once, counted as a
  * launch while compiling. */
 static _Atomic int stream_queries, errors_left;
-static hipError_t busy_query(hipStream_t s) { (void)s; atomic_fetch_add(&stream_queries, 1); atomic_store(&errors_left, 1); return HIP_ERROR_NOT_READY; }
-static hipError_t not_capturing(hipStream_t s, hipStreamCaptureStatus *st) { (void)s; *st = 0; return HIP_SUCCESS; }
+static hipError_t busy_query(hipStream_t s) {
+  (void)s;
+  atomic_fetch_add(&stream_queries, 1);
+  atomic_store(&errors_left, 1);
+  return HIP_ERROR_NOT_READY;
+}
+static hipError_t not_capturing(hipStream_t s, hipStreamCaptureStatus *st) {
+  (void)s;
+  *st = 0;
+  return HIP_SUCCESS;
+}
 static hipError_t peek_error(void) { return atomic_load(&errors_left) ? HIP_ERROR_NOT_READY : HIP_SUCCESS; }
 static hipError_t take_error(void) { return atomic_exchange(&errors_left, 0) ? HIP_ERROR_NOT_READY : HIP_SUCCESS; }
 static sentry *compiling;
@@ -155,7 +181,8 @@ static void test_a_compiling_variant_is_waited_for_or_skipped(void) {
   const void *stub = (const void *)0x5100;
   remember(stub, (const void *)0x6100, "c", OWNER_HIP_RUNTIME, (void *)0x7100);
   kinfo *ki = handle_lookup(stub);
-  ki->nparams = 1; ki->sizes[0] = 4;
+  ki->nparams = 1;
+  ki->sizes[0] = 4;
   atomic_store(&ki->fold[0], 1);
   atomic_store(&ki->state, K_ACTIVE);
   int n = 7;
@@ -191,7 +218,10 @@ int main(void) {
   test_arch_from_props();
   test_hit_path_takes_no_lock_and_allocates_nothing();
   test_a_compiling_variant_is_waited_for_or_skipped();
-  if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
+  if (failures) {
+    fprintf(stderr, "%d failed\n", failures);
+    return 1;
+  }
   printf("HIP shim unit tests: all passed\n");
   return 0;
 }

@@ -15,7 +15,13 @@
 #include <sys/wait.h>
 
 static int failures;
-#define EXPECT(cond) do { if (!(cond)) { fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #cond); failures++; } } while (0)
+#define EXPECT(cond) \
+  do { \
+    if (!(cond)) { \
+      fprintf(stderr, "FAILED line %d: %s\n", __LINE__, #cond); \
+      failures++; \
+    } \
+  } while (0)
 
 static void test_hash(void) {
   uint8_t a[40] = {1, 2, 3}, b[40] = {1, 2, 3};
@@ -66,14 +72,18 @@ static void test_handles(void) {
  * whatever the key's length, context or generation, as launches alternate between variants. */
 static void test_last_hit(void) {
   static kinfo ki;
-  ki.nparams = 2; ki.sizes[0] = 4; ki.sizes[1] = 8;
-  atomic_store(&ki.fold[0], 1); atomic_store(&ki.fold[1], 1);
+  ki.nparams = 2;
+  ki.sizes[0] = 4;
+  ki.sizes[1] = 8;
+  atomic_store(&ki.fold[0], 1);
+  atomic_store(&ki.fold[1], 1);
   CUcontext c1 = (CUcontext)0x10, c2 = (CUcontext)0x20;
   sentry *made[3][2];
   uint8_t keys[3][MAX_KEY];
   int lens[3];
   for (int v = 0; v < 3; v++) {
-    int a = 100 + v; uint64_t b = 7;
+    int a = 100 + v;
+    uint64_t b = 7;
     void *params[2] = {&a, &b};
     dim3 d = {1, 1, 1};
     lens[v] = stable_key(&ki, params, d, d, keys[v]);
@@ -106,14 +116,18 @@ static void test_keys_and_variants(void) {
   memcpy(ki.sizes, sizes, sizeof sizes);
   for (int i = 0; i < 4; i++) atomic_store(&ki.fold[i], fold[i]);
   atomic_store(&ki.dims_in_key, 1);
-  int n = 42; void *ptr = (void *)0xdead; float f = 0.5f; uint8_t flag = 1;
+  int n = 42;
+  void *ptr = (void *)0xdead;
+  float f = 0.5f;
+  uint8_t flag = 1;
   void *params[4] = {&n, &ptr, &f, &flag};
   uint8_t key[MAX_KEY];
   dim3 grid = {10, 1, 1}, block = {256, 1, 1};
   int len = stable_key(&ki, params, grid, block, key);
   EXPECT(len == 4 + 4 + 4 + 1 + 12);   /* generation; the pointer is not folded; block is in, grid is not */
   EXPECT(!memcmp(key + 4, &n, 4) && !memcmp(key + 8, &f, 4) && key[12] == 1);
-  void *other_ptr = (void *)0xbeef; void *params2[4] = {&n, &other_ptr, &f, &flag};
+  void *other_ptr = (void *)0xbeef;
+  void *params2[4] = {&n, &other_ptr, &f, &flag};
   uint8_t key2[MAX_KEY];
   dim3 grid2 = {99, 1, 1};
   EXPECT(build_key(&ki, params2, grid2, block, key2, 0) == len && !memcmp(key, key2, len));   /* same variant */
@@ -124,7 +138,13 @@ static void test_keys_and_variants(void) {
   CUcontext ctx = (CUcontext)0x1234;
   uint64_t h = key_hash(&ki, ctx, key, len);
   sentry *e = malloc(sizeof *e + len);
-  e->hash = h; e->ki = &ki; e->ctx = ctx; e->fn = (CUfunction)0x77; e->pending = 0; e->keylen = len; memcpy(e->key, key, len);
+  e->hash = h;
+  e->ki = &ki;
+  e->ctx = ctx;
+  e->fn = (CUfunction)0x77;
+  e->pending = 0;
+  e->keylen = len;
+  memcpy(e->key, key, len);
   variant_insert(e);
   EXPECT(variant_lookup(h, &ki, ctx, key, len) == e);
   EXPECT(variant_lookup(h, &ki, (CUcontext)0x9999, key, len) == NULL);   /* per context */
@@ -133,7 +153,9 @@ static void test_keys_and_variants(void) {
 
   /* A key too large for the stack buffer is refused, not truncated. */
   static kinfo big;
-  big.nparams = 2; big.sizes[0] = MAX_KEY; big.fold[0] = 1;
+  big.nparams = 2;
+  big.sizes[0] = MAX_KEY;
+  big.fold[0] = 1;
   static uint8_t huge[MAX_KEY];
   void *bp[2] = {huge, huge};
   EXPECT(build_key(&big, bp, grid, block, key, 0) == -1);
@@ -162,21 +184,25 @@ static kinfo race;
 static _Atomic int race_stop, race_bad;
 static void *race_reader(void *arg) {
   (void)arg;
-  int a = 7, b = 9; void *params[2] = {&a, &b};
+  int a = 7, b = 9;
+  void *params[2] = {&a, &b};
   dim3 d = {1, 1, 1};
   uint8_t key[MAX_KEY];
   while (!atomic_load(&race_stop)) {
     int len = stable_key(&race, params, d, d, key);
     if (len < 0) continue;
-    uint32_t g; memcpy(&g, key, 4);
+    uint32_t g;
+    memcpy(&g, key, 4);
     int expect = 4 + ((g / 2) % 2 ? 4 : 8);   /* even generations fold both, odd halves fold one */
     if (len != expect) atomic_store(&race_bad, 1);
   }
   return NULL;
 }
 static void test_policy_race(void) {
-  race.nparams = 2; race.sizes[0] = race.sizes[1] = 4;
-  atomic_store(&race.fold[0], 1); atomic_store(&race.fold[1], 1);
+  race.nparams = 2;
+  race.sizes[0] = race.sizes[1] = 4;
+  atomic_store(&race.fold[0], 1);
+  atomic_store(&race.fold[1], 1);
   pthread_t t[4];
   for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, race_reader, NULL);
   uint8_t both[6] = {0, 0, 0, 0, 1, 1}, one[6] = {0, 0, 0, 0, 1, 0};
@@ -192,8 +218,15 @@ static void test_policy_race(void) {
  * stream has work queued, and it gets the function the compile thread publishes; a stream that
  * runs dry or a dropped job (exit) releases it without one. */
 static _Atomic int gpu_busy = 1, queries;
-static CUresult fake_query(CUstream s) { (void)s; atomic_fetch_add(&queries, 1); return atomic_load(&gpu_busy) ? 600 : CUDA_SUCCESS; }
-static CUresult fake_capturing(CUstream s, int *c) { *c = s == (CUstream)0xca9; return CUDA_SUCCESS; }
+static CUresult fake_query(CUstream s) {
+  (void)s;
+  atomic_fetch_add(&queries, 1);
+  return atomic_load(&gpu_busy) ? 600 : CUDA_SUCCESS;
+}
+static CUresult fake_capturing(CUstream s, int *c) {
+  *c = s == (CUstream)0xca9;
+  return CUDA_SUCCESS;
+}
 static sentry *finishing;
 static void *finish_compile(void *arg) {
   struct timespec pause = {0, 20 * 1000 * 1000};
@@ -264,7 +297,10 @@ static void test_await_variant(void) {
   EXPECT(await_variant(&ki, a, s) == NULL && atomic_load(&n_awaits) == 3);
   g_async = ASYNC_AUTO;   /* exiting: a dropped job's entry stops pending, and waiters stop */
   job *j = calloc(1, sizeof *j);
-  j->e = a; j->ki = &ki; j->args = malloc(1); j->addrs = malloc(8);
+  j->e = a;
+  j->ki = &ki;
+  j->args = malloc(1);
+  j->addrs = malloc(8);
   q_head = q_tail = j;
   atomic_store(&ki.jobs, 1);
   stop_workers();
@@ -272,7 +308,8 @@ static void test_await_variant(void) {
   atomic_store(&a->pending, 1);   /* as if still compiling: q_stop ends the wait at once */
   t0 = now_ns();
   EXPECT(await_variant(&ki, a, s) == NULL && now_ns() - t0 < 5 * 1000 * 1000);
-  free(a); free(b);
+  free(a);
+  free(b);
 }
 
 /* At exit the compile threads finish their queue (a stale job is dropped unread by the
@@ -285,8 +322,13 @@ static void test_exit_drains_the_queue(void) {
     uint8_t key[4] = {(uint8_t)i};
     e[i] = new_entry(&k, (CUcontext)0x1, key, 4, (CUfunction)0x99 /* the worker overwrites it */, 1);
     job *j = calloc(1, sizeof *j);
-    j->ki = &k; j->gen = 0; j->e = e[i]; j->args = malloc(1); j->addrs = malloc(8);
-    if (q_tail) q_tail->next = j; else q_head = j;
+    j->ki = &k;
+    j->gen = 0;
+    j->e = e[i];
+    j->args = malloc(1);
+    j->addrs = malloc(8);
+    if (q_tail) q_tail->next = j;
+    else q_head = j;
     q_tail = j;
   }
   atomic_store(&k.jobs, 3);
@@ -307,7 +349,10 @@ static void test_exit_drains_the_queue(void) {
  * for a kernel without a tracker (defer_max 0), not in synchronous mode. */
 static void test_defer(void) {
   static kinfo ki;
-  ki.nparams = 2; ki.sizes[0] = 4; ki.sizes[1] = 8; ki.defer_max = 3;
+  ki.nparams = 2;
+  ki.sizes[0] = 4;
+  ki.sizes[1] = 8;
+  ki.defer_max = 3;
   uint32_t a = 0;
   uint64_t b = 0x1122334455667788ull;
   void *params[2] = {&a, &b};
@@ -322,7 +367,9 @@ static void test_defer(void) {
     const uint8_t *r = ki.deferred + i * 36;
     uint32_t dims[6], got_a;
     uint64_t got_b;
-    memcpy(dims, r, 24); memcpy(&got_a, r + 24, 4); memcpy(&got_b, r + 28, 8);
+    memcpy(dims, r, 24);
+    memcpy(&got_a, r + 24, 4);
+    memcpy(&got_b, r + 28, 8);
     EXPECT(dims[0] == 1 && dims[2] == 3 && dims[3] == 4 && dims[5] == 6 && got_a == i && got_b == b);
   }
   ki.ndeferred = 0;   /* (what a miss that passed them to Python does) */
@@ -342,7 +389,8 @@ static void test_async_env(void) {
   const char *values[] = {NULL, "", " Auto ", "1", "on", "0", "off"};
   int want[] = {ASYNC_AUTO, ASYNC_AUTO, ASYNC_AUTO, ASYNC_ON, ASYNC_ON, ASYNC_OFF, ASYNC_OFF};
   for (int i = 0; i < 7; i++) {
-    if (values[i]) setenv("PROTEUS_ASYNC_COMPILATION", values[i], 1); else unsetenv("PROTEUS_ASYNC_COMPILATION");
+    if (values[i]) setenv("PROTEUS_ASYNC_COMPILATION", values[i], 1);
+    else unsetenv("PROTEUS_ASYNC_COMPILATION");
     g_async = -1;
     read_async_env();
     EXPECT(g_async == want[i]);
@@ -357,10 +405,26 @@ static void test_async_env(void) {
 /* GPU time samples: the 2nd launch, every 64th until 16 samples, then every 4,096th; the
  * budget's estimate is their mean times the launches. */
 static _Atomic int records;
-static CUresult fake_ctx(CUcontext *c) { *c = (CUcontext)0x77; return CUDA_SUCCESS; }
-static CUresult fake_record(void *ev, CUstream s) { (void)ev; (void)s; atomic_fetch_add(&records, 1); return CUDA_SUCCESS; }
-static CUresult fake_event_query(void *ev) { (void)ev; return CUDA_SUCCESS; }
-static CUresult fake_elapsed(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0.5f; return CUDA_SUCCESS; }
+static CUresult fake_ctx(CUcontext *c) {
+  *c = (CUcontext)0x77;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_record(void *ev, CUstream s) {
+  (void)ev;
+  (void)s;
+  atomic_fetch_add(&records, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult fake_event_query(void *ev) {
+  (void)ev;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_elapsed(float *ms, void *a, void *b) {
+  (void)a;
+  (void)b;
+  *ms = 0.5f;
+  return CUDA_SUCCESS;
+}
 static void test_gpu_time_samples(void) {
   static kinfo ki;
   real_cuCtxGetCurrent = fake_ctx;
@@ -400,8 +464,15 @@ static CUresult fake_event_create(void **ev, unsigned flags) {
   *ev = (void *)next_event++;
   return CUDA_SUCCESS;
 }
-static CUresult fake_event_destroy(void *ev) { (void)ev; atomic_fetch_add(&destroyed, 1); return CUDA_SUCCESS; }
-static CUresult turn_query(void *ev) { (void)ev; return query_answer; }
+static CUresult fake_event_destroy(void *ev) {
+  (void)ev;
+  atomic_fetch_add(&destroyed, 1);
+  return CUDA_SUCCESS;
+}
+static CUresult turn_query(void *ev) {
+  (void)ev;
+  return query_answer;
+}
 static CUresult turn_elapsed(float *ms, void *a, void *b) {
   (void)b;
   int k = 0;
@@ -413,12 +484,15 @@ static int run_trial(float original_ms, float variant_ms, float first, CUfunctio
   static kinfo ki;
   memset(&ki, 0, sizeof ki);
   ki.ev_ctx = (CUcontext)0x77;
-  ki.ev[0] = (void *)0x1; ki.ev[1] = (void *)0x2;
+  ki.ev[0] = (void *)0x1;
+  ki.ev[1] = (void *)0x2;
   atomic_store(&ki.launches, 1000);   /* no plain GPU-time sample on these launches */
   real_cuEventCreate = fake_event_create;
   real_cuEventQuery = turn_query;
   real_cuEventElapsedTime = turn_elapsed;
-  turn_ms[0] = original_ms; turn_ms[1] = variant_ms; first_ms = first;
+  turn_ms[0] = original_ms;
+  turn_ms[1] = variant_ms;
+  first_ms = first;
   uint8_t key[8] = {1};
   sentry *e = new_entry(&ki, NULL, key, 8, (CUfunction)0xfa57, 0);
   trial_attach(&ki, e, 3, PROTO_IMAGE_TRIAL, (CUfunction)0xfa57);
@@ -467,7 +541,9 @@ static void test_speed_trial(void) {
   sentry *b = new_entry(&busy, NULL, k3, 8, (CUfunction)0xb, 0);
   trial_attach(&busy, b, 1, PROTO_IMAGE_TRIAL, (CUfunction)0xb);
   cur_trial = atomic_load(&b->trial);
-  turn_ms[0] = 1.0f; turn_ms[1] = 2.0f; first_ms = 2.0f;
+  turn_ms[0] = 1.0f;
+  turn_ms[1] = 2.0f;
+  first_ms = 2.0f;
   query_answer = 600;   /* CUDA_ERROR_NOT_READY */
   int turns = 0, originals_busy = 0;
   for (int i = 0; i < TRIAL_AFTER + TRIAL_TURNS + 5; i++) {
@@ -510,14 +586,34 @@ static void test_speed_trial(void) {
 static CUfunction launched_fn;
 static CUresult fake_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, CUstream s, void **p, void **e) {
-  (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)shmem; (void)s; (void)p; (void)e;
+  (void)gx;
+  (void)gy;
+  (void)gz;
+  (void)bx;
+  (void)by;
+  (void)bz;
+  (void)shmem;
+  (void)s;
+  (void)p;
+  (void)e;
   launched_fn = f;
   return CUDA_SUCCESS;
 }
 static _Atomic int capturing_asked;
-static CUresult counting_capturing(CUstream s, int *c) { atomic_fetch_add(&capturing_asked, 1); return fake_capturing(s, c); }
-static CUresult fake_begin(CUstream s, int mode) { (void)s; (void)mode; return CUDA_SUCCESS; }
-static CUresult fake_end(CUstream s, void **g) { (void)s; *g = NULL; return CUDA_SUCCESS; }
+static CUresult counting_capturing(CUstream s, int *c) {
+  atomic_fetch_add(&capturing_asked, 1);
+  return fake_capturing(s, c);
+}
+static CUresult fake_begin(CUstream s, int mode) {
+  (void)s;
+  (void)mode;
+  return CUDA_SUCCESS;
+}
+static CUresult fake_end(CUstream s, void **g) {
+  (void)s;
+  *g = NULL;
+  return CUDA_SUCCESS;
+}
 static void test_stream_capture(void) {
   static kinfo ki, unresolved;
   real_cuCtxGetCurrent = fake_ctx;
@@ -525,7 +621,9 @@ static void test_stream_capture(void) {
   real_cuLaunchKernel = fake_launch;
   real_cuStreamBeginCapture_v2 = fake_begin;
   real_cuStreamEndCapture = fake_end;
-  ki.nparams = 1; ki.sizes[0] = 4; atomic_store(&ki.fold[0], 1);
+  ki.nparams = 1;
+  ki.sizes[0] = 4;
+  atomic_store(&ki.fold[0], 1);
   ki.name = "k";
   atomic_store(&ki.state, K_ACTIVE);
   unresolved.name = "u";
@@ -549,7 +647,8 @@ static void test_stream_capture(void) {
   cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, plain, params, NULL);
   EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&ki.captured) == 1);   /* another stream still hits */
   cuLaunchKernel((CUfunction)0xf01, 1, 1, 1, 1, 1, 1, 0, cap, params, NULL);   /* a first launch, captured */
-  EXPECT(launched_fn == (CUfunction)0xf01 && atomic_load(&unresolved.captured) == 1 && atomic_load(&unresolved.state) == K_UNRESOLVED);
+  EXPECT(launched_fn == (CUfunction)0xf01 && atomic_load(&unresolved.captured) == 1 &&
+         atomic_load(&unresolved.state) == K_UNRESOLVED);
   /* while the capture is open: no event record or query on any launch (HeCBench graphExecution
    * crashed now and then when a pending sample was collected inside its capture) */
   int before = atomic_load(&records);
@@ -568,41 +667,105 @@ static void test_stream_capture(void) {
 
 /* Graphs (cuda_graph.c) over a fake driver: a template of three nodes (a kernel node whose
  * variant is loaded, one whose variant is compiling, a memset), its exec, a copy for updates. */
-typedef struct { void *exec, *node; knode p; } set_call;
+typedef struct {
+  void *exec, *node;
+  knode p;
+} set_call;
 static set_call sets[16];
 static int nsets, destroyed_template, updated_with_copy;
 static knode tmpl[3];
 static void *const TEMPLATE = (void *)0x6a0, *const COPY = (void *)0xc09, *const EXEC = (void *)0xe8e;
-static void *const NODES[3] = {(void *)0xa1, (void *)0xa2, (void *)0xa3}, *const COPY_NODES[3] = {(void *)0xb1, (void *)0xb2, (void *)0xb3};
+static void *const NODES[3] = {(void *)0xa1, (void *)0xa2, (void *)0xa3}, *const COPY_NODES[3] = {(void *)0xb1, (void *)0xb2,
+                                                                                                  (void *)0xb3};
 static knode copy_params[3];
-static int node_index(void *n) { for (int i = 0; i < 3; i++) if (n == NODES[i] || n == COPY_NODES[i]) return i; return -1; }
+static int node_index(void *n) {
+  for (int i = 0; i < 3; i++)
+    if (n == NODES[i] || n == COPY_NODES[i]) return i;
+  return -1;
+}
 static CUresult g_get_nodes(void *g, void **nodes, size_t *n) {
   if (nodes) memcpy(nodes, g == COPY ? COPY_NODES : NODES, 3 * sizeof(void *));
   *n = 3;
   return CUDA_SUCCESS;
 }
-static CUresult g_type(void *n, int *t) { *t = node_index(n) == 2 ? 8 /* memset */ : 0; return CUDA_SUCCESS; }
-static CUresult g_get(void *n, knode *p) { *p = node_index(n) >= 0 && (n == COPY_NODES[0] || n == COPY_NODES[1]) ? copy_params[node_index(n)] : tmpl[node_index(n)]; return CUDA_SUCCESS; }
-static CUresult g_exec_set(void *e, void *n, const knode *p) { sets[nsets++] = (set_call){e, n, *p}; return CUDA_SUCCESS; }
-static CUresult g_set(void *n, const knode *p) { copy_params[node_index(n)] = *p; return CUDA_SUCCESS; }
-static CUresult g_attr(void *n, int a, void *v) { (void)n; (void)a; memset(v, 0, 64); return CUDA_SUCCESS; }
-static CUresult g_clone(void **c, void *g) { (void)g; *c = COPY; memcpy(copy_params, tmpl, sizeof copy_params); return CUDA_SUCCESS; }
-static CUresult g_destroy(void *g) { if (g == TEMPLATE) destroyed_template++; return CUDA_SUCCESS; }
-static CUresult g_update(void *e, void *g, void *r) { (void)e; (void)r; updated_with_copy = g == COPY; return CUDA_SUCCESS; }
-static CUresult g_instantiate(void **e, void *g, unsigned long long f) { (void)g; (void)f; *e = EXEC; return CUDA_SUCCESS; }
-static CUresult g_launch(void *e, CUstream s) { (void)e; (void)s; return CUDA_SUCCESS; }
-static CUresult g_exec_destroy(void *e) { (void)e; return CUDA_SUCCESS; }
+static CUresult g_type(void *n, int *t) {
+  *t = node_index(n) == 2 ? 8 /* memset */ : 0;
+  return CUDA_SUCCESS;
+}
+static CUresult g_get(void *n, knode *p) {
+  *p = node_index(n) >= 0 && (n == COPY_NODES[0] || n == COPY_NODES[1]) ? copy_params[node_index(n)] : tmpl[node_index(n)];
+  return CUDA_SUCCESS;
+}
+static CUresult g_exec_set(void *e, void *n, const knode *p) {
+  sets[nsets++] = (set_call){e, n, *p};
+  return CUDA_SUCCESS;
+}
+static CUresult g_set(void *n, const knode *p) {
+  copy_params[node_index(n)] = *p;
+  return CUDA_SUCCESS;
+}
+static CUresult g_attr(void *n, int a, void *v) {
+  (void)n;
+  (void)a;
+  memset(v, 0, 64);
+  return CUDA_SUCCESS;
+}
+static CUresult g_clone(void **c, void *g) {
+  (void)g;
+  *c = COPY;
+  memcpy(copy_params, tmpl, sizeof copy_params);
+  return CUDA_SUCCESS;
+}
+static CUresult g_destroy(void *g) {
+  if (g == TEMPLATE) destroyed_template++;
+  return CUDA_SUCCESS;
+}
+static CUresult g_update(void *e, void *g, void *r) {
+  (void)e;
+  (void)r;
+  updated_with_copy = g == COPY;
+  return CUDA_SUCCESS;
+}
+static CUresult g_instantiate(void **e, void *g, unsigned long long f) {
+  (void)g;
+  (void)f;
+  *e = EXEC;
+  return CUDA_SUCCESS;
+}
+static CUresult g_launch(void *e, CUstream s) {
+  (void)e;
+  (void)s;
+  return CUDA_SUCCESS;
+}
+static CUresult g_exec_destroy(void *e) {
+  (void)e;
+  return CUDA_SUCCESS;
+}
 static int kernel_functions;
-static CUresult g_kernel_function(CUfunction *f, CUkernel k) { kernel_functions++; *f = (CUfunction)(0xf100 + (uintptr_t)k); return CUDA_SUCCESS; }
+static CUresult g_kernel_function(CUfunction *f, CUkernel k) {
+  kernel_functions++;
+  *f = (CUfunction)(0xf100 + (uintptr_t)k);
+  return CUDA_SUCCESS;
+}
 static void test_graphs(void) {
   static kinfo ki;
   real_cuCtxGetCurrent = fake_ctx;
-  real_cuGraphGetNodes = g_get_nodes; real_cuGraphNodeGetType = g_type; real_cuGraphKernelNodeGetParams_v2 = g_get;
-  real_cuGraphExecKernelNodeSetParams_v2 = g_exec_set; real_cuGraphKernelNodeSetParams_v2 = g_set;
-  real_cuGraphKernelNodeGetAttribute = g_attr; real_cuGraphClone = g_clone; real_cuGraphDestroy = g_destroy;
-  real_cuGraphExecUpdate_v2 = g_update; real_cuGraphInstantiateWithFlags = g_instantiate; real_cuGraphLaunch = g_launch;
+  real_cuGraphGetNodes = g_get_nodes;
+  real_cuGraphNodeGetType = g_type;
+  real_cuGraphKernelNodeGetParams_v2 = g_get;
+  real_cuGraphExecKernelNodeSetParams_v2 = g_exec_set;
+  real_cuGraphKernelNodeSetParams_v2 = g_set;
+  real_cuGraphKernelNodeGetAttribute = g_attr;
+  real_cuGraphClone = g_clone;
+  real_cuGraphDestroy = g_destroy;
+  real_cuGraphExecUpdate_v2 = g_update;
+  real_cuGraphInstantiateWithFlags = g_instantiate;
+  real_cuGraphLaunch = g_launch;
   real_cuGraphExecDestroy = g_exec_destroy;
-  ki.nparams = 2; ki.sizes[0] = 4; ki.sizes[1] = 8; atomic_store(&ki.fold[0], 1);   /* the pointer is not folded */
+  ki.nparams = 2;
+  ki.sizes[0] = 4;
+  ki.sizes[1] = 8;
+  atomic_store(&ki.fold[0], 1);   /* the pointer is not folded */
   ki.name = "g";
   atomic_store(&ki.state, K_ACTIVE);
   pthread_mutex_lock(&reg_lock);
@@ -653,14 +816,17 @@ static void test_graphs(void) {
   memcpy(copy_params, tmpl, sizeof copy_params);
   tmpl[1].params = args7;
   EXPECT(w_cuGraphExecUpdate_v2(EXEC, TEMPLATE, NULL) == CUDA_SUCCESS && updated_with_copy);
-  EXPECT(copy_params[0].func == (CUfunction)0xbee && copy_params[1].func == (CUfunction)0xbe7 && tmpl[1].func == (CUfunction)0xf10);
+  EXPECT(copy_params[0].func == (CUfunction)0xbee && copy_params[1].func == (CUfunction)0xbe7 &&
+         tmpl[1].func == (CUfunction)0xf10);
   EXPECT(nsets == 0);
   EXPECT(w_cuGraphExecDestroy(EXEC) == CUDA_SUCCESS);
 
   /* a node of a kernel not recorded (a library's): the CUkernels are asked once, not at
    * every instantiation; one of a recorded kernel's CUkernel, found and remembered */
   static kinfo lk;
-  lk.nparams = 0; lk.name = "lib"; atomic_store(&lk.state, K_DISABLED);
+  lk.nparams = 0;
+  lk.name = "lib";
+  atomic_store(&lk.state, K_DISABLED);
   pthread_mutex_lock(&reg_lock);
   handle_insert((void *)0xc1, &lk, NULL);
   pthread_mutex_unlock(&reg_lock);
@@ -688,9 +854,7 @@ static void test_graphs(void) {
 
 /* An app that ends with exit() from main: main's end is taken there (its CPU is not: exit
  * may come from another thread). In a child, since exit ends the process. */
-static void check_main_times(void) {
-  _exit(atomic_load(&t_main_end_ns) > atomic_load(&t_main_start_ns) ? 0 : 3);
-}
+static void check_main_times(void) { _exit(atomic_load(&t_main_end_ns) > atomic_load(&t_main_start_ns) ? 0 : 3); }
 static void test_exit_from_main_times_main(void) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -706,7 +870,11 @@ static void test_exit_from_main_times_main(void) {
 /* The warm-start thread (cuda_warm.c) wakes for fat binaries inside a loaded object only (an
  * app's own buffer may be gone when it reads it) and stops at exit. Python is not started here:
  * had the thread asked it about the heap image, this test would crash. */
-static void *run_warm(void *arg) { (void)arg; warm_start(); return NULL; }
+static void *run_warm(void *arg) {
+  (void)arg;
+  warm_start();
+  return NULL;
+}
 static void test_warm_start(void) {
   pthread_t t;
   setenv(ENV_PRELOAD, "0", 1);   /* off: returns at once */
@@ -773,7 +941,10 @@ int main(void) {
   test_exit_from_main_times_main();
   test_warm_scan();
   test_warm_start();
-  if (failures) { fprintf(stderr, "%d failed\n", failures); return 1; }
+  if (failures) {
+    fprintf(stderr, "%d failed\n", failures);
+    return 1;
+  }
   printf("shim unit tests: all passed\n");
   return 0;
 }

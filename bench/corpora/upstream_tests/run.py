@@ -384,8 +384,8 @@ def markdown(results: list[dict], header: dict) -> str:
         spec = f"{rep['specialized_launches']}/{rep['launches']}" if rep else "-"
         detail = (r.get("detail") or r.get("note") or "").replace("|", "\\|")[:160]
         cells = [r["name"], _native_cell(runs), (runs.get("cold") or {}).get("verdict", "-"),
-                 (runs.get("default") or {}).get("verdict", "-"), (runs.get("warm") or {}).get("verdict", "-"), _kernels_cell(runs.get("cold")),
-                 _kernels_cell(runs.get("warm")), spec, detail]
+                 (runs.get("default") or {}).get("verdict", "-"), (runs.get("warm") or {}).get("verdict", "-"),
+                 _kernels_cell(runs.get("cold")), _kernels_cell(runs.get("warm")), spec, detail]
         lines.append("| " + " | ".join(cells) + " |")
     lines += checks.markdown_runs(results)
     return "\n".join(lines) + "\n"
