@@ -3,10 +3,10 @@
  * variant loaded from another image: a launch that relies on one (dynamic shared memory above
  * 48 KiB, a cluster size, a carveout) would fail on the variant, and the original would run.
  * So each one is recorded on the kernel, set on every variant already loaded, and set on each
- * variant as it loads (load_image).
+ * variant as it loads (cuda_load).
  *
  * A variant loading at the instant the app sets one may miss it (it is published after
- * load_image, outside attr_lock); its launches then fail and run the original: the results stay
+ * cuda_load, outside attr_lock); its launches then fail and run the original: the results stay
  * the app's, only that variant's speed is lost. */
 #include "cuda_api.h"
 #include "shim.h"
