@@ -74,7 +74,7 @@ UPSTREAM_ENV: tuple[UpstreamVar, ...] = (
     UpstreamVar("PROTEUS_DEBUG_OUTPUT", "0", "ignored",
                 "upstream's debug logging; PROTEUS_TRACE_OUTPUT=specialization shows this tool's steps", _OFF),
     UpstreamVar("PROTEUS_OBJECT_CACHE_CHAIN", "storage", "ignored",
-                "the cache is always memory then disk (upstream's storage); there are no MPI levels",
+                "the cache is always memory then disk (upstream's storage), then PROTEUS_CACHE_SHARED when set",
                 frozenset({"storage"})),
     UpstreamVar("PROTEUS_COMM_THREAD_POLL_MS", "25", "ignored", "it tunes upstream's MPI cache levels, which do not exist here",
                 frozenset({"25"})),
@@ -105,6 +105,11 @@ OWN_ENV: Mapping[str, str] = {
     "PROTEUS_VALIDATE_ULPS": "float differences validation accepts, in ULPs",
     "PROTEUS_VALIDATE_MAX_MB": "the most memory a validated launch may snapshot",
     "PROTEUS_CACHE_MAX_MB": "size cap of the on-disk cache",
+    "PROTEUS_CACHE_SHARED": "the job-wide shared cache tier: a file:// or redis:// URL",
+    "PROTEUS_CACHE_SECRET": "the HMAC secret of the shared tier's entries",
+    "PROTEUS_CACHE_SECRET_FILE": "a file holding the HMAC secret of the shared tier's entries",
+    "PROTEUS_CACHE_UMASK": "umask of the shared tier's files (octal, e.g. 002 for a group)",
+    "PROTEUS_CACHE_LEASE_S": "how long a compile claim on the shared tier holds unrenewed",
     "PROTEUS_TRACKER": "the value tracker of the specialization policy",
     "PROTEUS_TRACKER_THRESHOLD": "launches the tracker watches",
     "PROTEUS_TRACKER_RATIO": "share of launches a value must hold",
@@ -134,7 +139,9 @@ def env_notes(env: Mapping[str, str]) -> list[str]:
     for name in sorted(k for k in env if k.startswith("PROTEUS_")):
         value = env[name]
         var = _BY_NAME.get(name)
-        if var is not None and var.here == "ignored":
+        if name == "PROTEUS_OBJECT_CACHE_CHAIN" and mpi_levels(value):
+            notes.append(object_cache_chain_note(value, bool((env.get("PROTEUS_CACHE_SHARED") or "").strip())))
+        elif var is not None and var.here == "ignored":
             if value.strip() and value.strip().lower() not in var.quiet:  # empty: as good as unset
                 notes.append(f"{name}={value!r} has no effect here: {var.why}")
         elif name in UPSTREAM_BUILD_OPTIONS:
@@ -144,6 +151,21 @@ def env_notes(env: Mapping[str, str]) -> list[str]:
             hint = f" (did you mean {close[0]}?)" if close else ""
             notes.append(f"{name} is not a variable of this tool or of upstream Proteus: ignored{hint}")
     return notes
+
+
+def mpi_levels(chain: str) -> list[str]:
+    """The MPI levels (upstream's mpi-local-lookup, mpi-remote-lookup, ...) of a
+    PROTEUS_OBJECT_CACHE_CHAIN value, a comma-separated list of levels."""
+    return [level.strip() for level in chain.split(",") if level.strip().lower().startswith("mpi")]
+
+
+def object_cache_chain_note(chain: str, shared_set: bool) -> str:
+    """The one line for an upstream chain with MPI levels: never an error, the shared tier
+    (PROTEUS_CACHE_SHARED) is what stands for them here."""
+    levels = ", ".join(mpi_levels(chain))
+    where = ("PROTEUS_CACHE_SHARED, which is set, serves the job" if shared_set
+             else "set PROTEUS_CACHE_SHARED to a file:// or redis:// URL (docs/user/hpc.md)")
+    return f"PROTEUS_OBJECT_CACHE_CHAIN={chain!r}: the MPI levels ({levels}) map onto PROTEUS_CACHE_SHARED here; {where}"
 
 
 # PROTEUS_TRACE_OUTPUT tokens (Config.h parseTraceConfig): upstream's print upstream's lines;

@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..errors import ProteusError
-from . import cache, inspect, prewarm, report, rewrite, specialize, validate  # noqa: F401  (they register themselves)
+from . import cache, inspect, job_summary, prewarm, report, rewrite, specialize, validate  # noqa: F401  (they register themselves)
 from .app import err_console, main
 
 __all__ = ["main", "run"]

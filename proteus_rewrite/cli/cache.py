@@ -1,4 +1,4 @@
-"""proteus-rewrite cache ls | stats | clear: the on-disk JIT cache."""
+"""proteus-rewrite cache ls | stats | clear | trim: the on-disk JIT cache (and trim: the shared tier)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ Cache examples:
   proteus-rewrite cache ls --json       the same, machine-readable
   proteus-rewrite cache stats --dir DIR another cache directory's size against its cap
   proteus-rewrite cache clear           delete every entry
+  proteus-rewrite cache trim --max-mb 512
+                                        least recently used entries out, down to 512 MiB
+  proteus-rewrite cache trim --shared   the same for PROTEUS_CACHE_SHARED's tier
 
 """ + EPILOG
 
@@ -89,3 +92,46 @@ def cache_clear(directory):
     click.echo(f"removed {n} entr{'y' if n == 1 else 'ies'} from {store.dir}")
 
 
+
+
+@cache.command("trim", epilog=CACHE_EPILOG)
+@_dir_option
+@click.option("--max-mb", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Size to trim down to, in MiB (default: PROTEUS_CACHE_MAX_MB).")
+@click.option("--shared", is_flag=True, help="Trim the shared tier (PROTEUS_CACHE_SHARED), not the node's directory.")
+def cache_trim(directory, max_mb, shared):
+    """Delete the least recently used entries until the cache holds at most --max-mb.
+
+    The shared tier is never trimmed by the runs themselves (every rank doing it at once would
+    load the file system for nothing): run this from one place, a job's epilogue or cron.
+    """
+    from ..cache import StorageCache
+    from ..errors import CacheError, ConfigError
+    from ..jit import Config
+
+    cfg = Config.from_env()
+    limit = max_mb if max_mb is not None else cfg.cache_max_mb
+    if shared:
+        if cfg.cache_shared is None:
+            raise ConfigError("--shared: PROTEUS_CACHE_SHARED is not set (a file:// or redis:// URL)")
+        if directory:
+            raise ConfigError("--shared and --dir: the shared tier is PROTEUS_CACHE_SHARED's, give one of them")
+        from ..tiers import open_shared
+
+        tier, where = open_shared(cfg.cache_shared, cfg.cache_secret, cfg.cache_umask), _shown(cfg.cache_shared)
+    else:
+        tier = StorageCache(directory or cfg.cache_dir, cfg.cache_max_mb)
+        where = str(tier.dir)
+    try:
+        n = tier.trim(limit)
+    except OSError as exc:
+        raise CacheError(f"cannot trim the cache: {exc.strerror or exc}", where) from None
+    n = n if isinstance(n, int) else 0
+    click.echo(f"trimmed {n} entr{'y' if n == 1 else 'ies'} from {where} (down to {limit:g} MiB)")
+
+
+def _shown(url: str) -> str:
+    """A URL as printed: its password as ***."""
+    from ..jit.config import redacted_url
+
+    return redacted_url(url)

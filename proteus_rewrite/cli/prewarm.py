@@ -35,6 +35,7 @@ def prewarm(store_or_app, reports, cache_dir):
     """
     from .. import jit
     from ..cache import make_chain
+    from ..tiers import shared_from_config
 
     config = jit.Config.from_env()
     todo, learned = [], {}
@@ -52,14 +53,15 @@ def prewarm(store_or_app, reports, cache_dir):
         except (KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None
     tables = [load(p) for p in store_paths(store_or_app)]
-    chain = make_chain(True, cache_dir or config.cache_dir, config.cache_max_mb)
-    disk = chain.levels[-1]
+    chain = make_chain(True, cache_dir or config.cache_dir, config.cache_max_mb, shared=shared_from_config(config))
+    disk = chain.disk
+    assert disk is not None
     disk.check_writable()  # a cache that takes nothing is said at once, not after compiling every variant
     by_name: dict[str, list] = {}  # a kernel's name -> (its store, its record) for each store that has it
     for table in tables:
         for k in table.kernels:
             by_name.setdefault(k.name, []).append((table, k))
-    counts = {"compiled": 0, "memory": 0, "disk": 0, "not in this store": 0, "failed": 0, "not stored": 0,
+    counts = {"compiled": 0, "memory": 0, "disk": 0, "shared": 0, "not in this store": 0, "failed": 0, "not stored": 0,
               "tracker decisions": 0}
     # The next run starts with the tracker's slots unfolded, so the variants it asks for are the
     # recorded launches with them as run-time values; that run may have exited before compiling them.
@@ -93,7 +95,10 @@ def prewarm(store_or_app, reports, cache_dir):
     with click.progressbar(launches, label="prewarming", file=sys.stderr, show_pos=True) as bar:
         for table, record, launch, driver in bar:
             try:
-                result = jit.specialize(table, record, launch, config, chain, driver_version=driver)
+                # a variant another process is compiling (ranks prewarming one shared cache): wait
+                # for its entry, backing off, up to the claim's lease; then break it and compile
+                result = jit.specialize(table, record, launch, config, chain, driver_version=driver,
+                                        claim_wait_s=chain.lease_s + 5.0)
             except ProteusError as exc:
                 counts["failed"] += 1
                 log.warning("%s: %s", record.demangled, exc)
@@ -110,8 +115,12 @@ def prewarm(store_or_app, reports, cache_dir):
 
         chain.put(Entry(run_key([f.sha256 for t in tables for f in t.fatbins]), RUN_KIND, 0, encode_run(0),
                         {"kernel": "(the app's last run)"}))
-    err_console.print("prewarm: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v) + f" -> {chain.levels[-1].dir}",
+    err_console.print("prewarm: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v) + f" -> {disk.dir}",
                       markup=False)
+    claims = chain.claim_stats
+    if chain.shared is not None or claims["lost"]:
+        err_console.print(f"prewarm: claims won {claims['won']:.0f}, lost {claims['lost']:.0f}, broken {claims['broken']:.0f}, "
+                          f"waited {claims['wait_s']:.1f} s, shared hits {claims['shared_hits']:.0f}", markup=False)
     if counts["failed"] or counts["not stored"] or chain.put_errors:
         sys.exit(1)
 

@@ -25,6 +25,7 @@ import functools
 import json
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -138,6 +139,14 @@ class Config:
     enable_time_trace: bool = False  # PROTEUS_ENABLE_TIME_TRACE
     time_trace_file: str = ""  # PROTEUS_TIME_TRACE_FILE ("": time_trace_path's default)
     time_trace_grain_us: int = 500  # PROTEUS_TIME_TRACE_GRAIN, microseconds
+    # The job-wide shared cache tier (ours; docs/user/hpc.md), parsed here, opened by cache.py:
+    # a checked URL (file:///abs/dir, redis://, rediss://, redis+unix:///path), None: no shared tier
+    cache_shared: str | None = None  # PROTEUS_CACHE_SHARED
+    # the HMAC secret of shared entries (PROTEUS_CACHE_SECRET, or the content of
+    # PROTEUS_CACHE_SECRET_FILE); never printed
+    cache_secret: bytes | None = field(default=None, repr=False)
+    cache_umask: int | None = None  # PROTEUS_CACHE_UMASK (octal): for group-shared files
+    cache_lease_s: float = 30.0  # PROTEUS_CACHE_LEASE_S: how long a compile claim holds unrenewed
     notes: tuple[str, ...] = ()  # one-line notes for the run time to print once each
 
     @property
@@ -196,6 +205,10 @@ class Config:
             enable_time_trace=_soft_bool(env, "PROTEUS_ENABLE_TIME_TRACE", False, notes),
             time_trace_file=env.get("PROTEUS_TIME_TRACE_FILE") or "",
             time_trace_grain_us=_grain(env.get("PROTEUS_TIME_TRACE_GRAIN"), notes),
+            cache_shared=shared_url(env.get("PROTEUS_CACHE_SHARED")),
+            cache_secret=_secret(env),
+            cache_umask=_umask(env.get("PROTEUS_CACHE_UMASK")),
+            cache_lease_s=_lease(env.get("PROTEUS_CACHE_LEASE_S")),
         )
         notes += compat.env_notes(env)
         return dataclasses.replace(config, notes=tuple(dict.fromkeys(notes)))
@@ -290,6 +303,102 @@ def _grain(raw: str | None, notes: list[str]) -> int:
         notes.append(f"PROTEUS_TIME_TRACE_GRAIN={raw!r}: expected microseconds > 0; using 500")
         return 500
     return grain
+
+
+# ---------------------------------------------------------------- the shared tier (PROTEUS_CACHE_SHARED ...)
+
+SHARED_SCHEMES = ("file", "redis", "rediss", "redis+unix")
+
+
+def redacted_url(url: str) -> str:
+    """`url` with a password shown as ***: an error line may end up in a job's log."""
+    return re.sub(r"^([a-z+]+://)([^@/]*:)[^@/]*@", r"\1\2***@", url.strip(), flags=re.I)
+
+
+def shared_url(raw: str | None) -> str | None:
+    """PROTEUS_CACHE_SHARED checked: file:///abs/dir, redis://[:password@]host[:port][/db],
+    rediss://... (TLS) or redis+unix:///path[?db=N]; None when unset or empty. A malformed value
+    is a ConfigError naming the variable and what is wrong (a password shown as ***)."""
+    if raw is None or not raw.strip():
+        return None
+    url = raw.strip()
+
+    def bad(why: str) -> ConfigError:
+        return ConfigError(f"PROTEUS_CACHE_SHARED={redacted_url(url)!r}: {why}")
+
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in SHARED_SCHEMES:
+        raise bad("expected a file:///abs/dir, redis://host[:port][/db], rediss://... or "
+                  "redis+unix:///path URL" + (f" (unknown scheme {parts.scheme!r})" if parts.scheme else ""))
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise bad("a file:// URL needs an absolute directory, as in file:///scratch/proteus-cache")
+        if parts.query or parts.fragment:
+            raise bad("a file:// URL takes no ?query or #fragment")
+        return url
+    if scheme == "redis+unix":
+        if parts.hostname or not parts.path.startswith("/"):  # redis+unix://:password@/path is fine
+            raise bad("a redis+unix:// URL needs an absolute socket path, as in redis+unix:///tmp/redis.sock?db=0")
+        db = urllib.parse.parse_qs(parts.query).get("db", ["0"])[-1]
+        if not db.isdigit():
+            raise bad(f"the database ?db={db} is not a non-negative integer")
+        return url
+    if not parts.hostname:
+        raise bad(f"a {scheme}:// URL needs a host, as in {scheme}://node17:6379/0")
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:
+        raise bad("the port is not a number from 1 to 65535")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise bad(f"the database /{db} is not a non-negative integer")
+    return url
+
+
+def _secret(env: Mapping[str, str]) -> bytes | None:
+    text, path = env.get("PROTEUS_CACHE_SECRET") or "", env.get("PROTEUS_CACHE_SECRET_FILE") or ""
+    if text and path:
+        raise ConfigError("PROTEUS_CACHE_SECRET and PROTEUS_CACHE_SECRET_FILE are both set: set one of them")
+    if text:
+        return text.encode()
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            secret = f.read().strip()
+    except OSError as exc:
+        raise ConfigError(f"PROTEUS_CACHE_SECRET_FILE={path!r}: cannot read it: {exc.strerror or exc}") from None
+    if not secret:
+        raise ConfigError(f"PROTEUS_CACHE_SECRET_FILE={path!r}: the file is empty")
+    return secret
+
+
+def _umask(raw: str | None) -> int | None:
+    if raw is None or not raw.strip():
+        return None
+    text = raw.strip().lower()
+    try:
+        value = int(text[2:] if text.startswith("0o") else text, 8)
+        if not 0 <= value <= 0o777:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"PROTEUS_CACHE_UMASK={raw!r}: expected an octal umask from 000 to 777, such as 002") from None
+    return value
+
+
+def _lease(raw: str | None) -> float:
+    if raw is None or not raw.strip():
+        return 30.0
+    try:
+        value = float(raw.strip())
+        if not 0 < value < float("inf"):
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"PROTEUS_CACHE_LEASE_S={raw!r}: expected a positive number of seconds") from None
+    return value
 
 
 # ---------------------------------------------------------------- PROTEUS_TUNED_KERNELS

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import llvmlite
 
 from .. import __version__
-from ..cache import CacheChain, Entry
+from ..cache import TOMBSTONE, CacheChain, Entry
 from ..errors import SpecializeError
 from ..fatbin.table import KernelRecord, KernelTable
 from . import codegen, occupancy, pipeline, relink, targets
@@ -49,6 +49,17 @@ class CompileBudgetSpent(SpecializeError):
         super().__init__(message)
         self.folded = folded
         self.key = key
+
+
+class ClaimedElsewhere(CompileBudgetSpent):
+    """Another process (or thread) holds the claim to compile this variant: this launch runs the
+    original, and the variant is asked for again later (the run time: as a variant still being
+    compiled; prewarm: it waits). A CompileBudgetSpent, so the flow's `spent` ending takes it."""
+
+
+class FailedElsewhere(SpecializeError):
+    """A tombstone: compiling this variant failed in an earlier attempt (here or in another
+    process sharing the cache); it is not tried again."""
 
 
 @dataclass(frozen=True)
@@ -201,10 +212,13 @@ def specialize(
     may_compile: bool = True,
     compiler=None,
     missing: str | None = None,
+    claim_wait_s: float | None = None,
 ) -> Result:
     """`compiler`: where compile_variant runs (None: here; the run time passes its compiler
     process, jit/process.py). `missing`: a key the caller has just found in no cache, not asked
-    for again (the caches count each lookup)."""
+    for again (the caches count each lookup). `claim_wait_s`: how long to wait for another
+    process that holds the claim to compile this key (0: raise ClaimedElsewhere at once; None:
+    the cache's lease and a margin); past it, compile unclaimed."""
     config = config or Config.from_env()
     cg = _resolve_compiler(config.for_kernel(kernel.name, kernel.demangled), driver_version)
     timings: dict[str, float] = {}
@@ -221,23 +235,70 @@ def specialize(
     folded_values = {i: python_value(kernel.params[i], launch.args[i]) for i in plan.folded}
     timings["plan"] = ms_since(t0)
 
-    if cache is not None and key != missing:  # with keep_ir too, as upstream: only a variant compiled here has IR to show
-        hit = cache.get(key)
-        if hit is not None and (image := target.from_cache(hit[0])) is not None:
+    def served(hit) -> Result | None:
+        if hit is None:
+            return None
+        if hit[0].kind == TOMBSTONE:
+            raise FailedElsewhere(f"{kernel.demangled}: compiling this variant failed before "
+                                  f"({hit[0].meta.get('reason', 'no reason recorded')})")
+        if (image := target.from_cache(hit[0])) is not None:
             return Result(key, kernel.name, _relinked(image, plan), hit[1], folded_values, plan, timings)
+        return None
+
+    if cache is not None and key != missing:  # with keep_ir too, as upstream: only a variant compiled here has IR to show
+        if (result := served(cache.get(key))) is not None:
+            return result
 
     if not may_compile:
         raise CompileBudgetSpent(f"{kernel.demangled}: compile budget spent", tuple(plan.folded), key)
-    run = compiler.compile if compiler is not None else compile_variant
-    done = run(table, kernel, plan, cg, launch.arch, target.isa(key_target), keep_ir, timings)
-    image = done.image
-    timings["total"] = ms_since(t0)
-
+    claim = None
     if cache is not None:
-        cache.put(Entry(key, target.cache_kind(image), launch.arch, image.data,
-                        {"kernel": kernel.name, "compile_ms": round(timings["total"], 2), "tool": __version__}))
+        wait = cache.lease_s + 5.0 if claim_wait_s is None else claim_wait_s
+        got = cache.acquire(key, wait)
+        if isinstance(got, tuple):  # published by the claim's holder while this one waited
+            if (result := served(got)) is not None:
+                return result
+        elif got is None and wait <= 0:
+            raise ClaimedElsewhere(f"{kernel.demangled}: being compiled by another process", tuple(plan.folded), key)
+        elif got is None:
+            log.info("%s: waited %.0f s for another process's compilation: compiling it here", kernel.demangled, wait)
+        else:
+            claim = got
+    try:
+        run = compiler.compile if compiler is not None else compile_variant
+        try:
+            with cache.renewing(claim) if cache is not None else _nothing():
+                done = run(table, kernel, plan, cg, launch.arch, target.isa(key_target), keep_ir, timings)
+        except SpecializeError as exc:
+            if cache is not None and _deterministic(exc):
+                cache.tombstone(key, launch.arch, str(exc))
+            raise
+        image = done.image
+        timings["total"] = ms_since(t0)
+
+        if cache is not None:
+            cache.put(Entry(key, target.cache_kind(image), launch.arch, image.data,
+                            {"kernel": kernel.name, "compile_ms": round(timings["total"], 2), "tool": __version__}))
+    finally:
+        if claim is not None:
+            cache.release(claim)
     return Result(key, kernel.name, _relinked(image, plan), "compiled", folded_values, plan, timings, done.ptx, done.ir_text,
                   tuple(done.found.notes), done.found.sreg_calls)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
+def _deterministic(exc: SpecializeError) -> bool:
+    """A failure the same inputs would meet again (published as a tombstone), not one of this
+    process's (its compiler process died or could not start, a fault injected for a test)."""
+    text = str(exc)
+    return "compiler process" not in text and "injected fault" not in text
 
 
 def _relinked(image: codegen.Image, plan: Plan) -> codegen.Image:

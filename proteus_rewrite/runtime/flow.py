@@ -11,7 +11,10 @@
 Each step takes the session and the launch's context (Miss). The steps up to compile raise to
 stop the flow: a CompileBudgetSpent ends it in `spent` (queued for a compile thread, or refused
 by the budget), anything else in `failed` (one warning per kernel); either way the original
-kernel runs.
+kernel runs. Where another process holds the claim to compile the variant (a cache shared by
+ranks), a compile thread waits for its entry (up to the cache's lease, the app running the
+original meanwhile: as a variant still compiling), then takes the claim over; a tombstone (the
+variant failed elsewhere) ends in `failed`.
 """
 
 from __future__ import annotations
@@ -164,6 +167,15 @@ def spent(session: Session, miss: Miss, exc: spec_mod.CompileBudgetSpent) -> byt
     thread will (the shim queues it; the report lists its launch until it is compiled), None
     where the budget refused it (a policy, not a failure: no warning)."""
     stats = miss.stats
+    if isinstance(exc, spec_mod.ClaimedElsewhere):
+        # another process holds the claim to compile it: as a variant still compiling, the
+        # original runs and the variant is asked for again (the compile thread waits for it)
+        if len(stats.queued) < MAX_QUEUED_RECORDS and exc.key not in stats.queued and miss.launch is not None:
+            stats.queued[exc.key] = LaunchRecord.of(miss.raw, exc.folded, miss.launch.unknown_dims, miss.arch,
+                                                    miss.record).to_json()
+        session.trace("variants", f"{miss.record.demangled}: variant {exc.key[:12]} is being compiled by another "
+                      "process; running the original kernel")
+        return b"" if miss.cached_only else None
     if miss.cached_only and miss.may_compile:
         if (miss.cached_only == protocol.CACHED_ONLY and len(stats.queued) < MAX_QUEUED_RECORDS
                 and exc.key not in stats.queued):

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, jobenv
 from ..errors import InputError
 from ..fatbin.table import KernelRecord
 from ..jit.launch import Launch
@@ -142,8 +142,10 @@ def write_report(session: Session, path: str, counters: bytes, unknown_launches:
                  waits: tuple[int, ...] = ()) -> None:
     """PROTEUS_REPORT: per kernel, launches, specialized launches, variants, cache hits, compile ms, fallbacks.
     `waits`, from the shim: WAIT_FIELDS, in that order (ns, counts, CLOCK_MONOTONIC times).
-    Without them (a test), the report has no waits."""
+    Without them (a test), the report has no waits. `path` is PROTEUS_REPORT's value: `%r` in it
+    becomes the job rank (the pid without one), `%p` the pid (jobenv.expand_path)."""
     t_report = time.perf_counter()
+    path = jobenv.expand_path(path)
     if session.profile is not None:
         session.profile.disable()
         try:
@@ -196,6 +198,7 @@ def write_report(session: Session, path: str, counters: bytes, unknown_launches:
     doc = {
         "tool": f"proteus-rewrite {__version__}",
         "pid": os.getpid(),
+        "rank": jobenv.rank(),  # from the launcher's environment (jobenv.RANK_VARIABLES); null outside a job
         "driver_version": session.driver_version,
         "unknown_handle_launches": unknown_launches,  # launches of kernels the shim never saw registered
         "async_compilation": session.config.async_compilation,
@@ -204,6 +207,9 @@ def write_report(session: Session, path: str, counters: bytes, unknown_launches:
         **_wait_sections(waits),
         "stores": [t.app.name for t in session.tables],
         "cache": {name: vars(s) for name, s in session.cache.stats().items()},
+        # the shared tier's compile claims (PROTEUS_CACHE_SHARED): won, lost, broken, wait_s,
+        # shared_hits, write_failures (cache.CacheChain.claim_stats); {} where the cache keeps none
+        "claims": claim_counters(getattr(session.cache, "claim_stats", {})),
         # where variants compile: a process of its own (None: in the app's, PROTEUS_COMPILE_PROCESS=0)
         "compiler_process": session.compiler.report() if session.compiler is not None else None,
         "kernels": kernels,
@@ -218,6 +224,21 @@ def write_report(session: Session, path: str, counters: bytes, unknown_launches:
         atomic_write(path, json.dumps(doc, indent=2).encode())
     except OSError as exc:
         print(f"proteus: warning: {path}: cannot write the report: {exc.strerror or exc}", file=sys.stderr, flush=True)
+
+
+def claim_counters(stats: object) -> dict:
+    """The cache chain's claim_stats as plain JSON numbers, whatever holds them (a dict, a
+    dataclass, an object with attributes); what is not a number is left out."""
+    if callable(stats):  # a method, not a property
+        stats = stats()
+    if stats is None:
+        return {}
+    if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
+        stats = dataclasses.asdict(stats)
+    elif not isinstance(stats, dict):
+        stats = getattr(stats, "__dict__", {})
+    return {str(k): v for k, v in stats.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not str(k).startswith("_")}
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import compat, store
 from ..cache import CacheChain, StorageCache, make_chain
-from ..errors import ProteusError
+from ..errors import CacheError, ProteusError
 from ..fatbin.extent import image_extent
 from ..fatbin.table import KernelRecord, KernelTable, best_for_arch
 from ..jit import process
@@ -26,6 +26,7 @@ from ..jit.config import Config
 from ..jit.launch import foldable
 from ..jit.targets import target_for
 from ..policy import POLICY_KIND, Tracker, decode_learned, policy_key, save_learned
+from ..tiers import shared_from_config
 from . import protocol
 
 
@@ -111,8 +112,15 @@ class Session:
 
             for line in compat.cache_chain_setup_lines():
                 trace.upstream(line)
+        shared = None
+        if config.use_stored_cache:
+            try:
+                shared = shared_from_config(config)  # PROTEUS_CACHE_SHARED: the ranks' cache
+            except CacheError as exc:
+                print(f"proteus: warning: {exc}; the shared cache is not used", file=sys.stderr)
         session = cls(shim_dir, driver_version, config,
-                      make_chain(config.use_stored_cache, config.cache_dir, config.cache_max_mb), tables, by_fatbin, by_entry)
+                      make_chain(config.use_stored_cache, config.cache_dir, config.cache_max_mb, shared=shared), tables,
+                      by_fatbin, by_entry)
         if config.compile_process:
             python = process.python_executable(_recorded_python(shim_dir))
             if python:

@@ -48,6 +48,7 @@ NEEDS_GPU = {
     "proteus-rewrite validate out/app [--ulps N] [--max-mb MB] [--cache-dir DIR] -- ARGS",
     "proteus-rewrite ./app -o out/ --validate [--ulps N] -- ARGS",
     "proteus-rewrite validate proteus-out/app/app -- ARGS",
+    "PROTEUS_REPORT=run.%r.json srun -n 64 ./proteus-out/app/app",
 }
 
 # Whole-word placeholders of the synopses, as this test fills them in ({app}: the sample).
@@ -84,6 +85,24 @@ RUN_REPORT = {
         "variants": [{"source": "compiled", "launch": _launch(8)}, {"source": "compiled", "launch": _launch(9)}],
     }],
 }
+
+
+JOB_RANKS = 4
+
+
+def rank_report(rank: int) -> dict:
+    """RUN_REPORT as rank `rank` of a job with a shared tier writes it (PROTEUS_REPORT=run.%r.json):
+    rank 0 compiled both variants, the others found them in the shared tier."""
+    doc = json.loads(json.dumps(RUN_REPORT))
+    kernel = doc["kernels"][0]
+    for i, v in enumerate(kernel["variants"]):
+        v["cache_key"] = f"{i + 1:064x}"
+        v["source"] = "compiled" if rank == 0 else "shared"
+    kernel["specializations"] = 2 if rank == 0 else 0
+    doc.update(rank=rank, pid=4242 + rank, claims={"won": 2 if rank == 0 else 0, "lost": 0 if rank == 0 else 2,
+                                                    "broken": 0, "wait_s": 0.0 if rank == 0 else 0.28,
+                                                    "shared_hits": 0 if rank == 0 else 2, "write_failures": 0})
+    return doc
 
 
 @dataclass(frozen=True)
@@ -248,7 +267,10 @@ class Workspace:
             name = os.path.basename(a)
             if name in LIBRARY_STAND_INS and not (cwd / a).exists():
                 shutil.copy2(self.samples / LIBRARY_STAND_INS[name], cwd / a)
-            if a.endswith(".json") and not (cwd / a).exists():
+            if a.endswith(".json") and ("%r" in a or "*" in a):  # a job's reports (job-summary): one per rank
+                for rank in range(JOB_RANKS):
+                    (cwd / re.sub(r"%r|\*", str(rank), a)).write_text(json.dumps(rank_report(rank)))
+            elif a.endswith(".json") and not (cwd / a).exists():
                 (cwd / a).write_text(json.dumps(RUN_REPORT))
         return self._cli(cwd, dict(e.split("=", 1) for e in env), args)
 
