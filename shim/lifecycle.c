@@ -237,6 +237,55 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* The job's rank as proteus_rewrite/jobenv.py's rank() reads it: the first of these variables
+ * whose value, blanks around it stripped, is all digits (leading zeros dropped), into out[];
+ * 0 where none is (outside a parallel launch). */
+static int job_rank(char *out, size_t cap) {
+  static const char *const vars[] = {"SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                     "PMIX_RANK",    "MV2_COMM_WORLD_RANK",  "FLUX_TASK_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (!v) continue;
+    while (*v == ' ' || (*v >= '\t' && *v <= '\r')) v++;
+    size_t n = 0;
+    while (v[n] >= '0' && v[n] <= '9') n++;
+    const char *rest = v + n;
+    while (*rest == ' ' || (*rest >= '\t' && *rest <= '\r')) rest++;
+    if (n == 0 || *rest) continue;   /* empty, or not a non-negative integer: passed over */
+    while (n > 1 && *v == '0') v++, n--;
+    if (n >= cap) continue;
+    memcpy(out, v, n);
+    out[n] = 0;
+    return 1;
+  }
+  return 0;
+}
+
+/* PROTEUS_REPORT's value with %r (the rank, the pid without one), %p (the pid) and %% filled
+ * in, as jobenv.py's expand_path does; any other % is left as it is. 0 when it does not fit. */
+static int expand_report_path(const char *path, char *out, size_t cap) {
+  char pid[24], rank[64];
+  snprintf(pid, sizeof pid, "%d", (int)getpid());
+  if (!job_rank(rank, sizeof rank)) memcpy(rank, pid, sizeof pid);
+  size_t o = 0;
+  for (const char *c = path; *c; c++) {
+    const char *put = NULL;
+    char one[2] = {*c, 0};
+    if (c[0] == '%' && (c[1] == 'r' || c[1] == 'p' || c[1] == '%')) {
+      put = c[1] == 'r' ? rank : c[1] == 'p' ? pid : "%";
+      c++;
+    } else {
+      put = one;
+    }
+    size_t n = strlen(put);
+    if (o + n >= cap) return 0;
+    memcpy(out + o, put, n);
+    o += n;
+  }
+  out[o] = 0;
+  return 1;
+}
+
 /* At exit (lifecycle.c's destructor): runtime.finish (end-of-run trace lines, the next run's
  * guess whether it compiles), then PROTEUS_REPORT. */
 static void report_at_exit(void) {
@@ -292,7 +341,8 @@ static void report_at_exit(void) {
   if (python && !no_gpu[0])   /* (without a GPU nothing ran that Python would have more to say of) */
     written = py_write_report(path, buf, len, (unsigned long long)atomic_load(&unknown_launches), w);
   if (!written) {   /* Python never started (nothing to compile, PROTEUS_DISABLE), has finalized, or no GPU: counters only */
-    FILE *f = fopen(path, "w");
+    char expanded[4096];
+    FILE *f = expand_report_path(path, expanded, sizeof expanded) ? fopen(expanded, "w") : NULL;
     if (f) {
       fprintf(f, "{\"pid\": %d, \"python\": %s, \"disabled\": %s, ", (int)getpid(), python ? "true" : "false",
               g_disable ? "true" : "false");

@@ -77,6 +77,7 @@ class Session:
     compiler: process.Compilers | None = None  # None: compile in this process (PROTEUS_COMPILE_PROCESS=0)
     validation: list = field(default_factory=list)  # PROTEUS_VALIDATE's outcomes (validate.Outcome)
     deny: dict | None = None  # kernels validation denied (stores and the cache directory's list), once read
+    deny_checked: set = field(default_factory=set)  # names looked up as denial entries in the cache chain
     profile: object | None = None  # PROTEUS_PROFILE's cProfile.Profile, written with the report
 
     @classmethod

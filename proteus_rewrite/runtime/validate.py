@@ -14,6 +14,7 @@ allocations the arguments point into.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -28,7 +29,9 @@ from . import protocol
 from .files import atomic_write
 from .session import Session
 
-DENY_FILE = "validate-deny.json"
+DENY_FILE = "validate-deny.json"  # the single list earlier versions rewrote: read, no longer written
+DENY_DIR = "validate-deny.d"  # one file per denial, <deny_key(name)>.json
+DENY_KIND = "deny"  # the cache entry kind of a denial (the chain's tiers, the shared one included)
 RANGE = protocol.VALIDATE_RANGE
 
 
@@ -119,8 +122,8 @@ def compare(original: bytes, variant: bytes) -> tuple[int, int, float, bool]:
     return count, first, min(worst.values()), sampled
 
 
-def _deny_path(session: Session) -> Path:
-    return Path(session.config.cache_dir or _default_cache_dir()) / DENY_FILE
+def _cache_dir(session: Session) -> Path:
+    return Path(session.config.cache_dir or _default_cache_dir())
 
 
 def _default_cache_dir() -> Path:
@@ -129,8 +132,13 @@ def _default_cache_dir() -> Path:
     return default_cache_dir()
 
 
-def read_deny(path: Path) -> dict[str, dict]:
-    """The deny list at `path`: kernel name -> what the validation found ({} when absent)."""
+def deny_key(name: str) -> str:
+    """The cache key of a denial of kernel `name` (an Entry of kind DENY_KIND), and its file's
+    name in DENY_DIR."""
+    return hashlib.sha256(f"validate-deny\0{name}".encode()).hexdigest()
+
+
+def _read_one(path: Path) -> dict:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
@@ -142,31 +150,90 @@ def read_deny(path: Path) -> dict[str, dict]:
     return doc.get("denied", {})
 
 
+def read_deny(cache_dir: Path) -> dict[str, dict]:
+    """The denials in the cache directory `cache_dir`: kernel name -> what the validation found
+    ({} when none). The union of DENY_DIR's files (one per denial, each written whole by one
+    process: no lock, no lost update) and an old-style DENY_FILE. A file that cannot be read
+    raises InputError after the others are read (its denials are the only ones lost)."""
+    out = dict(_read_one(cache_dir / DENY_FILE))
+    bad: InputError | None = None
+    try:
+        names = sorted(os.listdir(cache_dir / DENY_DIR))
+    except FileNotFoundError:
+        names = []
+    except OSError as exc:
+        raise InputError(f"cannot read the validation deny list: {exc.strerror or exc}", cache_dir / DENY_DIR) from None
+    for n in names:
+        if n.startswith(".") or not n.endswith(".json"):  # a writer's temporary file
+            continue
+        try:
+            out.update(_read_one(cache_dir / DENY_DIR / n))
+        except InputError as exc:
+            bad = bad or exc
+    if bad is not None:
+        bad.partial = out  # type: ignore[attr-defined]  what could be read: denied() keeps it
+        raise bad
+    return out
+
+
+def _from_cache(session: Session, name: str) -> dict | None:
+    """A denial another rank published to the cache chain (the shared tier, PROTEUS_CACHE_SHARED),
+    or None."""
+    cache = getattr(session, "cache", None)
+    if cache is None:
+        return None
+    try:
+        hit = cache.get(deny_key(name), counted=False)
+    except Exception:  # noqa: BLE001  a tier that fails: what the directory says stands
+        return None
+    if hit is None or hit[0].kind != DENY_KIND:
+        return None
+    try:
+        doc = json.loads(hit[0].data)
+    except ValueError:
+        return None
+    record = doc.get("denied", {}).get(name) if isinstance(doc, dict) and isinstance(doc.get("denied"), dict) else None
+    return record if isinstance(record, dict) else None
+
+
 def denied(session: Session, name: str) -> dict | None:
-    """Why `name` is denied (by its store or the cache directory's list), or None."""
+    """Why `name` is denied (by its store, the cache directory's list, or a denial in the cache
+    chain, which reaches other ranks through the shared tier), or None."""
     if session.deny is None:
         session.deny = {}
         for table in session.tables:
             session.deny.update(table.denied)
         try:
-            session.deny.update(read_deny(_deny_path(session)))
+            session.deny.update(read_deny(_cache_dir(session)))
         except InputError as exc:
+            session.deny.update(getattr(exc, "partial", {}))
             session.warn_once("deny-list", str(exc))
+    if name not in session.deny and name not in session.deny_checked:
+        session.deny_checked.add(name)
+        if (record := _from_cache(session, name)) is not None:
+            session.deny[name] = record
     return session.deny.get(name)
 
 
 def _persist(session: Session, name: str, record: dict) -> None:
-    path = _deny_path(session)
-    try:
-        current = read_deny(path)
-    except InputError:
-        current = {}
-    current[name] = record
+    """One file per denial in DENY_DIR (a unique temporary file renamed into place: concurrent
+    ranks denying different kernels lose nothing, a reader never sees half a file), and an
+    entry of kind DENY_KIND in the cache chain, for ranks that share a tier."""
+    doc = json.dumps({"tool": "proteus-rewrite", "denied": {name: record}}, indent=1).encode()
+    path = _cache_dir(session) / DENY_DIR / f"{deny_key(name)}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(str(path), json.dumps({"tool": "proteus-rewrite", "denied": current}, indent=1).encode())
+        atomic_write(str(path), doc)
     except OSError as exc:
         session.warn_once("deny-write", f"{path}: cannot write the validation deny list: {exc.strerror or exc}")
+    cache = getattr(session, "cache", None)
+    if cache is not None:
+        from ..cache import Entry
+
+        try:
+            cache.put(Entry(deny_key(name), DENY_KIND, 0, doc, {"kernel": name}), enforce_cap=False)
+        except Exception:  # noqa: BLE001  the directory's file is the record; the tier is a courtesy
+            pass
 
 
 def requested() -> bool:

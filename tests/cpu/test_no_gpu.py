@@ -80,3 +80,28 @@ def test_validate_without_a_gpu_says_so_in_one_line_with_its_own_code(recorded, 
     assert len(ours) == 1 and ours[0].startswith(f"proteus-rewrite: error: {recorded['loop_count']}: no usable GPU: "), proc.stderr
     if how == "fake driver":
         assert ours[0].endswith(": cuInit failed: CUDA_ERROR_NO_DEVICE (100)")
+
+
+RANKS = ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK", "FLUX_TASK_RANK")
+
+
+@pytest.mark.parametrize("ranks, name", [
+    ({"SLURM_PROCID": "7", "PMI_RANK": "3"}, "run.7.json"),  # the first variable set wins, as in jobenv.rank
+    ({"SLURM_PROCID": "x", "OMPI_COMM_WORLD_RANK": " 05 "}, "run.5.json"),  # not a rank: passed over
+    ({}, "run.{pid}.json"),  # no rank: the pid
+])
+def test_the_shims_own_report_fills_in_the_rank(recorded, fake_driver, tmp_path, ranks, name):
+    """The counters-only report the shim writes when Python never starts (here: no GPU) expands
+    %r, %p and %% in PROTEUS_REPORT as the Python writer does (jobenv.expand_path)."""
+    env = {k: v for k, v in os.environ.items() if k not in RANKS}
+    env.update(_without_gpu("fake driver", fake_driver), **ranks, PROTEUS_REPORT=str(tmp_path / "run.%r.json"))
+    proc = subprocess.run([str(recorded["loop_count"])], env=env, capture_output=True, text=True, timeout=120)
+    written = [p.name for p in tmp_path.iterdir()]
+    assert len(written) == 1, (written, proc.stderr)
+    doc = json.loads((tmp_path / written[0]).read_text())
+    assert doc["no_gpu"] and written[0] == name.format(pid=doc["pid"])
+    env["PROTEUS_REPORT"] = str(tmp_path / "p" / "%p.%%r.%q.json")
+    (tmp_path / "p").mkdir()
+    proc = subprocess.run([str(recorded["loop_count"])], env=env, capture_output=True, text=True, timeout=120)
+    (only,) = (tmp_path / "p").iterdir()
+    assert only.name == f"{json.loads(only.read_text())['pid']}.%r.%q.json", proc.stderr

@@ -76,7 +76,7 @@ def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, c
     outcome = st.validation[0]
     # 5.0 vs 0.0: the top bytes of the 2nd double
     assert outcome.verdict == "differs" and len(outcome.differences) == 1 and outcome.differences[0].first_offset == 14
-    deny = json.loads((tmp_path / "cache" / validate.DENY_FILE).read_text())["denied"]
+    deny = validate.read_deny(tmp_path / "cache")
     assert k.name in deny and "'1': 3" in deny[k.name]["reason"].replace('"', "'")
     # this run: the miss path refuses the kernel, one warning, the original runs
     answer = runtime.specialize(0, _args(k, {1: "3"}), (1, 1, 1), (256, 1, 1), b"", 90)
@@ -88,6 +88,68 @@ def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, c
     runtime.write_report(str(tmp_path / "r.json"), b"")
     v = json.loads((tmp_path / "r.json").read_text())["validation"]
     assert v[0]["verdict"] == "differs" and v[0]["differences"][0]["bytes_differing"] > 0
+
+
+class _Session:
+    """What validate's deny list asks of a session: a cache directory, a chain, warn_once."""
+
+    def __init__(self, cache_dir, chain=None) -> None:
+        self.config = dataclasses.make_dataclass("C", [("cache_dir", str)])(str(cache_dir))
+        self.cache, self.tables, self.deny, self.deny_checked, self.warned = chain, [], None, set(), []
+
+    def warn_once(self, what: str, message: str) -> None:
+        self.warned.append(message)
+
+
+def _deny_at_once(cache_dir, name, barrier) -> None:
+    barrier.wait()
+    validate._persist(_Session(cache_dir), name, {"reason": f"{name} differs"})
+
+
+def test_ranks_denying_at_once_lose_no_denial(tmp_path):
+    """16 processes each deny a different kernel into one cache directory at the same moment:
+    every denial is read back (a single list rewritten by each, read-modify-write, lost some)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    n = 16
+    barrier = ctx.Barrier(n)
+    procs = [ctx.Process(target=_deny_at_once, args=(tmp_path / "c", f"_Z6kernel{i}v", barrier)) for i in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * n
+    deny = validate.read_deny(tmp_path / "c")
+    assert sorted(deny) == sorted(f"_Z6kernel{i}v" for i in range(n))
+    assert not [f for f in (tmp_path / "c" / validate.DENY_DIR).iterdir() if f.name.startswith(".")]  # no temporaries
+
+
+def test_an_old_deny_list_is_still_read_and_a_damaged_file_loses_only_itself(tmp_path):
+    c = tmp_path / "c"
+    c.mkdir()
+    (c / validate.DENY_FILE).write_text(json.dumps({"tool": "proteus-rewrite", "denied": {"_Z3oldv": {"reason": "old"}}}))
+    validate._persist(_Session(c), "_Z3newv", {"reason": "new"})
+    assert set(validate.read_deny(c)) == {"_Z3oldv", "_Z3newv"}
+    (c / validate.DENY_DIR / "0000.json").write_text('{"denied": ')  # another tool's half-written file
+    st = _Session(c)
+    assert validate.denied(st, "_Z3oldv")["reason"] == "old" and validate.denied(st, "_Z3newv")["reason"] == "new"
+    assert len(st.warned) == 1 and "cannot read the validation deny list" in st.warned[0]
+
+
+def test_a_denial_reaches_other_nodes_through_the_shared_tier(tmp_path):
+    """Rank A denies on one node; rank B, with its own node-local directory and the same shared
+    tier, finds the denial there (an entry of kind DENY_KIND)."""
+    from proteus_rewrite.cache import make_chain
+    from proteus_rewrite.tiers import open_shared
+
+    def node(name):
+        return _Session(tmp_path / name, make_chain(True, str(tmp_path / name), shared=open_shared(f"file://{tmp_path}/shared")))
+
+    validate._persist(node("a"), "_Z4slowv", {"reason": "differs"})
+    b = node("b")
+    assert validate.read_deny(tmp_path / "b") == {}
+    assert validate.denied(b, "_Z4slowv") == {"reason": "differs"} and validate.denied(b, "_Z5otherv") is None
 
 
 def test_a_tolerance_in_ulps_accepts_small_float_differences(state, monkeypatch):
@@ -109,7 +171,7 @@ def test_an_original_whose_results_vary_is_reported_not_denied(state, tmp_path, 
     assert runtime.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(2.0), f64(3.0), 1.0) == 2
     assert st.validation[0].verdict == "varies" and "vary from run to run" in st.validation[0].reason
     assert "not validated (the original kernel's own results vary" in capfd.readouterr().err
-    assert not (tmp_path / "cache" / validate.DENY_FILE).exists() and validate.denied(st, k.name) is None
+    assert validate.read_deny(tmp_path / "cache") == {} and validate.denied(st, k.name) is None
 
 
 def test_kernels_that_print_are_not_run_in_the_shadow(state):

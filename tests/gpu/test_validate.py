@@ -11,6 +11,7 @@ import pytest
 
 from bench.lib import cupti
 from proteus_rewrite import store
+from proteus_rewrite.runtime import validate
 
 from ..conftest import run_cli
 from ..support.apps import run_app
@@ -42,7 +43,7 @@ def test_validation_passes_real_variants_and_keeps_native_output(samples, tmp_pa
     summary = next(line for line in p.stderr.splitlines() if line.startswith("validation: "))
     matched = int(summary.split()[1])
     assert matched >= 1 and " 0 differ" in summary, p.stderr
-    assert not (tmp_path / "c" / "validate-deny.json").exists()
+    assert validate.read_deny(tmp_path / "c") == {}
     names = cupti.kernels_run(tmp_path / "ran")
     assert len(names) - len(cupti.originals(names)) >= matched, names  # each checked variant ran on the GPU
 
@@ -56,7 +57,7 @@ def test_a_wrong_variant_is_caught_denied_and_later_runs_keep_the_original(sampl
     assert p.returncode == 12, p.stderr
     assert "its variant wrote different results" in p.stderr and "smooth" in p.stderr
     assert checksums(p.stdout) == checksums(native.stdout) != {}  # the original's results, always
-    deny = json.loads((tmp_path / "c" / "validate-deny.json").read_text())["denied"]
+    deny = validate.read_deny(tmp_path / "c")
     assert [n for n in deny if "smooth" in n], deny
     # the next run, fault gone, same cache: the kernel is not specialized, by the driver's record
     monkeypatch.delenv("PROTEUS_FAULT_INJECT")
