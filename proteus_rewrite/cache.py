@@ -254,19 +254,7 @@ class _NodeClaims:
 
     def trim(self, max_mb: float) -> int:
         """Delete the least recently used entries down to max_mb; the number deleted."""
-        entries = sorted(self.entries(), key=lambda e: e[1].st_mtime)
-        total = sum(st.st_size for _, st in entries)
-        limit, n = int(max_mb * 1024 * 1024), 0
-        for p, st in entries:
-            if total <= limit:
-                break
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                continue
-            total -= st.st_size
-            n += 1
-            self.stats.evicted += 1
+        n = trim_oldest(self.entries(), max_mb, self.stats)
         try:
             (self.dir / USAGE).unlink(missing_ok=True)  # counted afresh by the next put
         except OSError:
@@ -316,6 +304,25 @@ def _is_zombie(pid: int) -> bool:
         return False
     return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
 
+
+
+def trim_oldest(entries: list[tuple[Path, os.stat_result]], max_mb: float, stats: LevelStats) -> int:
+    """Delete the entries with the oldest modification times until the rest fit in max_mb; the
+    number deleted (another process deleting one first is no error)."""
+    entries = sorted(entries, key=lambda e: e[1].st_mtime)
+    total = sum(st.st_size for _, st in entries)
+    limit, n = int(max_mb * 1024 * 1024), 0
+    for p, st in entries:
+        if total <= limit:
+            break
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            continue
+        total -= st.st_size
+        n += 1
+        stats.evicted += 1
+    return n
 
 def tombstone_entry(key: str, arch, reason: str) -> Entry:
     return Entry(key, TOMBSTONE, arch, b"", {"reason": reason[:500], "host": socket.gethostname(), "pid": os.getpid(),

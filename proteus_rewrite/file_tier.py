@@ -25,6 +25,7 @@ from .cache import (
     encode,
     log,
     tombstone_entry,
+    trim_oldest,
 )
 from .errors import CacheError
 
@@ -190,19 +191,7 @@ class SharedFileTier:
     def trim(self, max_mb: float) -> int:
         """Delete the oldest entries (by write time: hits write nothing) down to max_mb, and
         temporary files, quarantined entries and claims left by dead processes for a day."""
-        entries = sorted(self.entries(), key=lambda e: e[1].st_mtime)
-        total = sum(st.st_size for _, st in entries)
-        limit, n = int(max_mb * 1024 * 1024), 0
-        for p, st in entries:
-            if total <= limit:
-                break
-            try:
-                p.unlink()
-            except FileNotFoundError:
-                continue
-            total -= st.st_size
-            n += 1
-            self.stats.evicted += 1
+        n = trim_oldest(self.entries(), max_mb, self.stats)
         old = time.time() - 86400
         for sub in ("entries", "claims", "quarantine"):
             for dirpath, _, names in os.walk(self.dir / sub):
