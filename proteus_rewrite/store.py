@@ -11,9 +11,9 @@ Format (version 1), little endian:
         32   32  SHA-256 of bytes [64, 64 + M + B)
         64    M  manifest: UTF-8 JSON (the kernel table; each module names its blob by offset,
                  size and SHA-256)
-    64 + M    B  blobs: the bitcode modules, back to back
+    64 + M    B  blobs: the modules (bitcode, or PTX text), back to back
 
-The store is data, never code: JSON and raw bitcode, no pickle. It is written to a
+The store is data, never code: JSON, raw bitcode and PTX text, no pickle. It is written to a
 temporary file in the destination directory and renamed into place, so readers see
 either the old store or the new one. Readers verify the magic, version, lengths and
 checksum before trusting anything in it.
@@ -67,11 +67,12 @@ def serialize(table: KernelTable) -> bytes:
                 "triple": m.triple,
                 "cmdline": list(m.cmdline),
                 "ptx_target": m.ptx_target,
+                "kind": m.kind,
                 "offset": len(blobs),
-                "size": len(m.bitcode),
+                "size": len(m.code),
             }
         )
-        blobs += m.bitcode
+        blobs += m.code
     manifest = {
         "tool": f"proteus-rewrite {__version__}",
         "format": VERSION,
@@ -159,8 +160,9 @@ def deserialize(data: bytes, path: str | os.PathLike | None = None) -> KernelTab
                     source_filename=m["source_filename"],
                     triple=m["triple"],
                     cmdline=tuple(m["cmdline"]),
-                    bitcode=blob,
+                    code=blob,
                     ptx_target=m.get("ptx_target"),  # stores written before it was recorded have none
+                    kind=m.get("kind", "bitcode"),
                 )
             )
         return KernelTable(

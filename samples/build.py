@@ -52,6 +52,7 @@ class App:
     pie: bool = True  # False: a position-dependent executable (-no-pie)
     recipe: str = "recommended"  # how bitcode is embedded: "recommended" or "fembed-bitcode" (clang's driver flag)
     lib_sources: tuple[str, ...] = ()  # built into lib<name>.so beside the app, which loads it through $ORIGIN
+    nvcc_arch: tuple[str, ...] = ()  # nvcc's architecture flags in place of -arch=<arch> (e.g. SASS only)
     note: str = field(default="", compare=False)
 
 
@@ -63,7 +64,13 @@ APPS: dict[str, App] = {
     "loop_count_zstd_all": App(("loop_count.cu",), compress="size", note="cubin and PTX compressed with zstd"),
     "loop_count_multi_arch": App(("loop_count.cu",), extra_archs=("sm_80",), note="two architectures"),
     "loop_count_nopie": App(("loop_count.cu",), pie=False, note="a non-PIE executable"),
-    "loop_count_nvcc": App(("loop_count.cu",), compiler="nvcc", note="nvcc build: no bitcode"),
+    "loop_count_nvcc": App(("loop_count.cu",), compiler="nvcc", note="nvcc build: no bitcode, compute_90 PTX"),
+    "loop_count_sass": App(("loop_count.cu",), compiler="nvcc", nvcc_arch=("-gencode", "arch=compute_90,code=sm_90"),
+                           note="nvcc build with SASS only: nothing to specialize"),
+    "device_globals_nvcc": App(("device_globals.cu",), compiler="nvcc", note="device variables, nvcc build"),
+    "templates_nvcc": App(("templates.cu",), compiler="nvcc", note="a by-value struct, launch bounds; nvcc build"),
+    "multi_kernel_nvcc": App(("multi_kernel.cu",), compiler="nvcc", note="four kernels, shared memory; nvcc build"),
+    "warp_reduce_nvcc": App(("warp_reduce.cu",), compiler="nvcc", note="shuffles, cooperative groups; nvcc build"),
     "loop_count_fembed": App(("loop_count.cu",), recipe="fembed-bitcode",
                              note="the older recipe, clang's -fembed-bitcode: sm_30 PTX, optimized module"),
     "warp_reduce": App(("warp_reduce.cu",), note="warp shuffles, cooperative groups, a vote"),
@@ -143,7 +150,8 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
         libs.append("-no-pie")
 
     if app.compiler == "nvcc":
-        run([str(cuda / "bin" / "nvcc"), f"-arch={args.arch}", "-O3", "-I", str(src), *map(str, sources), "-o", str(tmp)])
+        arch = list(app.nvcc_arch) or [f"-arch={args.arch}"]
+        run([str(cuda / "bin" / "nvcc"), *arch, "-O3", "-I", str(src), *map(str, sources), "-o", str(tmp)])
     else:
         # CUDA 13 keeps cooperative_groups' dependencies (cuda/std/...) under include/cccl
         flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(src), "-I", str(cuda / "include" / "cccl"),

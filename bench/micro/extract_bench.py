@@ -91,7 +91,7 @@ def stages(exe: Path, outdir: Path) -> dict[str, float]:
     t["kernel_table_total"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     for m in table.modules:
-        bitcode.analyze(m.bitcode)
+        bitcode.analyze(m.code)
     t["bitcode_analysis"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     store.write(table, store.store_path(outdir, exe.name))

@@ -82,7 +82,7 @@ def arch(text: str) -> int | str:
 
 def default_arch(table: KernelTable, name: str) -> str:
     """A HIP kernel's first processor with bitcode (each is built for a few; none is 'newest')."""
-    archs = [k.arch for k in matching(table, name) if k.has_bitcode]
+    archs = [k.arch for k in matching(table, name) if k.specializable]
     return str(archs[0]) if archs else "gfx90a"
 
 
@@ -125,11 +125,11 @@ def find_kernel(table: KernelTable, name: str, arch: int | str):
     matches = matching(table, name)
     best = best_for_arch(matches, arch)
     if best is None:
-        built = sorted({arch_name(k.arch) for k in matches if k.has_bitcode})
-        if built:  # HIP: the processor must be one it was built for
-            raise NoBitcodeError(f"kernel {matches[0].demangled} has no recorded bitcode for {arch_name(arch)} "
+        built = sorted({arch_name(k.arch) for k in matches if k.specializable})
+        if built:  # HIP: the processor must be one it was built for; CUDA PTX: not newer than the GPU
+            raise NoBitcodeError(f"kernel {matches[0].demangled} has no recorded code for {arch_name(arch)} "
                                  f"(it has for {', '.join(built)})")
-        raise NoBitcodeError(f"kernel {matches[0].demangled} has no recorded bitcode")
+        raise NoBitcodeError(f"kernel {matches[0].demangled} has neither recorded bitcode nor PTX")
     return best
 
 
@@ -175,19 +175,21 @@ def load(path: str) -> KernelTable:
         raise
 
 
-def require_bitcode(table: KernelTable, app: str) -> None:
+def require_code(table: KernelTable, app: str) -> None:
+    """That some kernel can be specialized: it carries bitcode, or (CUDA) PTX."""
     if not table.kernels:
         raise NoBitcodeError("the fat binaries hold no kernels", app)
-    if not table.kernels_with_bitcode and table.app.platform == "hip":
+    if not table.kernels_specializable and table.app.platform == "hip":
         raise NoBitcodeError(
             f"none of its {len(table.kernels)} kernels carries LLVM bitcode (built without -fembed-bitcode?); "
             "rebuild with clang: clang++ -x hip --offload-arch=gfxXXX -fembed-bitcode ... (docs/user/hip.md)",
             app,
         )
-    if not table.kernels_with_bitcode:
+    if not table.kernels_specializable:
         raise NoBitcodeError(
-            f"none of its {len(table.kernels)} kernels carries LLVM bitcode (built by nvcc, or without "
-            "embedded bitcode?); rebuild with proteus-clang++ (the README's build recipe: clang with -Xclang -fembed-bitcode=all)",
+            f"none of its {len(table.kernels)} kernels carries PTX or LLVM bitcode (SASS only: built with "
+            "-gencode ...,code=sm_XX, -arch=sm_XXa or CMake's XX-real?); rebuild keeping PTX (nvcc -arch=sm_XX, "
+            "CMake CUDA_ARCHITECTURES XX) or with proteus-clang++ (docs/user/build.md)",
             app,
         )
 
@@ -198,11 +200,11 @@ def table_to_json(table: KernelTable) -> dict:
         "app": dataclasses.asdict(table.app),
         "fatbins": [dataclasses.asdict(f) for f in table.fatbins],
         "modules": [
-            {k: v for k, v in dataclasses.asdict(m).items() if k != "bitcode"}
-            | {"size": m.size, "recipe": dataclasses.asdict(m.recipe)}
+            {k: v for k, v in dataclasses.asdict(m).items() if k != "code"}
+            | {"size": m.size} | ({"recipe": dataclasses.asdict(m.recipe)} if m.kind == "bitcode" else {})
             for m in table.modules
         ],
-        "kernels": [dataclasses.asdict(k) | {"has_bitcode": k.has_bitcode} for k in table.kernels],
+        "kernels": [dataclasses.asdict(k) | {"has_bitcode": k.has_bitcode, "route": route(k)} for k in table.kernels],
         "warnings": list(table.warnings),
     }
 
@@ -221,12 +223,15 @@ def print_table(table: KernelTable) -> None:
         entries = ", ".join(f"{e.kind} {arch_name(e.arch)}{'' if e.compression == 'none' else ' ' + e.compression}" for e in f.entries)
         console.print(f"  fatbin {f.index}: {f.size:,} bytes at {f.section}+{f.offset:#x}: {entries}")
     for m in table.modules:
+        if m.kind == "ptx":
+            console.print(f"  module {m.index}: {m.size:,} bytes of PTX, {m.ptx_target or arch_name(m.arch)}")
+            continue
         r = m.recipe
         how = "" if r.name == "unknown" else f", built with {r.name}, embedded {r.embedded}"
         console.print(f"  module {m.index}: {m.size:,} bytes of bitcode, {arch_name(m.arch)}, "
                       f"{os.path.basename(m.source_filename) or '?'}{how}")
     grid = Table(show_edge=False, header_style="bold")
-    for col in ("kernel", "arch", "parameters", "bytes", "bitcode", "globals", "launch bounds"):
+    for col in ("kernel", "arch", "parameters", "bytes", "route", "globals", "launch bounds"):
         grid.add_column(col, overflow="fold", no_wrap=col in ("arch", "bytes"))
     for k in table.kernels:
         params = ", ".join(param_text(p) for p in k.params)
@@ -238,17 +243,24 @@ def print_table(table: KernelTable) -> None:
             arch_name(k.arch),
             params,
             str(k.param_size),
-            f"module {k.module}" + (f" +{list(k.link_modules)}" if k.link_modules else "") if k.has_bitcode else "[red]none[/]",
+            f"{route(k)}, module {k.module}" + (f" +{list(k.link_modules)}" if k.link_modules else "")
+            if k.specializable else "[red]none[/]",
             ", ".join(k.globals),
             bounds,
         )
     console.print(grid)
     n, nb = len(table.kernels), len(table.kernels_with_bitcode)
-    console.print(f"{n} kernel(s), {nb} with bitcode")
+    npx = len(table.kernels_specializable) - nb
+    console.print(f"{n} kernel(s), {nb} with bitcode" + (f", {npx} from PTX" if npx else ""))
+
+
+def route(k) -> str:
+    """How a kernel is specialized: from its bitcode, from its PTX (nvcc builds), or not at all."""
+    return ("bitcode" if k.has_bitcode else "PTX") if k.specializable else "none"
 
 
 def param_text(p) -> str:
-    t = p.llvm_type or "?"
+    t = p.llvm_type or {"pointer": "ptr", "aggregate": "struct"}.get(p.kind, "?")
     return f"{t}:{p.size}" if p.kind in ("aggregate", "unknown") else t
 
 

@@ -8,7 +8,7 @@ import click
 
 from ..errors import NotCudaBinaryError, ProteusError
 from .app import EPILOG, err_console, main
-from .common import input_path, load, print_table, require_bitcode, table_to_json
+from .common import input_path, load, print_table, require_code, table_to_json
 
 
 @main.command(epilog=EPILOG)
@@ -20,7 +20,7 @@ def inspect(app: str, as_json: bool) -> None:
         table = load(app)
     except NotCudaBinaryError as exc:
         raise NotCudaBinaryError(exc.message + _library_hint(app), exc.path) from None
-    require_bitcode(table, app)
+    require_code(table, app)
     if as_json:
         click.echo(json.dumps(table_to_json(table), indent=2))
     else:

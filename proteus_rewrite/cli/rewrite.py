@@ -16,7 +16,7 @@ from ..fatbin import hostelf, libraries
 from ..fatbin import kernels as kernels_mod
 from ..fatbin.layouts import ELF_MAGIC
 from .app import EPILOG, err_console, main
-from .common import extract, input_path, require_bitcode
+from .common import extract, input_path, require_code
 
 log = logging.getLogger("proteus_rewrite")
 
@@ -67,11 +67,11 @@ def rewrite(app: str, app_args: tuple[str, ...], outdir: str | None, force: bool
         raise NotCudaBinaryError(f"{own_error.message}{found}; if it opens its kernels' library with dlopen, "
                                  "name that library with --lib", app)
     tables = ([table] if table is not None else []) + [t for _, t in recorded]
-    if not any(t.kernels_with_bitcode for t in tables):  # every recorded library has bitcode: only APP is left
-        require_bitcode(table, app)
-    if table is not None and table.kernels and not table.kernels_with_bitcode:
-        err_console.print(f"[yellow]warning:[/] {app}: none of its own {len(table.kernels)} kernels carries bitcode; "
-                          "they run as built", markup=True)
+    if not any(t.kernels_specializable for t in tables):  # every recorded library has code: only APP is left
+        require_code(table, app)
+    if table is not None and table.kernels and not table.kernels_specializable:
+        err_console.print(f"[yellow]warning:[/] {app}: none of its own {len(table.kernels)} kernels carries PTX or "
+                          "bitcode; they run as built", markup=True)
         table = None
     elf = hostelf.parse(data)
     previous = rewrite_mod.marker(elf)
@@ -98,7 +98,9 @@ def rewrite(app: str, app_args: tuple[str, ...], outdir: str | None, force: bool
             err_console.print(f"[yellow]warning:[/] {w}")
         fatbins = len(t.fatbins)
         how = "HIP" if t.app.platform == "hip" else t.app.cudart + " cudart"
+        from_ptx = len(t.kernels_specializable) - len(t.kernels_with_bitcode)
         click.echo(f"{path}: recorded {len(t.kernels)} kernel(s), {len(t.kernels_with_bitcode)} with bitcode, "
+                   + (f"{from_ptx} from PTX, " if from_ptx else "") +
                    f"from {fatbins} fat binar{'y' if fatbins == 1 else 'ies'} ({how}) -> {spath}")
     preload = "LD_PRELOAD=" + shlex.quote(str(shim_path))
     if exe is not None:
@@ -121,7 +123,7 @@ def _libraries(app: str, explicit: tuple[str, ...], no_libs: bool, table) -> lis
     for path in explicit:  # named by the user: any problem is an error
         data = kernels_mod.read_input(path)
         t = extract(path, data)
-        require_bitcode(t, path)
+        require_code(t, path)
         out.append((path, t))
         seen.add(os.path.realpath(path))
     if no_libs:
@@ -146,8 +148,8 @@ def _libraries(app: str, explicit: tuple[str, ...], no_libs: bool, table) -> lis
         except ProteusError as exc:
             err_console.print(f"warning: {lib.path}: {exc.message}; its kernels run as built", markup=False)
             continue
-        if not t.kernels_with_bitcode:
-            err_console.print(f"warning: {lib.path}: {len(t.kernels)} kernel(s), none with embedded bitcode; "
+        if not t.kernels_specializable:
+            err_console.print(f"warning: {lib.path}: {len(t.kernels)} kernel(s), none with PTX or embedded bitcode; "
                               "they run as built", markup=False)
             continue
         out.append((lib.path, t))

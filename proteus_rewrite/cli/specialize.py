@@ -57,7 +57,7 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     if emit in ("cubin", "codeobj") and not output and sys.stdout.isatty():
         raise click.UsageError(f"a {'cubin' if emit == 'cubin' else 'code object'} is binary: give -o FILE")
     record = find_kernel(table, kernel, sm)
-    cg = config.for_kernel(record.name, record.demangled)
+    cg = config.for_record(record)
     if emit == "cubin" and cg.ptx_compiler == "driver":
         raise click.UsageError("PROTEUS_PTX_COMPILER=driver produces no cubin offline; use --emit ptx")
     given = _arguments(record, args, cg.specialize_alignment)

@@ -72,7 +72,7 @@ def build(data: bytes, path: str, elf: hostelf.HostElf, progress=None) -> Kernel
                 mod = module_index[digest]
             device_code.append((bi, arch, co, mod))
 
-    analyses = common.analyze_isolated([m.bitcode for m in modules])
+    analyses = common.analyze_isolated([m.code for m in modules])
     modules = [dataclasses.replace(m, source_filename=a.source_filename, triple=a.triple) for m, a in zip(modules, analyses)]
     kernels: list[KernelRecord] = []
     for bi, arch, co, mod in device_code:

@@ -112,44 +112,42 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
                 mod_ids.append(module_index[digest])
             device_code.append((ci, arch, cubin, ptx, mod_ids))
 
-    analyses = analyze_isolated([m.bitcode for m in modules])
+    analyses = analyze_isolated([m.code for m in modules])
     modules = [dataclasses.replace(m, source_filename=a.source_filename, triple=a.triple) for m, a in zip(modules, analyses)]
     kernels: list[KernelRecord] = []
     for ci, arch, cubin, ptx, mod_ids in device_code:
         layouts = cubin.kernels if cubin and cubin.kernels else (ptx.entries if ptx else {})
         source = "cubin" if cubin and cubin.kernels else "ptx"
+        ptx_kernels: dict[str, ptx_mod.PtxKernel] | None = None
         for name, layout in layouts.items():
             defining = next((i for i in mod_ids if name in analyses[i].kernels), None)
             bk = analyses[defining].kernels[name] if defining is not None else None
             params = merge_params(name, layout.params, bk, warnings)
-            kernels.append(
-                KernelRecord(
-                    name=name,
-                    demangled=demangle(name),
-                    fatbin=ci,
-                    arch=arch,
-                    module=defining,
-                    link_modules=tuple(i for i in mod_ids if i != defining) if defining is not None else (),
-                    params=params,
-                    param_size=layout.param_size if layout.param_size is not None else params_end(params),
-                    globals=bk.globals if bk else (),
-                    max_threads=layout.max_threads or (bk.max_threads if bk else None),
-                    min_ctas=(bk.min_ctas if bk else None) or getattr(layout, "min_ctas", None),
-                    jit_args=bk.jit_args if bk else None,
-                    layout_source=source,
-                    aot_registers=getattr(layout, "registers", None),
-                )
-            )
+            if defining is None and ptx is not None and name in ptx.entries:
+                if ptx_kernels is None:
+                    ptx_kernels = _analyze_ptx(ptx, warnings)
+                if (pk := ptx_kernels.get(name)) is not None and (typed := ptx_params(pk, params)) is not None:
+                    digest = hashlib.sha256(ptx.source).hexdigest()
+                    if digest not in module_index:
+                        module_index[digest] = len(modules)
+                        modules.append(ModuleRecord(len(modules), digest, arch, ci, "", "", (), ptx.source,
+                                                    ptx.target, kind="ptx"))
+                    kernels.append(_record(name, ci, arch, module_index[digest], typed, layout, source, None,
+                                           pk.variables, "ptx"))
+                    continue
+            kernels.append(_record(name, ci, arch, defining, params, layout, source, bk, None, "bitcode",
+                                   tuple(i for i in mod_ids if i != defining) if defining is not None else ()))
     if progress:
         progress(len(containers), len(containers))
 
-    handicapped = next((m for m in modules if m.recipe.problem), None)
+    handicapped = next((m for m in modules if m.kind == "bitcode" and m.recipe.problem), None)
     if handicapped is not None:  # once per app: every module of a build shares its recipe
         warnings.append(recipe_mod.advice(os.path.basename(path), handicapped.recipe))
-    missing = [k for k in kernels if not k.has_bitcode]
+    missing = [k for k in kernels if not k.specializable]
     if missing and len(missing) < len(kernels):
         names = ", ".join(sorted({k.demangled for k in missing})[:5])
-        warnings.append(f"{len(missing)} of {len(kernels)} kernels have no embedded bitcode and will run unspecialized: {names}")
+        warnings.append(f"{len(missing)} of {len(kernels)} kernels have neither embedded bitcode nor PTX and will run "
+                        f"unspecialized: {names}")
 
     return KernelTable(
         app=hostelf_app_info(path, data, elf),
@@ -158,6 +156,42 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
         kernels=tuple(kernels),
         warnings=tuple(warnings),
     )
+
+
+def _record(name, ci, arch, module, params, layout, source, bk, variables, code, link_modules=()) -> KernelRecord:
+    return KernelRecord(
+        name=name,
+        demangled=demangle(name),
+        fatbin=ci,
+        arch=arch,
+        module=module,
+        link_modules=link_modules,
+        params=params,
+        param_size=layout.param_size if layout.param_size is not None else params_end(params),
+        globals=bk.globals if bk else (variables or ()),
+        max_threads=layout.max_threads or (bk.max_threads if bk else None),
+        min_ctas=(bk.min_ctas if bk else None) or getattr(layout, "min_ctas", None),
+        jit_args=bk.jit_args if bk else None,
+        layout_source=source,
+        aot_registers=getattr(layout, "registers", None),
+        code=code,
+    )
+
+
+def _analyze_ptx(ptx: ptx_mod.Ptx, warnings: list[str]) -> dict[str, ptx_mod.PtxKernel]:
+    try:
+        return ptx_mod.analyze(ptx.source)
+    except FormatError as exc:
+        warnings.append(f"PTX {ptx.target or ''}: {exc.message}; its kernels will run unspecialized")
+        return {}
+
+
+def ptx_params(pk: ptx_mod.PtxKernel, layout: tuple[ParamRecord, ...]) -> tuple[ParamRecord, ...] | None:
+    """The parameters of a PTX-route kernel: the device code's layout (what the launch copies)
+    with the kinds its PTX gives; None when the two disagree (then it is not specialized)."""
+    if len(pk.params) != len(layout) or any(p.size != q.size or p.offset != q.offset for p, q in zip(pk.params, layout)):
+        return None
+    return tuple(dataclasses.replace(q, kind=kind, llvm_type=llvm_type) for q, (kind, llvm_type) in zip(layout, pk.kinds))
 
 
 def _cubin_digest(payload: bytes) -> str:

@@ -34,10 +34,17 @@ class KernelRecord:
     jit_args: tuple[int, ...] | None  # annotate("jit", ...) indices, 1-based
     layout_source: str  # "cubin", "ptx" or "codeobj" (an AMDGPU code object's metadata note)
     aot_registers: int | None = None  # registers per thread of the AOT cubin's code (CUDA; None: unknown)
+    # what its module is: "bitcode" (LLVM, embedded by clang) or "ptx" (the PTX an nvcc build
+    # carries beside the SASS): which route specializes it
+    code: str = "bitcode"
+
+    @property
+    def specializable(self) -> bool:
+        return self.module is not None
 
     @property
     def has_bitcode(self) -> bool:
-        return self.module is not None
+        return self.module is not None and self.code == "bitcode"
 
 
 @dataclass(frozen=True)
@@ -49,12 +56,13 @@ class ModuleRecord:
     source_filename: str
     triple: str
     cmdline: tuple[str, ...]
-    bitcode: bytes = field(repr=False, compare=False)
+    code: bytes = field(repr=False, compare=False)  # LLVM bitcode, or PTX text (kind)
     ptx_target: str | None = None  # the `.target` of the PTX its compilation put beside it (CUDA)
+    kind: str = "bitcode"  # "bitcode" or "ptx"
 
     @property
     def size(self) -> int:
-        return len(self.bitcode)
+        return len(self.code)
 
     @property
     def recipe(self):
@@ -108,20 +116,22 @@ def arch_name(arch: int | str) -> str:
 def best_for_arch(kernels, arch: int | str) -> KernelRecord | None:
     """Which of a kernel's records (one per target it was built for) to specialize for a device.
 
-    CUDA (`arch` an SM version): the newest target not above the device's, else the oldest one
-    above it (its bitcode still compiles for the device). HIP (`arch` a processor name such as
+    CUDA (`arch` an SM version): bitcode before PTX; the newest target not above the device's,
+    else, for bitcode, the oldest one above it (its bitcode still compiles for the device; PTX
+    of a newer arch does not assemble for an older GPU). HIP (`arch` a processor name such as
     "gfx90a", perhaps with features, "gfx90a:sramecc+:xnack-"): the same processor only, since
     an AMDGPU module (its target attributes, the device libraries linked into it) is built for
-    one. None when no record with bitcode fits."""
-    with_bitcode = [k for k in kernels if k.has_bitcode]
+    one. None when no record fits."""
+    with_code = [k for k in kernels if k.specializable]
     if isinstance(arch, str):
         processor = arch.split(":", 1)[0]
-        return next((k for k in with_bitcode if k.arch == processor), None)
-    cuda = [k for k in with_bitcode if isinstance(k.arch, int)]
-    if not cuda:
-        return None
-    usable = [k for k in cuda if k.arch <= arch] or cuda
-    return max(usable, key=lambda k: k.arch if k.arch <= arch else -k.arch)
+        return next((k for k in with_code if k.arch == processor and k.has_bitcode), None)
+    for code in ("bitcode", "ptx"):
+        cuda = [k for k in with_code if isinstance(k.arch, int) and k.code == code]
+        usable = [k for k in cuda if k.arch <= arch] or (cuda if code == "bitcode" else [])
+        if usable:
+            return max(usable, key=lambda k: k.arch if k.arch <= arch else -k.arch)
+    return None
 
 
 @dataclass(frozen=True)
@@ -141,3 +151,8 @@ class KernelTable:
     @property
     def kernels_with_bitcode(self) -> list[KernelRecord]:
         return [k for k in self.kernels if k.has_bitcode]
+
+    @property
+    def kernels_specializable(self) -> list[KernelRecord]:
+        """Kernels with code to specialize: bitcode, or (nvcc builds) PTX."""
+        return [k for k in self.kernels if k.specializable]

@@ -160,6 +160,13 @@ class Config:
                 return self.tuned[n]
         return self.codegen
 
+    def for_record(self, kernel) -> CodegenConfig:
+        """The settings that apply to a recorded kernel: its own, less what its code kind cannot
+        use (a pointer's alignment reaches no PTX instruction, so the PTX route neither keys nor
+        folds it)."""
+        cg = self.for_kernel(kernel.name, kernel.demangled)
+        return dataclasses.replace(cg, specialize_alignment=False) if kernel.code == "ptx" else cg
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Config:
         env = os.environ if env is None else env

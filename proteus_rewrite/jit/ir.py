@@ -64,10 +64,10 @@ def load_module(table: KernelTable, kernel: KernelRecord, context: llvm.ContextR
     """The kernel's translation unit, linked with the other units it needs (-fgpu-rdc)."""
     if kernel.module is None:
         raise SpecializeError(f"{kernel.demangled}: no bitcode was recorded for this kernel")
-    module = bitcode_mod.parse(table.modules[kernel.module].bitcode, context)
+    module = bitcode_mod.parse(table.modules[kernel.module].code, context)
     for i in kernel.link_modules:
         try:
-            module.link_in(bitcode_mod.parse(table.modules[i].bitcode, context))
+            module.link_in(bitcode_mod.parse(table.modules[i].code, context))
         except RuntimeError as exc:
             raise SpecializeError(f"{kernel.demangled}: linking translation unit {i} failed: {exc}") from None
     return module

@@ -36,8 +36,16 @@ INT_TYPES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
 FLOAT_TYPES = {"half": ("e", 2), "bfloat": (None, 2), "float": ("f", 4), "double": ("d", 8)}
 
 
-def foldable(p: ParamRecord) -> bool:
-    """Scalars we know how to turn into constants. Pointers are never folded."""
+# The PTX route folds a by-value aggregate up to this size as the bytes each `ld.param` reads;
+# a larger one (a struct of many arrays) would put too many bytes in every launch's key.
+PTX_AGGREGATE_MAX = 64
+
+
+def foldable(p: ParamRecord, code: str = "bitcode") -> bool:
+    """Scalars we know how to turn into constants (and, for the PTX code kind, small by-value
+    aggregates). Pointers are never folded."""
+    if code == "ptx" and p.kind == "aggregate":
+        return p.size <= PTX_AGGREGATE_MAX
     return (p.kind == "int" and p.llvm_type in INT_TYPES) or (p.kind == "float" and p.llvm_type in FLOAT_TYPES)
 
 

@@ -87,8 +87,9 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
     if cg.specialize_args:
         allowed = set(kernel.jit_args) if kernel.jit_args is not None else None
         for p, raw in zip(kernel.params, launch.args):
-            if foldable(p) and p.index not in launch.unknown and (allowed is None or p.index + 1 in allowed):
-                folded[p.index] = ir_constant(p, raw)
+            if foldable(p, kernel.code) and p.index not in launch.unknown and (allowed is None or p.index + 1 in allowed):
+                # the PTX route reads the bytes back as each `ld.param` loads them
+                folded[p.index] = raw.hex() if kernel.code == "ptx" else ir_constant(p, raw)
     alignment = {}
     if cg.specialize_alignment:
         for p, raw in zip(kernel.params, launch.args):
@@ -166,6 +167,10 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
         "globals": sorted(plan.globals),
         "relink_globals": "pointers" if plan.relink_globals else False,
     }
+    if kernel.code != "bitcode":
+        from . import ptx_route
+
+        doc["code"] = [kernel.code, ptx_route.REVISION]
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
@@ -220,12 +225,12 @@ def specialize(
     process that holds the claim to compile this key (0: raise ClaimedElsewhere at once; None:
     the cache's lease and a margin); past it, compile unclaimed."""
     config = config or Config.from_env()
-    cg = _resolve_compiler(config.for_kernel(kernel.name, kernel.demangled), driver_version)
+    cg = _resolve_compiler(config.for_record(kernel), driver_version)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     launch.check(kernel)
     if kernel.module is None:
-        raise SpecializeError(f"{kernel.demangled}: no bitcode was recorded for this kernel")
+        raise SpecializeError(f"{kernel.demangled}: neither bitcode nor PTX was recorded for this kernel")
     plan = make_plan(kernel, launch, cg, relink_globals)
     target = targets.target_for(launch.arch)
     plan, cg = target.adapt(plan, cg)
@@ -311,7 +316,7 @@ def compile_variant(table, kernel: KernelRecord, plan: Plan, cg: CodegenConfig, 
                     keep_ir: bool, timings: dict[str, float]) -> Compiled:
     """A plan -> loadable code (Compiled: the image, PTX, optimized IR, findings), the stages timed
     into `timings`, by the target `arch` names (targets.py). What runs LLVM and the PTX compiler,
-    and nothing else: `table` needs only `modules[i].bitcode` for the kernel's modules. `isa`:
+    and nothing else: `table` needs only `modules[i].code` for the kernel's modules. `isa`:
     the newest PTX ISA the driver reads (CUDA; an offline compiler may read less: asking it
     loads it, so that is asked there)."""
     return targets.target_for(arch).compile(table, kernel, plan, cg, isa, keep_ir, timings)

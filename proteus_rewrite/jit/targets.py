@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .. import faults
 from ..cache import Entry
 from ..fatbin import cubin as cubin_format
-from . import codegen, occupancy, pipeline
+from . import codegen, occupancy, pipeline, ptx_route
 from .config import CodegenConfig
 from .plan import Findings, Plan, variant_name
 
@@ -88,8 +88,9 @@ def optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, tim
 
 @dataclass(frozen=True)
 class Nvptx:
-    """CUDA: PTX from LLVM's NVPTX backend, then a cubin (nvJitLink or ptxas), or the PTX for
-    the driver to compile. Variants are named `<kernel>$proteus$<key prefix>`, so profilers tell
+    """CUDA: PTX from LLVM's NVPTX backend (bitcode), or the kernel's own PTX specialized as text
+    (the PTX code kind, ptx_route.py), then a cubin (nvJitLink or ptxas), or the PTX for the
+    driver to compile. Variants are named `<kernel>$proteus$<key prefix>`, so profilers tell
     them from the original."""
 
     arch: int  # SM version
@@ -141,6 +142,19 @@ class Nvptx:
 
     def compile(self, table, kernel, plan: Plan, cg: CodegenConfig, isa: int | None, keep_ir: bool,
                 timings: dict[str, float]) -> Compiled:
+        if table.modules[kernel.module].kind == "ptx":
+            ptx, image, found = ptx_route.assemble(table, kernel, plan, cg, self.arch, isa, timings)
+            ir_text = None
+        else:
+            ptx, image, ir_text, found = self._from_bitcode(table, kernel, plan, cg, isa, keep_ir, timings)
+        if cg.occupancy_step and plan.max_registers and plan.max_threads and kernel.aot_registers:
+            t = time.perf_counter()
+            ptx, image = step_occupancy(ptx, image, plan, kernel.aot_registers, cg, self.arch, found)
+            timings["step"] = ms_since(t)
+        return Compiled(image, ptx, ir_text, found)
+
+    def _from_bitcode(self, table, kernel, plan: Plan, cg: CodegenConfig, isa: int | None, keep_ir: bool,
+                      timings: dict[str, float]):
         found = Findings()
         if cg.ptx_compiler != "driver":
             isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
@@ -152,11 +166,7 @@ class Nvptx:
         faults.check("cubin")
         image = codegen.compile_ptx(ptx, cg.ptx_compiler, cg.codegen_opt_level)
         timings["cubin"] = ms_since(t)
-        if cg.occupancy_step and plan.max_registers and plan.max_threads and kernel.aot_registers:
-            t = time.perf_counter()
-            ptx, image = step_occupancy(ptx, image, plan, kernel.aot_registers, cg, self.arch, found)
-            timings["step"] = ms_since(t)
-        return Compiled(image, ptx, ir_text, found)
+        return ptx, image, ir_text, found
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,7 @@ def _trace(session: Session, miss: Miss) -> None:
     result, record, config = miss.result, miss.record, session.config
     assert result is not None
     block, grid = miss.raw.block, miss.raw.grid
-    trace.specialization(config, config.for_kernel(record.name, record.demangled), record, result, block, grid,
+    trace.specialization(config, config.for_record(record), record, result, block, grid,
                          miss.raw.args)
     trace.event(config, f"{result.source} {record.demangled}", miss.started, time.perf_counter() - miss.started,
                 ", ".join(f"{k} {v:.1f} ms" for k, v in result.timings_ms.items()))

@@ -207,14 +207,17 @@ def _kernel_info(session: Session, image_ptr: int, name: str, arch: int | str) -
     candidates = [k for k in table.kernels if k.fatbin == fatbin and k.name == name]
     record = best_for_arch(candidates, arch)
     if record is None:
-        what = ("is not recorded" if not candidates else "has no embedded bitcode" if not any(k.has_bitcode for k in candidates)
-                else f"has no bitcode for {arch} (built for {', '.join(sorted({str(k.arch) for k in candidates}))})")
+        built = ", ".join(sorted({str(k.arch) for k in candidates if k.specializable}))
+        what = ("is not recorded" if not candidates
+                else "has neither embedded bitcode nor PTX (a SASS-only build: keep PTX with nvcc -arch=sm_XX or "
+                     "-gencode ...,code=compute_XX)" if not built
+                else f"has code for {built} only, and PTX newer than the GPU ({arch}) does not assemble for it")
         session.warn_once(name, f"{name} {what}; running the original kernel")
         return None
-    cg = config.for_kernel(record.name, record.demangled)
+    cg = config.for_record(record)
     allowed = set(record.jit_args) if record.jit_args is not None else None
     fold = bytes(
-        1 if (cg.specialize_args and foldable(p) and (allowed is None or p.index + 1 in allowed))
+        1 if (cg.specialize_args and foldable(p, record.code) and (allowed is None or p.index + 1 in allowed))
         or (cg.specialize_alignment and p.kind == "pointer") else 0
         for p in record.params
     )

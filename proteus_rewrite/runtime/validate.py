@@ -333,7 +333,7 @@ def refusal(session: Session, kid: int) -> bytes:
     the native one). Judged per module: the bitcode names vprintf."""
     table, record = session.kernels[kid]
     modules = [table.modules[i] for i in (record.module, *record.link_modules) if i is not None]
-    if any(b"vprintf" in m.bitcode for m in modules):
+    if any(b"vprintf" in m.code for m in modules):
         return b"its module calls printf, which running it in the original's shadow would print twice"
     return b""
 

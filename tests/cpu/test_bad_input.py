@@ -92,8 +92,8 @@ def _case_corrupt_bitcode(samples, tmp):
     return _patch(src, tmp / "badbitcode", at + 24, b"\xff" * 200)
 
 
-def _case_nvcc(samples, tmp):
-    return samples / "loop_count_nvcc"
+def _case_sass(samples, tmp):
+    return samples / "loop_count_sass"
 
 
 CASES = {
@@ -109,7 +109,7 @@ CASES = {
     "corrupt zstd payload": (_case_corrupt_zstd, 5, "zstd"),
     "corrupt LZ4 payload": (_case_corrupt_lz4, 5, "lz4"),
     "bitcode LLVM cannot parse": (_case_corrupt_bitcode, 7, "cannot parse the embedded bitcode"),
-    "nvcc binary without bitcode": (_case_nvcc, 6, "-fembed-bitcode"),
+    "SASS-only nvcc binary": (_case_sass, 6, "rebuild keeping PTX"),
 }
 
 

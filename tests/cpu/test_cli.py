@@ -61,11 +61,13 @@ def test_inspect_json_is_complete_and_matches_the_store(samples, tmp_path):
     assert from_store["kernels"] == doc["kernels"]
 
 
-def test_inspect_warns_but_succeeds_when_some_kernels_lack_bitcode(samples):
+def test_inspect_names_each_kernels_route_in_a_mixed_build(samples):
     proc = run_cli("inspect", str(samples / "mixed_nvcc"))
-    assert proc.returncode == 0
-    assert "warning: 2 of 3 kernels have no embedded bitcode" in proc.stderr
-    assert "3 kernel(s), 1 with bitcode" in proc.stdout
+    assert proc.returncode == 0 and not proc.stderr
+    assert "3 kernel(s), 1 with bitcode, 2 from PTX" in proc.stdout
+    rows = {line.split("(")[0].split()[-1]: line for line in proc.stdout.splitlines() if "module" in line and "│" in line}
+    assert "bitcode, module" in rows["square"] and "PTX, module" in rows["histogram"]
+    assert "ptr, i32, ptr, i32" in rows["histogram"]  # from the .entry signature and the demangled name
 
 
 def test_unknown_option_is_a_usage_error():

@@ -153,7 +153,7 @@ def test_3_input_missing(tmp_path):
     one_line(proc, f"{tmp_path / 'missing'}: no such file")
 
 
-@pytest.mark.parametrize("code, case", [(4, "not an ELF"), (5, "container magic"), (6, "nvcc binary without bitcode"),
+@pytest.mark.parametrize("code, case", [(4, "not an ELF"), (5, "container magic"), (6, "SASS-only nvcc binary"),
                                         (7, "bitcode LLVM cannot parse")])
 def test_4_to_7_what_the_input_holds(samples, tmp_path, code, case):
     make, expected, reason = CASES[case]

@@ -72,7 +72,7 @@ def test_recorded_bitcode_parses_and_defines_each_kernel(table, app):
     t = table(app)
     for k in t.kernels:
         assert k.has_bitcode
-        mod = llvm.parse_bitcode(t.modules[k.module].bitcode)
+        mod = llvm.parse_bitcode(t.modules[k.module].code)
         fn = mod.get_function(k.name)
         assert not fn.is_declaration
         assert len(list(fn.arguments)) == len(k.params)
@@ -148,21 +148,31 @@ def test_static_and_dynamic_cudart_are_told_apart(table):
     assert table("loop_count_dynamic").app.cudart == "dynamic"
 
 
-def test_partial_bitcode_warns_and_keeps_the_layout_of_kernels_without_it(table):
+def test_a_mixed_build_takes_both_routes(table):
+    """One translation unit built by clang with bitcode, one by nvcc: the first's kernel keeps
+    the bitcode route, the nvcc kernels take the PTX route, with their parameters typed from the
+    PTX signature and the demangled name."""
     t = table("mixed_nvcc")
-    with_bc = {k.name for k in t.kernels_with_bitcode}
-    assert with_bc == {"_Z6squarePfi"}
-    (warning,) = t.warnings
-    assert "2 of 3 kernels have no embedded bitcode" in warning
+    assert {k.name for k in t.kernels_with_bitcode} == {"_Z6squarePfi"}
+    assert {k.name: k.code for k in t.kernels} == {"_Z6squarePfi": "bitcode", "_Z9histogramPKfiPji": "ptx",
+                                                   "_Z9normalizePKjPfif": "ptx"}
+    assert not t.warnings
     hist = next(k for k in t.kernels if k.name == "_Z9histogramPKfiPji")
-    assert [(p.kind, p.size, p.offset) for p in hist.params] == [("unknown", 8, 0), ("unknown", 4, 8), ("unknown", 8, 16),
-                                                                  ("unknown", 4, 24)]
+    assert t.modules[hist.module].kind == "ptx"
+    assert [(p.kind, p.llvm_type, p.size, p.offset) for p in hist.params] == [
+        ("pointer", None, 8, 0), ("int", "i32", 4, 8), ("pointer", None, 8, 16), ("int", "i32", 4, 24)]
 
 
-def test_nvcc_build_has_kernels_but_no_bitcode(table):
+def test_an_nvcc_build_takes_the_ptx_route(table):
     t = table("loop_count_nvcc")
     assert {k.name for k in t.kernels} == set(LOOP_COUNT)
-    assert not t.kernels_with_bitcode and not t.modules
+    assert not t.kernels_with_bitcode
+    assert {k.code for k in t.kernels_specializable} == {"ptx"} and len(t.kernels_specializable) == len(t.kernels)
+    (module,) = t.modules
+    assert module.kind == "ptx" and module.code.lstrip().startswith(b"//") or b".version" in module.code
+    mix = next(k for k in t.kernels if k.demangled.startswith("mix_rounds"))
+    # unsigned long long and long long are integers; the last, a pointer, is never folded
+    assert [(p.kind, p.llvm_type) for p in mix.params] == [("int", "i64"), ("int", "i32"), ("int", "i64"), ("pointer", None)]
 
 
 def test_upstreams_json_annotations_name_the_arguments_to_fold(tmp_path):

@@ -32,16 +32,16 @@ def test_entries_decode_to_the_same_device_code_whatever_the_compression(samples
     assert cubin.parse(elf.payload()).kernels == cubin.parse(reference.entries[0].payload()).kernels
     # The PTX differs only in the embedded cc1 command line (it names the output file).
     got, ref = ptx.parse(text.payload()), ptx.parse(reference.entries[1].payload())
-    assert got.entries == ref.entries and got.modules[0].bitcode == ref.modules[0].bitcode
+    assert got.entries == ref.entries and got.modules[0].code == ref.modules[0].code
     if text.compression != "none":
         assert text.compressed_size <= text.payload_size < text.uncompressed_size
         assert len(text.payload()) <= text.uncompressed_size
 
 
 def test_compressed_and_uncompressed_builds_record_identical_bitcode(table):
-    ref = table("loop_count_uncompressed").modules[0].bitcode
+    ref = table("loop_count_uncompressed").modules[0].code
     for app in ("loop_count", "loop_count_lz4", "loop_count_zstd_all"):
-        assert table(app).modules[0].bitcode == ref
+        assert table(app).modules[0].code == ref
 
 
 def test_ptx_only_fatbin_gives_the_same_kernels_from_the_ptx_text(samples, tmp_path, table):
@@ -53,7 +53,7 @@ def test_ptx_only_fatbin_gives_the_same_kernels_from_the_ptx_text(samples, tmp_p
     ref = table("loop_count")
     assert {k.name: k.params for k in t.kernels} == {k.name: k.params for k in ref.kernels}
     assert all(k.layout_source == "ptx" for k in t.kernels)
-    assert t.modules[0].bitcode == ref.modules[0].bitcode
+    assert t.modules[0].code == ref.modules[0].code
 
 
 def test_ptx_parser_reads_entries_launch_bounds_and_the_embedded_module(samples):

@@ -93,7 +93,7 @@ def test_hip_store_round_trips(hip, tmp_path):
     t = hip("templates")
     back = store.read(store.write(t, tmp_path / "templates.kstore"))
     assert back.kernels == t.kernels and back.app == t.app and back.fatbins == t.fatbins
-    assert [m.bitcode for m in back.modules] == [m.bitcode for m in t.modules]
+    assert [m.code for m in back.modules] == [m.code for m in t.modules]
 
 
 def test_inspect_json_lists_hip_kernels(hip):

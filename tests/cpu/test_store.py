@@ -17,7 +17,7 @@ def test_store_round_trip_keeps_the_whole_table(table, tmp_path, app):
     path = store.write(t, tmp_path / "x.kstore")
     back = store.read(path)
     assert back == t
-    assert [m.bitcode for m in back.modules] == [m.bitcode for m in t.modules]
+    assert [m.code for m in back.modules] == [m.code for m in t.modules]
 
 
 def test_store_write_is_atomic_and_replaces_an_old_store(table, tmp_path):
@@ -31,7 +31,7 @@ def test_store_write_is_atomic_and_replaces_an_old_store(table, tmp_path):
 def test_identical_bitcode_is_stored_once(table, tmp_path):
     t = table("loop_count")  # the cubin and the PTX carry the same module
     data = store.serialize(t)
-    assert data.count(t.modules[0].bitcode) == 1
+    assert data.count(t.modules[0].code) == 1
 
 
 @pytest.mark.parametrize(

@@ -179,7 +179,7 @@ def test_kernels_that_print_are_not_run_in_the_shadow(state):
     assert runtime.validate_refusal(0) == b""  # loop_count prints nothing on the GPU
     # the same module as if it called printf (CUDA's device printf is a call to vprintf)
     m = t.modules[k.module]
-    printing = dataclasses.replace(t, modules=tuple(dataclasses.replace(x, bitcode=x.bitcode + b"vprintf") if x is m else x
+    printing = dataclasses.replace(t, modules=tuple(dataclasses.replace(x, code=x.code + b"vprintf") if x is m else x
                                                     for x in t.modules))
     st.kernels.append((printing, k))
     assert b"printf, which running it in the original's shadow would print twice" in runtime.validate_refusal(1)

@@ -1,0 +1,154 @@
+"""The PTX code kind on real nvcc output: what the rewrite does to the text, and that ptxas
+assembles every variant (the GPU tests run them)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from proteus_rewrite.errors import SpecializeError
+from proteus_rewrite.jit import ptx_route, specializer
+from proteus_rewrite.jit.config import Config
+from proteus_rewrite.jit.launch import Launch
+from proteus_rewrite.jit.plan import Findings
+
+PTXAS = Path("/usr/local/cuda/bin/ptxas")
+needs_ptxas = pytest.mark.skipif(not PTXAS.exists() and shutil.which("ptxas") is None, reason="no ptxas")
+
+
+def _launch(k, values=None, block=(256, 1, 1), grid=(40, 1, 1)):
+    values = values or {}
+    args = []
+    for p in k.params:
+        if p.index in values:
+            args.append(values[p.index])
+        elif p.kind == "pointer":
+            args.append((0x7F0000001000 + 256 * p.index).to_bytes(8, "little"))
+        elif p.llvm_type == "float":
+            args.append(struct.pack("<f", 2.5))
+        elif p.llvm_type == "double":
+            args.append(struct.pack("<d", 0.25))
+        else:
+            args.append(bytes((3 + p.index + i) % 256 for i in range(p.size)))
+    globals_ = {n: 0x7F0000100000 + 4096 * i for i, n in enumerate(k.globals)}
+    return Launch(tuple(args), grid, block, 90, globals_)
+
+
+def _kernel(t, name):
+    return next(k for k in t.kernels if k.demangled.split("(")[0].split(" ")[-1].split("<")[0] == name)
+
+
+def _text(t, k, launch, env=None):
+    cg = Config.from_env(env or {}).for_record(k)
+    plan = specializer.make_plan(k, launch, cg)
+    plan = specializer.targets.target_for(90).named(plan, k.name, "0" * 64)
+    found = Findings()
+    return ptx_route.specialize_text(t, k, plan, found), plan, found
+
+
+def test_scalars_become_movs_of_the_launch_bytes(table):
+    t = table("loop_count_nvcc")
+    k = _kernel(t, "axpy_loop")
+    launch = _launch(k, {0: (1000).to_bytes(4, "little"), 1: (8).to_bytes(4, "little"), 2: struct.pack("<f", 1.5)})
+    text, plan, found = _text(t, k, launch)
+    assert sorted(plan.folded) == [0, 1, 2]
+    assert "mov.b32 %r9, 0x3E8;" in text and "mov.b32 %r8, 0x8;" in text and "mov.f32 %f10, 0f3FC00000;" in text
+    # the pointers are read from the launch's own parameter buffer, as before
+    assert re.search(r"ld\.param\.u64 %rd\d+, \[_Z9axpy_loopiifPKfPf_param_3\]", text)
+    # the signature is unchanged: the same parameter buffer serves the variant
+    assert text.count("_Z9axpy_loopiifPKfPf_param_") >= 5
+    assert f".entry {plan.entry}(" in text and "mix_rounds" not in text and "poly_eval" not in text
+    assert "mov.u32 %r10, 256;" in text and found.sreg_calls["llvm.nvvm.read.ptx.sreg.ntid.x"] == 1
+    assert ".reqntid 256, 1, 1" in text
+
+
+def test_sub_word_and_sign_extended_loads(table):
+    t = table("loop_count_nvcc")
+    k = _kernel(t, "poly_eval")
+    launch = _launch(k, {3: b"\xff"})  # bool true read as .s8 into a 16-bit register: sign-extended
+    text, _plan, _found = _text(t, k, launch)
+    assert re.search(r"mov\.b16 %rs1, 0xFFFF;", text)
+    k = _kernel(t, "mix_rounds")
+    launch = _launch(k, {2: (-5).to_bytes(8, "little", signed=True)})
+    text, _plan, _found = _text(t, k, launch)
+    assert "0xFFFFFFFFFFFFFFFB" in text
+
+
+def test_a_by_value_struct_is_folded_piece_by_piece(table):
+    t = table("templates_nvcc")
+    k = _kernel(t, "affine")
+    assert k.params[0].kind == "aggregate" and k.params[0].size == 24
+    raw = struct.pack("<ffiid", 1.5, 2.0, 7, -3, 0.125)  # Affine {scale, shift, n, stride, bias}
+    text, plan, _found = _text(t, k, _launch(k, {0: raw}))
+    assert 0 in plan.folded
+    assert not re.search(r"ld\.param[^\n]*_param_0", text)
+    # .v2.f32 at +0, .v2.u32 at +8, .f64 at +16, each element from its own bytes
+    assert "0f3FC00000" in text and "0f40000000" in text and "0x7;" in text and "0xFFFFFFFD;" in text
+    assert "0d3FC0000000000000" in text
+
+
+def test_device_variables_are_reached_through_pointers(table):
+    t = table("device_globals_nvcc")
+    k = _kernel(t, "apply")
+    assert set(k.globals) == {"hits", "table", "coeffs"}
+    text, plan, _found = _text(t, k, _launch(k))
+    assert sorted(plan.globals) == ["coeffs", "hits", "table"]
+    # no copy of the variables in the variant; a __constant__ is read from global memory
+    assert not re.search(r"\.(?:global|const)\s[^\n]*\b(?:hits|table|coeffs)\b", text)
+    assert "ld.const" not in text and "[%pgv0+4]" in text
+    assert text.count("__proteus_gvar_") >= 6
+
+
+@needs_ptxas
+@pytest.mark.parametrize("app", ["loop_count_nvcc", "templates_nvcc", "device_globals_nvcc", "multi_kernel_nvcc",
+                                 "warp_reduce_nvcc", "mixed_nvcc"])
+def test_every_kernel_assembles(table, app, monkeypatch):
+    monkeypatch.setenv("PROTEUS_PTX_COMPILER", "ptxas")
+    t = table(app)
+    done = 0
+    for k in t.kernels:
+        if k.code != "ptx":
+            continue
+        block = k.max_threads or (128, 1, 1)
+        r = specializer.specialize(t, k, _launch(k, block=block), Config.from_env())
+        assert r.image.data[:4] == b"\x7fELF" and r.entry in r.ptx.text
+        done += 1
+    assert done
+
+
+def test_a_parameter_whose_address_is_taken_is_not_folded(table):
+    t = table("loop_count_nvcc")
+    k = _kernel(t, "axpy_loop")
+    module = t.modules[k.module]
+    name = f"{k.name}_param_0"
+    addressed = module.code.replace(f"ld.param.u32 %r9, [{name}];".encode(),
+                                    f"mov.u64 %rd9, {name};\nld.param.u32 %r9, [%rd9];".encode())
+    from proteus_rewrite.fatbin import ptx
+
+    info = ptx.analyze(addressed)[k.name]
+    assert info.params[0].addressed and info.kinds[0] == ("other", None)
+    assert not info.params[1].addressed and info.kinds[1] == ("int", "i32")
+
+
+def test_an_unknown_device_variable_address_falls_back(table):
+    t = table("device_globals_nvcc")
+    k = _kernel(t, "accumulate")
+    launch = _launch(k)
+    launch = Launch(launch.args, launch.grid, launch.block, 90, {})
+    with pytest.raises(SpecializeError, match="address of device variable"):
+        _text(t, k, launch)
+
+
+def test_a_ptx_kernel_has_its_own_cache_key(table):
+    t = table("loop_count_nvcc")
+    k = _kernel(t, "axpy_loop")
+    cg = Config.from_env({}).for_record(k)
+    plan = specializer.make_plan(k, _launch(k), cg)
+    key = specializer.cache_key(t, k, plan, cg, ("driver", 90), 90)
+    other = specializer.make_plan(k, _launch(k, {1: (9).to_bytes(4, "little")}), cg)
+    assert key != specializer.cache_key(t, k, other, cg, ("driver", 90), 90)
+    assert not cg.specialize_alignment and not plan.alignment
