@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -228,3 +230,133 @@ def test_the_tarball_runs_with_the_standard_library_alone(tmp_path, doc):
     (prog,) = json.loads((tmp_path / "out" / "hecbench-corpus.json").read_text())["programs"]
     assert prog["verdicts"]["recommended"]["sync-cold"]["verdict"] == "ok", prog["verdicts"]
     assert prog["tool"]["recommended"]["sync-cold"]["cwd"].startswith(str(top / corpus_dir / "work" / "build"))
+
+
+# --- the nvcc recipe ------------------------------------------------------------------------
+
+BASE_NVCC = ["-std=c++17", "-Xcompiler", "-Wall", "-arch=sm_90", "-O3"]
+
+
+def test_every_program_has_its_makefiles_nvcc_flags_with_sm_90(doc):
+    assert "nvcc" in corpus.RECIPES and "nvcc" in corpus.program_recipes(doc["programs"][0])
+    for p in doc["programs"]:
+        assert "-arch=sm_90" in p["nvcc_flags"], p["name"]  # SASS and compute_90 PTX
+        assert p["nvcc_flags"][0] in ("-std=c++17", "-DMKX=4"), p["name"]
+    by_name = {p["name"]: p for p in doc["programs"]}
+    assert by_name["wsm5"]["nvcc_flags"] == ["-DMKX=4", *BASE_NVCC]
+    assert by_name["rsbench"]["nvcc_libs"] == ["-lm"]
+    assert "--use_fast_math" in by_name["cooling"]["nvcc_flags"] and "-DVERIFY" in by_name["fluidSim"]["nvcc_flags"]
+
+
+def test_nvcc_only_programs_are_built_by_nvcc_alone_and_no_longer_excluded(doc):
+    only = {p["name"]: p for p in doc["programs"] if p.get("recipes") == ["nvcc"]}
+    assert {"atomicCAS", "fresnel", "gpp", "michalewicz"} <= set(only)
+    assert not set(only) & set(doc["excluded"])
+    for p in only.values():
+        assert corpus.program_recipes(p) == ("nvcc",) and p["suite"] == "corpus"
+        assert "nvcc only" in p["note"]
+    assert only["fresnel"]["nvcc_rdc"] is True and "rdc" in only["fresnel"]["tags"]
+    assert "interval" in doc["excluded"]  # needs a system Boost, with nvcc too
+
+
+def test_validate_names_broken_nvcc_fields(doc):
+    good = next(p for p in doc["programs"] if p["name"] == "adam")
+    bad = {"programs": [{**good, "name": "a1", "folder": "src/a1-cuda", "nvcc_flags": ["-O3"]},
+                        {**good, "name": "a2", "folder": "src/a2-cuda", "nvcc_rdc": True},
+                        {**{k: v for k, v in good.items() if k != "nvcc_flags"}, "name": "a3", "folder": "src/a3-cuda",
+                         "recipes": ["nvcc"]},
+                        {**good, "name": "a4", "folder": "src/a4-cuda", "recipes": ["gcc"]}]}
+    problems = corpus.validate(bad)
+    assert any("a1: nvcc_flags lack -arch=sm_90" in p for p in problems)
+    assert any("a2: nvcc_rdc programs are tagged rdc" in p for p in problems)
+    assert any("a3: recipes name nvcc but nvcc_flags is missing" in p for p in problems)
+    assert any("a4: recipes" in p for p in problems)
+    # no nvcc_flags: not built by nvcc
+    assert "nvcc" not in corpus.program_recipes({k: v for k, v in good.items() if k != "nvcc_flags"})
+
+
+NVCC_ENV = SimpleNamespace(nvcc="/cuda/bin/nvcc")  # what nvcc_commands takes of a BuildEnv
+
+
+def test_nvcc_commands_compile_each_file_apart_and_link_as_the_makefile(tmp_path, doc):
+    by_name = {p["name"]: p for p in doc["programs"]}
+    src, exe = tmp_path / "src", tmp_path / "out" / ".main.tmp"
+    cmds = build.nvcc_commands(by_name["rsbench"], src, exe, NVCC_ENV)
+    assert len(cmds) == 7 and all(c[0] == "/cuda/bin/nvcc" for c in cmds)
+    assert cmds[0] == ["/cuda/bin/nvcc", *BASE_NVCC, "-c", str(src / "main.cu"), "-o", str(exe.parent / ".objs" / "main.cu.o")]
+    assert cmds[-1][-3:] == ["-o", str(exe), "-lm"] and cmds[-1][1:6] == BASE_NVCC
+    fresnel = build.nvcc_commands(by_name["fresnel"], src, exe, NVCC_ENV)
+    assert all("-dc" in c and "-c" not in c for c in fresnel[:-1]) and "-dc" not in fresnel[-1]
+    lebesgue = build.nvcc_commands(by_name["lebesgue"], src, exe, NVCC_ENV)
+    assert [c[c.index("-o") - 1] for c in lebesgue[:-1]] == [str(src / f) for f in ("kernels.cu", "main.cpp", "utils.cpp")]
+
+
+MAKEFILE = """CC = nvcc
+ARCH = sm_60
+VERIFY = yes
+program = main
+source = main.cu kernels.cu
+obj = $(source:.cu=.o)
+CFLAGS := $(EXTRA_CFLAGS) -std=c++17 -Xcompiler -Wall -arch=$(ARCH)
+ifeq ($(VERIFY),yes)
+  CFLAGS += -DVERIFY
+endif
+CFLAGS += -O3 -use_fast_math
+$(program): $(obj)
+\t$(CC) $(CFLAGS) $(obj) -o $@ -lm
+%.o: %.cu
+\t$(CC) $(CFLAGS) -dc $< -o $@
+"""
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="no make")
+def test_the_nvcc_fields_derive_from_the_makefile(tmp_path, doc):
+    for name in ("Makefile", "main.cu", "kernels.cu"):
+        (tmp_path / name).write_text(MAKEFILE if name == "Makefile" else "")
+    derived = build.makefile_nvcc(tmp_path)
+    assert derived == {"nvcc_flags": [*BASE_NVCC[:4], "-DVERIFY", "-O3", "-use_fast_math"], "nvcc_libs": ["-lm"],
+                       "nvcc_rdc": True, "files": ["main.cu", "kernels.cu"]}
+    program = {"name": "x", "sources": ["main.cu", "kernels.cu"], **{k: derived[k] for k in ("nvcc_flags", "nvcc_libs")},
+               "nvcc_rdc": True}
+    assert build.nvcc_mismatches(program, derived) == []
+    stale = build.nvcc_mismatches({**program, "nvcc_flags": BASE_NVCC, "sources": ["main.cu"]}, derived)
+    assert len(stale) == 2 and "nvcc_flags" in stale[0] and "the Makefile compiles" in stale[1]
+
+
+def test_run_py_runs_an_nvcc_build_twice_natively_and_under_the_tool(tmp_path, doc):
+    name = next(p["name"] for p in doc["programs"] if p.get("recipes") == ["nvcc"])
+    work = tmp_path / "work"
+    (work / "build" / "nvcc" / name).mkdir(parents=True)
+    (work / "build" / "nvcc" / name / "main").write_text("not run\n")
+    (work / "manifest.json").write_text(json.dumps({"programs": {name: {"nvcc": {"status": "ok"}}}}))
+    app, tool = _script(tmp_path / "app.sh", FAKE_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", RUN, "--work", str(work), "--out", str(out), "--only", name,
+                           "--recipes", "nvcc", "--exe", str(app), "--tool", str(tool), "--nvidia-smi", "/nonexistent"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    (prog,) = json.loads((out / "hecbench-corpus.json").read_text())["programs"]
+    assert set(prog["native"]) == {"nvcc", "nvcc-again"} and set(prog["verdicts"]) == {"nvcc"}
+    assert all(prog["verdicts"]["nvcc"][m]["verdict"] == "ok" for m in ("sync-cold", "default-cold", "default-warm"))
+    table = (out / "hecbench-corpus.md").read_text()
+    assert "| nvcc |" in table and "ok / ok / ok | 3/4 (75%) |" in table
+
+
+def test_pack_with_recipes_carries_those_builds_only(tmp_path, doc):
+    names = [doc["programs"][0]["name"], next(p["name"] for p in doc["programs"] if p.get("recipes") == ["nvcc"])]
+    work = tmp_path / "work"
+    manifest = {"hecbench_commit": doc["hecbench"]["commit"], "programs": {}}
+    for name in names:
+        for recipe in ("recommended", "nvcc"):
+            (work / "build" / recipe / name).mkdir(parents=True)
+            (work / "build" / recipe / name / "main").write_text("x\n")
+            (work / "build" / recipe / name / "build.log").write_text("log\n")
+            manifest["programs"].setdefault(name, {})[recipe] = {"status": "ok"}
+    (work / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "n.tar.xz"
+    build.pack(out, work, [p for p in doc["programs"] if p["name"] in names], ["nvcc"])
+    members, top = unpack(out, tmp_path / "u")
+    builds = {n for n in members if "/work/build/" in n}
+    assert builds == {f"bench/corpora/hecbench/work/build/nvcc/{n}/main" for n in names}
+    packed = json.loads((top / "bench/corpora/hecbench/work/manifest.json").read_text())
+    assert {r for p in packed["programs"].values() for r in p} == {"nvcc"}

@@ -1,27 +1,36 @@
-"""Fetch HeCBench CUDA programs and build each with clang-19 in three recipes, for
-differential testing of proteus-rewrite (run.py runs them on a GPU host).
+"""Fetch HeCBench CUDA programs and build each with clang-19 in several recipes, and with nvcc as
+their own Makefiles do, for differential testing of proteus-rewrite (run.py runs them on a GPU host).
 
     python -m bench.corpora.hecbench.build                         # every program, all three recipes
     python -m bench.corpora.hecbench.build --suite paper            # the six programs of the Proteus paper
     python -m bench.corpora.hecbench.build --recipes plain jacobi   # one recipe, one program
     python -m bench.corpora.hecbench.build --pack hecbench.tar.xz   # binaries + inputs + scripts, to carry
+    python -m bench.corpora.hecbench.build --recipes nvcc           # nvcc, each program's Makefile flags
+    python -m bench.corpora.hecbench.build --check-nvcc             # programs.json's nvcc fields against the Makefiles
 
 Recipes: "plain" (no bitcode: what a user ships), "recommended" (-Xclang -fembed-bitcode=all)
-and "fembed-bitcode" (clang's driver flag), the last two from samples/build.py's RECIPES.
+and "fembed-bitcode" (clang's driver flag), the last two from samples/build.py's RECIPES;
+"nvcc": /usr/local/cuda/bin/nvcc with the flags of the program's own Makefile (ARCH=sm_90: SASS
+and compute_90 PTX), stored in programs.json (nvcc_flags, nvcc_libs, nvcc_rdc; --check-nvcc
+derives them again from `make -n` and says where they differ), each source compiled apart and
+linked by nvcc (cudart static, nvcc's default), as the Makefile does. A program with a
+`recipes` list is built in those recipes only (nvcc-only programs: clang cannot build them).
 Sources come from a bare git mirror of HeCBench at the commit programs.json pins (they are
 BSD-3 and not copied into this repository) into work/src/NAME; binaries go to
 work/build/RECIPE/NAME/main, next to the input files the program reads. work/manifest.json
 says, per program and recipe, "ok" or the first error line. A build is redone only when its
-command line, clang, or the program's sources changed.
+command line, the compiler (clang or nvcc), or the program's sources changed.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -121,6 +130,83 @@ def host_commands(program: dict, recipe: str, src: Path, exe: Path, env: "BuildE
             for s in program.get("cxx_sources", [])]
 
 
+def nvcc_files(program: dict) -> list[str]:
+    """What the nvcc recipe compiles: the CUDA sources, then the host-only C++ files (nvcc builds
+    a .cpp as host C++ with the same flags, as the Makefile does)."""
+    return [*program["sources"], *program.get("cxx_sources", [])]
+
+
+def nvcc_object(exe: Path, source: str) -> Path:
+    return exe.parent / ".objs" / (Path(source).name + ".o")
+
+
+def nvcc_commands(program: dict, src: Path, exe: Path, env: "BuildEnv") -> list[list[str]]:
+    """The Makefile's build with nvcc: each file compiled apart (-c, or -dc where the Makefile
+    asks for relocatable device code), then linked by nvcc with the same flags and the
+    Makefile's libraries. nvcc links cudart statically by default."""
+    flags = list(program["nvcc_flags"])
+    objects = [str(nvcc_object(exe, s)) for s in nvcc_files(program)]
+    compile_flag = "-dc" if program.get("nvcc_rdc") else "-c"
+    return [*[[env.nvcc, *flags, compile_flag, str(src / s), "-o", o] for s, o in zip(nvcc_files(program), objects)],
+            [env.nvcc, *flags, *objects, "-o", str(exe), *program.get("nvcc_libs", [])]]
+
+
+SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx", ".c")
+
+
+def makefile_nvcc(src: Path, arch: str = "sm_90") -> dict:
+    """Derive the nvcc recipe's fields from the program's own Makefile: the commands
+    `make -n -B ARCH=arch CC=nvcc` prints (its defaults otherwise: -D defines, fast math, -dc).
+    Returns {"nvcc_flags", "nvcc_libs", "nvcc_rdc", "files"}; raises ValueError where the
+    Makefile does something the recipe cannot express (flags differing between files)."""
+    proc = subprocess.run(["make", "-n", "-B", f"ARCH={arch}", "CC=nvcc"], cwd=src, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ValueError(f"make -n: {proc.stderr.strip()[:200]}")
+    compile_flags: list[list[str]] = []
+    files: list[str] = []
+    link: tuple[list[str], list[str]] | None = None
+    rdc = False
+    for line in proc.stdout.splitlines():
+        words = shlex.split(line)
+        if not words or Path(words[0]).name != "nvcc":
+            continue
+        words = words[1:]
+        out = words.index("-o") if "-o" in words else None
+        target = words[out + 1] if out is not None else None
+        after = words[out + 2:] if out is not None else []
+        before = words[:out] if out is not None else words
+        sources = [w for w in before if w.endswith(SOURCE_SUFFIXES)]
+        flags = [w for w in before if w not in ("-c", "-dc") and not w.endswith((*SOURCE_SUFFIXES, ".o"))]
+        rdc = rdc or "-dc" in before or "-rdc=true" in before
+        if "-c" in before or "-dc" in before:
+            compile_flags.append(flags)
+            files += [os.path.normpath(s) for s in sources]
+        else:  # the link (lud: compile and link in one line)
+            if link is not None:
+                raise ValueError(f"two link lines ({target})")
+            link = (flags, after)
+            if sources:
+                compile_flags.append(flags)
+                files += [os.path.normpath(s) for s in sources]
+    if link is None or not files:
+        raise ValueError("no nvcc link line in make -n")
+    if any(f != link[0] for f in compile_flags):
+        raise ValueError(f"flags differ between compile and link lines: {compile_flags} vs {link[0]}")
+    return {"nvcc_flags": link[0], "nvcc_libs": link[1], "nvcc_rdc": rdc, "files": files}
+
+
+def nvcc_mismatches(program: dict, derived: dict) -> list[str]:
+    """Where programs.json's nvcc fields differ from what the Makefile says (empty: they agree)."""
+    problems = []
+    for key in ("nvcc_flags", "nvcc_libs", "nvcc_rdc"):
+        have = program.get(key, [] if key != "nvcc_rdc" else False)
+        if have != derived[key]:
+            problems.append(f"{program['name']}: {key} {have} but the Makefile says {derived[key]}")
+    if sorted(derived["files"]) != sorted(nvcc_files(program)):
+        problems.append(f"{program['name']}: sources {nvcc_files(program)} but the Makefile compiles {derived['files']}")
+    return problems
+
+
 def first_error(stderr: str) -> str:
     """The line a person wants from a failed build: clang's first error, or the backend's
     "Cannot select" / LLVM ERROR, or the last line when nothing looks like an error."""
@@ -146,10 +232,14 @@ def build_one(program: dict, recipe: str, src: Path, env: "BuildEnv") -> dict:
     out = env.build_root / recipe / program["name"]
     out.mkdir(parents=True, exist_ok=True)
     exe, tmp, stamp = out / "main", out / ".main.tmp", out / ".stamp"
-    cmds = [*host_commands(program, recipe, src, tmp, env), compile_command(program, recipe, src, tmp, env)]
+    if recipe == corpus.NVCC:
+        cmds, compiler = nvcc_commands(program, src, tmp, env), env.nvcc_version
+    else:
+        cmds = [*host_commands(program, recipe, src, tmp, env), compile_command(program, recipe, src, tmp, env)]
+        compiler = env.clang_version
     if recipe == corpus.SHARED_LIB:
         cmds.append(launcher_command(program, tmp, env))
-    key = hashlib.sha256(json.dumps([cmds, env.clang_version, source_digest(src)]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([cmds, compiler, source_digest(src)]).encode()).hexdigest()
     previous = json.loads(stamp.read_text()) if stamp.exists() else None
     if previous and previous.get("key") == key and (exe.exists() or previous["entry"]["status"] != "ok"):
         return {**previous["entry"], "rebuilt": False}
@@ -199,17 +289,29 @@ def ignore_work_dir(work: Path) -> None:
 
 
 class BuildEnv:
-    """Tools and paths every build shares: clang, the CUDA toolkit, the compat tree."""
+    """Tools and paths every build shares: clang, nvcc, the CUDA toolkit, the compat tree."""
 
     def __init__(self, args: argparse.Namespace):
         self.sb = samples_build
         self.clang, self.arch, self.cuda = args.clang, args.arch, Path(args.cuda_path)
+        self.nvcc = getattr(args, "nvcc", None) or str(self.cuda / "bin" / "nvcc")
         self.work = Path(args.work).resolve()
         ignore_work_dir(self.work)
         self.build_root = self.work / "build"
         self.tree, self.stubs = self.sb.make_compat_tree(self.work, self.cuda)
-        self.clang_version = subprocess.run([self.clang, "--version"], capture_output=True,
-                                            text=True).stdout.splitlines()[0]
+        self.clang_version = _version_line([self.clang, "--version"])
+        self.nvcc_version = _version_line([self.nvcc, "--version"], last=True)
+
+
+def _version_line(cmd: list[str], last: bool = False) -> str:
+    """A compiler's version line ("" where it is not installed: a recipe of the other compiler
+    needs nothing of it)."""
+    try:
+        lines = subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()
+    except OSError:
+        return ""
+    lines = [l for l in lines if l.strip()]
+    return (lines[-1] if last else lines[0]) if lines else ""
 
 
 # --- the manifest and the CLI ---------------------------------------------------------------
@@ -239,9 +341,11 @@ def build_all(programs: list[dict], recipes: list[str], args: argparse.Namespace
     mirror, commit = Path(args.mirror), doc["hecbench"]["commit"]
     manifest = env.work / "manifest.json"
     header = {"hecbench_commit": commit, "clang": env.clang_version, "arch": env.arch,
-              "cuda": str(env.cuda), "recipes": {r: " ".join(recipe_flags(r)) for r in corpus.RECIPES}}
+              "cuda": str(env.cuda), "recipes": {r: recipe_text(r) for r in corpus.RECIPES}}
+    if corpus.NVCC in recipes:
+        header["nvcc"] = env.nvcc_version
     counts: dict[str, dict[str, int]] = {r: {"ok": 0, "failed": 0} for r in recipes}
-    jobs = [(p, r) for p in programs for r in recipes]
+    jobs = [(p, r) for p in programs for r in recipes if r in corpus.program_recipes(p)]
     done = [0]
 
     def work(job: tuple[dict, str]) -> None:
@@ -272,6 +376,32 @@ def build_all(programs: list[dict], recipes: list[str], args: argparse.Namespace
     return counts
 
 
+def recipe_text(recipe: str) -> str:
+    if recipe == corpus.NVCC:
+        return "nvcc, each program's Makefile flags (programs.json: nvcc_flags, nvcc_libs, nvcc_rdc)"
+    return " ".join(recipe_flags(recipe))
+
+
+def check_nvcc(programs: list[dict], args: argparse.Namespace, doc: dict) -> int:
+    """Derive the nvcc fields of every program from its Makefile again and print where
+    programs.json differs (or lacks them); 1 when anything differs."""
+    work = Path(args.work).resolve()
+    ignore_work_dir(work)
+    problems = []
+    for program in programs:
+        if corpus.NVCC not in corpus.program_recipes(program):
+            continue
+        try:
+            src = fetch(program, Path(args.mirror), doc["hecbench"]["commit"], work / "src")
+            problems += nvcc_mismatches(program, makefile_nvcc(src, args.arch))
+        except (RuntimeError, ValueError) as exc:
+            problems.append(f"{program['name']}: {exc}")
+    for p in problems:
+        print(p)
+    log(f"checked {len(programs)} programs against their Makefiles: {len(problems)} differences")
+    return 1 if problems else 0
+
+
 def fetch_safely(program: dict, mirror: Path, commit: str, src_root: Path) -> None:
     try:
         fetch(program, mirror, commit, src_root)
@@ -287,9 +417,15 @@ def pack(out_path: Path, work: Path, programs: list[dict], recipes: list[str]) -
     compresses it away."""
     manifest = json.loads((work / "manifest.json").read_text())
     names = [p["name"] for p in programs]
+    # the manifest of what is packed only: the programs and recipes asked for
+    packed = {**manifest, "programs": {n: {r: e for r, e in manifest["programs"].get(n, {}).items() if r in recipes}
+                                       for n in names if n in manifest["programs"]}}
     with tarfile.open(out_path, "w:xz", preset=9) as tar:  # 9: a 64 MiB window spans many binaries
         top = pack_runner(tar, HERE, ("run.py", "corpus.py", "programs.json", "README.md"))
-        tar.add(work / "manifest.json", arcname=f"{top}/work/manifest.json")
+        data = (json.dumps(packed, indent=1, sort_keys=True) + "\n").encode()
+        info = tarfile.TarInfo(f"{top}/work/manifest.json")
+        info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+        tar.addfile(info, io.BytesIO(data))
         count = 0
         for name in names:
             for recipe, entry in manifest["programs"].get(name, {}).items():
@@ -317,10 +453,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="bare git mirror of HeCBench (default: %(default)s)")
     parser.add_argument("--clang", default=os.environ.get("CLANG", "clang++-19"))
     parser.add_argument("--cuda-path", default=os.environ.get("CUDA_PATH", "/usr/local/cuda"))
+    parser.add_argument("--nvcc", default=os.environ.get("NVCC"),
+                        help="nvcc of the nvcc recipe (default: CUDA_PATH/bin/nvcc)")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--pack", metavar="OUT.tar.xz",
                         help="pack what was built (of --suite, --recipes, names) instead of building")
     parser.add_argument("--list", action="store_true", help="list the programs and exit")
+    parser.add_argument("--check-nvcc", action="store_true",
+                        help="derive the nvcc fields from each program's Makefile (make -n) and print where "
+                             "programs.json differs; exit 1 when anything does")
     args = parser.parse_args(argv)
 
     doc = corpus.load_programs()
@@ -332,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in programs:
             print(f"{p['name']:26} {p['suite']:7} {','.join(p['tags'])}")
         return 0
+    if args.check_nvcc:
+        return check_nvcc(programs, args, doc)
     recipes = [r for r in args.recipes.split(",") if r]
     bad = [r for r in recipes if r not in corpus.RECIPES]
     if bad:
@@ -339,7 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.pack:
         pack(Path(args.pack).resolve(), Path(args.work).resolve(), programs, recipes)
         return 0
-    if shutil.which(args.clang) is None:
+    nvcc = args.nvcc or str(Path(args.cuda_path) / "bin" / "nvcc")
+    if corpus.NVCC in recipes and shutil.which(nvcc) is None:
+        raise SystemExit(f"{nvcc} not found (the CUDA toolkit, or --nvcc)")
+    if any(r != corpus.NVCC for r in recipes) and shutil.which(args.clang) is None:
         raise SystemExit(f"{args.clang} not found (apt-get install clang-19); builds happen off the GPU host")
     build_all(programs, recipes, args, doc)
     return 0

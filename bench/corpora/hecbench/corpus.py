@@ -16,11 +16,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 PROGRAMS_JSON = HERE / "programs.json"
 SUITES = ("paper", "corpus")
-RECIPES = ("plain", "recommended", "exact-fp", "fembed-bitcode", "shared-lib")
+RECIPES = ("plain", "recommended", "exact-fp", "fembed-bitcode", "shared-lib", "nvcc")
 # shared-lib: the exact-fp recipe with every object of the program (main included) in a shared
 # library, lib<name>.so, and `main` a launcher with no code of its own, whose main the library
 # defines: the layout of applications that keep their kernels in libraries.
 SHARED_LIB = "shared-lib"
+# nvcc: built by nvcc with the program's own Makefile flags (programs.json: nvcc_flags, nvcc_libs,
+# nvcc_rdc), -arch=sm_90: SASS beside compute_90 PTX, the tool's PTX route.
+NVCC = "nvcc"
 MASKED = "<masked>"
 # The corpus is drawn from names a..m; n..z stay untouched as an independent check.
 CORPUS_FIRST_LETTERS = "abcdefghijklm"
@@ -28,6 +31,13 @@ CORPUS_FIRST_LETTERS = "abcdefghijklm"
 
 def load_programs(path: Path = PROGRAMS_JSON) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def program_recipes(program: dict) -> tuple[str, ...]:
+    """The recipes a program is built in: its `recipes` list (nvcc-only programs, which clang
+    cannot build), else every recipe; nvcc only where programs.json has its Makefile's flags."""
+    recipes = tuple(program.get("recipes", RECIPES))
+    return recipes if "nvcc_flags" in program else tuple(r for r in recipes if r != NVCC)
 
 
 def select(doc: dict, suite: str = "all", names: list[str] | None = None) -> list[dict]:
@@ -70,8 +80,32 @@ def validate(doc: dict) -> list[str]:
                 problems.append(f"{name}: mask {rx!r}: {exc}")
         if not all(isinstance(a, str) for a in p.get("args", [])):
             problems.append(f"{name}: args must be strings")
+        problems += _nvcc_problems(p)
     for name in set(doc.get("excluded", {})) & seen:
         problems.append(f"{name}: both listed and excluded")
+    return problems
+
+
+def _nvcc_problems(p: dict) -> list[str]:
+    name, problems = p.get("name", "?"), []
+    recipes = p.get("recipes", RECIPES)
+    if not isinstance(recipes, list if "recipes" in p else tuple) or not set(recipes) <= set(RECIPES) or not recipes:
+        problems.append(f"{name}: recipes {recipes!r} are not a list from {RECIPES}")
+    flags = p.get("nvcc_flags")
+    if flags is None:
+        if NVCC in p.get("recipes", ()):
+            problems.append(f"{name}: recipes name nvcc but nvcc_flags is missing")
+        return problems
+    if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
+        problems.append(f"{name}: nvcc_flags must be a list of strings")
+    elif "-arch=sm_90" not in flags:
+        problems.append(f"{name}: nvcc_flags lack -arch=sm_90 (SASS and compute_90 PTX)")
+    if not isinstance(p.get("nvcc_libs", []), list):
+        problems.append(f"{name}: nvcc_libs must be a list")
+    if not isinstance(p.get("nvcc_rdc", False), bool):
+        problems.append(f"{name}: nvcc_rdc must be true or false")
+    if p.get("nvcc_rdc") and "rdc" not in p.get("tags", []):
+        problems.append(f"{name}: nvcc_rdc programs are tagged rdc")
     return problems
 
 

@@ -7,9 +7,11 @@ of the tarball that `build.py --pack` makes (or of the repository):
 
 Binaries in work/build/RECIPE/NAME/main (work/ beside this file), next to their inputs. Per program:
   - native runs: the plain build, the recommended build (twice: lines where two native runs
-    disagree are the program's own nondeterminism, not the tool's), the fembed-bitcode build;
-  - `proteus-rewrite main -o DIR` of the recommended build (and of the fembed-bitcode build
-    when it exists), then runs under the tool, LD_PRELOAD=DIR/libproteus.so, in three modes:
+    disagree are the program's own nondeterminism, not the tool's), the fembed-bitcode build,
+    the nvcc build (twice too: nvcc's code and its nondeterminism are its own);
+  - `proteus-rewrite main -o DIR` of the recommended build (and of the exact-fp, fembed-bitcode,
+    shared-lib and nvcc builds where they exist), then runs under the tool,
+    LD_PRELOAD=DIR/libproteus.so, in three modes:
       sync-cold     PROTEUS_ASYNC_COMPILATION=0, an empty cache: every launch runs JIT code
       default-cold  the default policy, an empty cache
       default-warm  the default policy, the cache default-cold left
@@ -48,7 +50,10 @@ MODES = ("sync-cold", "default-cold", "default-warm")
 # its first launch; runtime/validate.py), in a fresh cache of its own
 VALIDATE = "validate"
 EXTRA_MODES: tuple[str, ...] = ()
-TOOL_RECIPES = ("recommended", "exact-fp", "fembed-bitcode", "shared-lib")
+TOOL_RECIPES = ("recommended", "exact-fp", "fembed-bitcode", "shared-lib", "nvcc")
+# recipes run natively twice, and the second run's name: the lines where the two disagree are
+# ignored when their tool runs are compared
+AGAIN = {"recommended": "recommended-again", "nvcc": "nvcc-again"}
 DEFAULT_RTOL = 1e-6  # numbers this close count as "close", not "differs"
 TAIL = 4000  # characters of stdout kept per run
 _print_lock = threading.Lock()
@@ -239,9 +244,11 @@ def run_program(program: dict, ctx: Context) -> dict:
     for recipe in corpus.RECIPES:
         if built(ctx, name, recipe):
             res["native"][recipe] = native_run(program, recipe, ctx)
-    native2 = None
-    if "recommended" in res["native"]:
-        native2 = res["native"]["recommended-again"] = native_run(program, "recommended", ctx)
+    again: dict[str, dict] = {}
+    for recipe, second in AGAIN.items():
+        if recipe in res["native"]:
+            again[recipe] = res["native"][second] = native_run(program, recipe, ctx)
+    native2 = again.get("recommended")
     if "plain" in res["native"] and "recommended" in res["native"]:
         # does embedding bitcode change the program? (it must not)
         res["verdicts"]["plain-vs-recommended"] = compare_runs(
@@ -257,8 +264,7 @@ def run_program(program: dict, ctx: Context) -> dict:
         if runs["rewrite"]["rc"] != 0:
             res["verdicts"][recipe] = {m: {"verdict": "REWRITE-FAILED"} for m in MODES + EXTRA_MODES}
             continue
-        again = native2 if recipe == "recommended" else None
-        res["verdicts"][recipe] = {m: {**compare_runs(program, res["native"][recipe], again, runs[m], ctx),
+        res["verdicts"][recipe] = {m: {**compare_runs(program, res["native"][recipe], again.get(recipe), runs[m], ctx),
                                        "report": runs[m]["report"]} for m in MODES + EXTRA_MODES}
         if VALIDATE in runs:
             v = res["verdicts"][recipe][VALIDATE]
@@ -275,7 +281,7 @@ def run_program(program: dict, ctx: Context) -> dict:
 def note(res: dict) -> str:
     """One line for the table: what went wrong first, or what is worth knowing."""
     parts = []
-    for recipe in ("plain", "recommended", "fembed-bitcode"):
+    for recipe in ("plain", "recommended", "fembed-bitcode", "nvcc"):
         b = res["builds"].get(recipe)
         if b and b.get("status") != "ok" and recipe != "fembed-bitcode":
             parts.append(f"{recipe} build failed: {b.get('error', '?')[:80]}")
@@ -283,7 +289,7 @@ def note(res: dict) -> str:
         if runs["rewrite"]["rc"] != 0:
             last = (runs["rewrite"]["stderr_tail"].strip().splitlines() or [""])[-1]
             parts.append(f"{recipe}: rewrite rc {runs['rewrite']['rc']}: {last[:120]}")
-    rec = res["verdicts"].get("recommended", {})
+    rec = res["verdicts"].get("recommended") or res["verdicts"].get("nvcc") or {}
     for mode, v in rec.items():
         failures = (v.get("report") or {}).get("failures")
         if failures:
@@ -307,7 +313,7 @@ def stamp(ctx: Context, args: argparse.Namespace) -> dict:
             "gpu": gpu_info(args.nvidia_smi), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": shlex.join([sys.executable, *sys.argv]), "host": os.uname().nodename,
             "hecbench_commit": ctx.manifest.get("hecbench_commit"), "clang": ctx.manifest.get("clang"),
-            "timeout_s": ctx.timeout}
+            **({"nvcc": ctx.manifest["nvcc"]} if ctx.manifest.get("nvcc") else {}), "timeout_s": ctx.timeout}
 
 
 def tool_commit(tool: list[str]) -> str:
@@ -360,14 +366,17 @@ def markdown(results: list[dict], header: dict) -> str:
              "DIFF; CRASH = another exit code; TIMEOUT; REWRITE-FAILED; native-timeout / native-failed = nothing to compare "
              "with; `-` = not built.", ""]
     lines += summary(results) + [""]
-    lines += ["| program | suite | tags | specialized (sync-cold) | recommended | exact-fp | fembed-bitcode | shared-lib | note |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| program | suite | tags | specialized (sync-cold) | recommended | exact-fp | fembed-bitcode | shared-lib "
+              "| nvcc | specialized (nvcc, sync-cold) | note |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rec, fem = r["verdicts"].get("recommended"), r["verdicts"].get("fembed-bitcode")
         cells = [r["name"], r["suite"], ", ".join(r["tags"]), share_text((rec or {}).get("sync-cold")),
                  _modes_cell(rec), _modes_cell(r["verdicts"].get("exact-fp"), r["builds"].get("exact-fp")),
                  _modes_cell(fem, r["builds"].get("fembed-bitcode")),
-                 _modes_cell(r["verdicts"].get("shared-lib"), r["builds"].get("shared-lib")), r["note"].replace("|", "\\|")]
+                 _modes_cell(r["verdicts"].get("shared-lib"), r["builds"].get("shared-lib")),
+                 _modes_cell(r["verdicts"].get("nvcc"), r["builds"].get("nvcc")),
+                 share_text((r["verdicts"].get("nvcc") or {}).get("sync-cold")), r["note"].replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")
     lines += kernels_table(results)
     lines += validation_table(results)
@@ -481,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nvidia-smi", default="nvidia-smi")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     parser.add_argument("--recipes", default=",".join(corpus.RECIPES),
-                        help="builds to use, comma-separated (default: all three)")
+                        help="builds to use, comma-separated, from: " + ", ".join(corpus.RECIPES) + " (default: all)")
     parser.add_argument("--shard", default="1/1", metavar="I/N",
                         help="the I-th of N interleaved slices of the programs (runs split over several calls)")
     parser.add_argument("--validate", action="store_true",
@@ -530,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
             results[program["name"]] = res
             if not ctx.dry_run:  # after every program: a run cut short keeps what it did
                 write_results(out, header, skipped, [results[p["name"]] for p in runnable if p["name"] in results])
-        rec = res["verdicts"].get("recommended", {})
+        rec = res["verdicts"].get("recommended") or res["verdicts"].get("nvcc") or {}
         what = ("planned" if ctx.dry_run else " / ".join(v["verdict"] for v in rec.values()) or
                 "native " + ", ".join(f"{k} rc {r['rc']} {r['seconds']} s" for k, r in res["native"].items()))
         log(f"[{len(results)}/{len(runnable)}] {program['name']}: {what}  {share_text(rec.get('sync-cold'))}  {res['seconds']} s")
