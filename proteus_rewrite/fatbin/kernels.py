@@ -112,6 +112,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
                 mod_ids.append(module_index[digest])
             device_code.append((ci, arch, cubin, ptx, mod_ids))
 
+    relocatable = _relocatable_ptx(elf)
     analyses = analyze_isolated([m.code for m in modules])
     modules = [dataclasses.replace(m, source_filename=a.source_filename, triple=a.triple) for m, a in zip(modules, analyses)]
     kernels: list[KernelRecord] = []
@@ -126,15 +127,24 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
             if defining is None and ptx is not None and name in ptx.entries:
                 if ptx_kernels is None:
                     ptx_kernels = _analyze_ptx(ptx, warnings)
-                if (pk := ptx_kernels.get(name)) is not None and (typed := ptx_params(pk, params)) is not None:
-                    digest = hashlib.sha256(ptx.source).hexdigest()
-                    if digest not in module_index:
-                        module_index[digest] = len(modules)
-                        modules.append(ModuleRecord(len(modules), digest, arch, ci, "", "", (), ptx.source,
-                                                    ptx.target, kind="ptx"))
-                    kernels.append(_record(name, ci, arch, module_index[digest], typed, layout, source, None,
-                                           pk.variables, "ptx"))
-                    continue
+                found = (ptx, ptx_kernels.get(name))
+            elif defining is None:
+                found = relocatable.get(name, (None, None))  # -rdc: its translation unit's PTX
+            else:
+                found = (None, None)
+            code, pk = found
+            if pk is not None and pk.unresolved:
+                warnings.append(f"{demangle(name)} calls device code of another translation unit "
+                                f"({', '.join(pk.unresolved[:3])}): it runs as built")
+            elif pk is not None and (typed := ptx_params(pk, params)) is not None:
+                digest = hashlib.sha256(code.source).hexdigest()
+                if digest not in module_index:
+                    module_index[digest] = len(modules)
+                    modules.append(ModuleRecord(len(modules), digest, arch, ci, "", "", (), code.source,
+                                                code.target, kind="ptx"))
+                kernels.append(_record(name, ci, arch, module_index[digest], typed, layout, source, None,
+                                       pk.variables, "ptx"))
+                continue
             kernels.append(_record(name, ci, arch, defining, params, layout, source, bk, None, "bitcode",
                                    tuple(i for i in mod_ids if i != defining) if defining is not None else ()))
     if progress:
@@ -176,6 +186,31 @@ def _record(name, ci, arch, module, params, layout, source, bk, variables, code,
         aot_registers=getattr(layout, "registers", None),
         code=code,
     )
+
+
+def _relocatable_ptx(elf) -> dict[str, tuple[ptx_mod.Ptx, ptx_mod.PtxKernel]]:
+    """nvcc -rdc=true: the launched cubin is device-linked and carries no PTX; each translation
+    unit's relocatable PTX is in `__nv_relfatbin`. Entry name -> (its unit's PTX, its analysis)."""
+    section = elf.sections.get(hostelf.CUDA_RELFATBIN)
+    if section is None:
+        return {}
+    out: dict[str, tuple[ptx_mod.Ptx, ptx_mod.PtxKernel]] = {}
+    try:
+        containers = container_mod.parse_section(section.data)
+    except FormatError:
+        return {}  # what is launched is read from .nv_fatbin; without this the kernels run as built
+    for cont in containers:
+        for e in cont.entries:
+            if e.kind != Kind.PTX:
+                continue
+            try:
+                ptx = ptx_mod.parse(e.payload())
+                analyzed = ptx_mod.analyze(ptx.source)
+            except FormatError:
+                continue
+            for name, pk in analyzed.items():
+                out.setdefault(name, (ptx, pk))
+    return out
 
 
 def _analyze_ptx(ptx: ptx_mod.Ptx, warnings: list[str]) -> dict[str, ptx_mod.PtxKernel]:

@@ -126,6 +126,7 @@ _FUNC_HEAD = re.compile(r"(?:\.(?:visible|weak|extern)\s+)*\.(entry|func)\b")
 _FUNC_NAME = re.compile(r"\.(?:entry|func)\s*(?:\([^)]*\)\s*)?([\w$.]+)")
 _VARIABLE = re.compile(r"^(?:\.(?:visible|weak|extern)\s+)*\.(global|const)\s+(.*?)([\w$.]+)\s*(?:\[[^\]]*\])*\s*(?:=.*)?;$", re.S)
 _CALL = re.compile(r"\bcall(?:\.uni)?\s+(?:\([^)]*\)\s*,\s*)?([\w$.]+)")
+_SECTION = re.compile(r"\.section\s+[\w.$]+\s*\{")
 _LINE_DIRECTIVE = re.compile(r"\.(?:version|target|address_size|file|loc)\b[^\n;]*(?:;|$)", re.M)
 _IDENT = re.compile(r"[A-Za-z_$][\w$.]*")
 _LD_PARAM = re.compile(r"^\s*ld\.param(?:\.v(\d))?\.(\w+)\s+(\{[^}]*\}|[^,]+),\s*\[([\w$.]+)(?:\s*\+\s*(\d+))?\]\s*;\s*$", re.M)
@@ -136,6 +137,8 @@ _SCALAR_KINDS = {
     "u16": ("int", "i16"), "s16": ("int", "i16"), "b16": ("int", "i16"),
     "u32": ("int", "i32"), "s32": ("int", "i32"), "b32": ("int", "i32"),
 }
+# Functions PTX calls that the assembler and driver provide (printf, device malloc, assert)
+SYSTEM_CALLS = frozenset({"vprintf", "malloc", "free", "__assertfail", "__assert_fail"})
 # C++ parameter types (as demangled) that a 64-bit PTX parameter may hold as an integer; any
 # other 64-bit parameter is taken for a pointer and never folded
 _INT64_TYPES = {"long", "unsigned long", "long long", "unsigned long long", "__int64", "unsigned __int64"}
@@ -195,6 +198,12 @@ def items(text: str) -> list[Item]:
                 raise FormatError(f"PTX function at offset {i}: no name")
             out.append(Item(whole, "function", name.group(1), body=(brace - i + 1, close - i),
                             is_entry=head.group(1) == "entry"))
+            i = close + 1
+            continue
+        section = _SECTION.match(text, i)
+        if section is not None:  # debug sections (-lineinfo, -G): a brace block, no `;`
+            close = _matching_brace(text, section.end() - 1)
+            out.append(Item(text[i:close + 1], "directive"))
             i = close + 1
             continue
         line = _LINE_DIRECTIVE.match(text, i)
@@ -348,6 +357,9 @@ class PtxKernel:
     params: tuple[PtxParam, ...]
     kinds: tuple[tuple[str, str | None], ...]  # (record kind, LLVM-style type) per parameter
     variables: tuple[str, ...]
+    # functions it calls that this module declares but does not define (-rdc: another
+    # translation unit's), other than the ones the assembler provides
+    unresolved: tuple[str, ...] = ()
 
 
 def analyze(data: bytes) -> dict[str, PtxKernel]:
@@ -365,6 +377,9 @@ def analyze(data: bytes) -> dict[str, PtxKernel]:
         if cxx is not None and len(cxx) != len(params):
             cxx = None
         kinds = tuple(param_kind(p, cxx[i] if cxx else None) for i, p in enumerate(params))
-        variables = tuple(v.name for v in variables_used(module, reached(module, it.name)))
-        out[it.name] = PtxKernel(it.name, tuple(params), kinds, variables)
+        functions = reached(module, it.name)
+        variables = tuple(v.name for v in variables_used(module, functions))
+        defined = {f.name for f in module if f.kind == "function"}
+        unresolved = sorted(set().union(*(callees(f) for f in functions)) - defined - SYSTEM_CALLS)
+        out[it.name] = PtxKernel(it.name, tuple(params), kinds, variables, tuple(unresolved))
     return out
