@@ -185,6 +185,10 @@ def require_code(table: KernelTable, app: str) -> None:
             "rebuild with clang: clang++ -x hip --offload-arch=gfxXXX -fembed-bitcode ... (docs/user/hip.md)",
             app,
         )
+    if not table.kernels_specializable and table.app.rdc and table.warnings:
+        raise NoBitcodeError(f"none of its {len(table.kernels)} kernels can be specialized: {table.warnings[0]} "
+                             "(-rdc: device code linked across translation units is not specialized from PTX; "
+                             "rebuild without -rdc, or with proteus-clang++ -fgpu-rdc)", app)
     if not table.kernels_specializable:
         raise NoBitcodeError(
             f"none of its {len(table.kernels)} kernels carries PTX or LLVM bitcode (SASS only: built with "

@@ -136,7 +136,10 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
             if pk is not None and pk.unresolved:
                 warnings.append(f"{demangle(name)} calls device code of another translation unit "
                                 f"({', '.join(pk.unresolved[:3])}): it runs as built")
-            elif pk is not None and (typed := ptx_params(pk, params)) is not None:
+            elif pk is not None and (typed := ptx_params(pk, params)) is None:
+                warnings.append(f"{demangle(name)}: its PTX declares {len(pk.params)} parameters of other sizes than "
+                                f"its machine code's {len(params)}: it runs as built")
+            elif pk is not None:
                 digest = hashlib.sha256(code.source).hexdigest()
                 if digest not in module_index:
                     module_index[digest] = len(modules)
@@ -223,8 +226,11 @@ def _analyze_ptx(ptx: ptx_mod.Ptx, warnings: list[str]) -> dict[str, ptx_mod.Ptx
 
 def ptx_params(pk: ptx_mod.PtxKernel, layout: tuple[ParamRecord, ...]) -> tuple[ParamRecord, ...] | None:
     """The parameters of a PTX-route kernel: the device code's layout (what the launch copies)
-    with the kinds its PTX gives; None when the two disagree (then it is not specialized)."""
-    if len(pk.params) != len(layout) or any(p.size != q.size or p.offset != q.offset for p, q in zip(pk.params, layout)):
+    with the kinds its PTX gives; None when the two disagree (then it is not specialized). The
+    offsets may differ: ptxas aligns a parameter to its `.align` in the constant bank, whose
+    parameter area does not start on a 64-byte boundary, and the fold reads each parameter's
+    own bytes, so only the sizes must agree."""
+    if len(pk.params) != len(layout) or any(p.size != q.size for p, q in zip(pk.params, layout)):
         return None
     return tuple(dataclasses.replace(q, kind=kind, llvm_type=llvm_type) for q, (kind, llvm_type) in zip(layout, pk.kinds))
 
