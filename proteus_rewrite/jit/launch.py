@@ -43,9 +43,14 @@ PTX_AGGREGATE_MAX = 64
 
 def foldable(p: ParamRecord, code: str = "bitcode") -> bool:
     """Scalars we know how to turn into constants (and, for the PTX code kind, small by-value
-    aggregates). Pointers are never folded."""
+    aggregates). Pointers are never folded. Nor, on the PTX route, are floating-point values:
+    ptxas folds a product of two constants, rounded, where the AOT code fused the multiply
+    into the add that uses it (one rounding), so the result could change in its last bit
+    (docs/dev/findings/ptx-route.md)."""
     if code == "ptx" and p.kind == "aggregate":
         return p.size <= PTX_AGGREGATE_MAX
+    if code == "ptx" and p.kind == "float":
+        return False
     return (p.kind == "int" and p.llvm_type in INT_TYPES) or (p.kind == "float" and p.llvm_type in FLOAT_TYPES)
 
 
