@@ -41,17 +41,20 @@ tests)
   wait
   tail -25 "$OUT/pytest-gpu.log"; tail -5 "$OUT/upstream-tests.log" 2>/dev/null
   ;;
-compare)
+compare)   # NVCC=1: also the nvcc builds (hec/PROG/main_nvcc), natively and under the tool (--nvcc)
   export PATH="$PWD/.venv/bin:$PATH"
   mkdir -p /tmp/h /tmp/pu
-  [ -d /tmp/h/hec ] || tar -xJf .gpu/hec6.tar.xz -C /tmp/h
-  [ -d /tmp/pu/proteus-upstream ] || tar -xJf .gpu/bundle.tar.xz -C /tmp/pu
+  # unpacked again when the tarball differs from the one unpacked (a warm machine keeps /tmp)
+  cmp -s .gpu/hec6.tar.xz /tmp/h/hec6.tar.xz || { rm -rf /tmp/h/hec && tar -xJf .gpu/hec6.tar.xz -C /tmp/h && cp .gpu/hec6.tar.xz /tmp/h/; }
+  cmp -s .gpu/bundle.tar.xz /tmp/pu/bundle.tar.xz \
+    || { rm -rf /tmp/pu/proteus-upstream && tar -xJf .gpu/bundle.tar.xz -C /tmp/pu && cp .gpu/bundle.tar.xz /tmp/pu/; }
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv > "$OUT/nvidia-smi.csv" 2>&1
   lib=$(kernel_trace_lib)
   python -m bench.proteus_compare --hec /tmp/h/hec --proteus /tmp/pu/proteus-upstream --tool "$PWD/.venv/bin/proteus-rewrite" \
     --out "$OUT/compare" --budget-s "${BUDGET_S:-330}" --grace-s "${GRACE_S:-90}" --timeout "${RUN_TIMEOUT:-90}" --hecbench-commit "${HECBENCH_COMMIT:-unknown}" \
     ${lib:+--kernel-trace-lib "$lib"} ${PROGRAMS:+--programs $PROGRAMS} ${ALT:+--alt $ALT} ${EXTRA:+--extra $EXTRA} \
-    ${PHASE:+--phase $PHASE} ${CACHE_DIR:+--cache-dir $CACHE_DIR} ${REPS:+--reps $REPS} ${COLD_REPS:+--cold-reps $COLD_REPS} ${GPU_ROUNDS:+--gpu-time-rounds $GPU_ROUNDS}
+    ${PHASE:+--phase $PHASE} ${CACHE_DIR:+--cache-dir $CACHE_DIR} ${REPS:+--reps $REPS} ${COLD_REPS:+--cold-reps $COLD_REPS} ${GPU_ROUNDS:+--gpu-time-rounds $GPU_ROUNDS} \
+    $([ "${NVCC:-0}" = 1 ] && echo --nvcc)
   # KEEP_CACHE=1: both JITs' caches come back (their cubins, to compare the code offline)
   [ "${KEEP_CACHE:-0}" = 1 ] || rm -rf "$OUT/compare/cache"
   rm -rf "$OUT/compare/rewritten"

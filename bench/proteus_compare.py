@@ -12,11 +12,16 @@ and that native run are compared with the plain build (timing lines masked). One
 run of ours is traced with CUPTI (--kernel-trace-lib) to count the launches that ran a variant,
 from the driver's records. --extra PROG=BUILD runs another build of a program (hec/PROG/BUILD)
 natively and under the tool, cold with PROTEUS_ASYNC_COMPILATION=0 and warm, for output identity
-only. Standard library only: it runs on the GPU host.
+only. --nvcc adds each program's nvcc build (hec/PROG/main_nvcc, as HeCBench's Makefile builds it):
+natively ("nvcc AOT") and rewritten by the tool (the PTX route, its own cache), cold and warm in
+the same rounds, ours on it held to its native output, a table of its own in the report (ours on
+nvcc against nvcc AOT and against Proteus warm) and a CUPTI-traced warm run of its own.
+Standard library only: it runs on the GPU host.
 
     python -m bench.proteus_compare --hec DIR --proteus DIR --tool .venv/bin/proteus-rewrite --out OUT
     python -m bench.proteus_compare --render OUT A.json B.json   # one report from several calls
     python -m bench.proteus_compare ... --phase cold --cache-dir /tmp/c   # then --phase warm, same cache
+    python -m bench.proteus_compare ... --nvcc   # and the nvcc builds: natively, and under the tool
 """
 
 from __future__ import annotations
@@ -179,6 +184,7 @@ class Bench:
         pexe = [str(up / "bin" / f"{prog}.exe"), *args]
         cold.append(("proteus_cold", "proteus-cold", pexe, up / "src" / prog, penv, pcache, True))
         warm.append(("proteus_warm", "proteus-warm", pexe, up / "src" / prog, penv))
+        ours_nvcc = self.nvcc(prog, res, warm, cold) if self.a.nvcc else None
         # cold first, each beside a plain run; the last cold run of each JIT leaves its cache
         # to the warm rounds
         if phase != "warm":
@@ -187,12 +193,15 @@ class Bench:
             self.rounds(prog, res, cold, cold_reps)
             if ours is not None:
                 res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
+            if ours_nvcc is not None:
+                res["speed_trials_nvcc"] = speed_trials(self.out / f"{prog}.nvcc.cold.json")
             self.save()
         if phase == "cold":
             judge(res)
+            nvcc_ratios(prog, res)
             return
         if phase == "warm":   # a cache the cold call left on this machine, or one run to fill it
-            for key, label, cmd, cwd, env, fresh, *make in cold[1:]:
+            for key, label, cmd, cwd, env, fresh, *make in (c for c in cold if len(c) > 5):
                 if not (fresh.is_dir() and any(fresh.iterdir())):
                     r = self.run_once(prog, label.replace("cold", "fill"), cmd, cwd, env, 0, fresh, *make)
                     res[key.replace("cold", "fill")] = {"rc": r["rc"], "wall_s": r["wall_s"]}
@@ -207,18 +216,53 @@ class Bench:
             self.series(prog, "ours-alt-cold", exe, cwd, alt, 1, fresh=Path(alt["PROTEUS_CACHE_DIR"]))
             res["ours_alt_warm"] = self.series(prog, "ours-alt-warm", exe, cwd, alt, reps)
             res["alt"] = self.a.alt
-        if ours is not None and self.a.kernel_trace_lib:
-            exe, cwd, env = ours
-            trace = self.out / f"{prog}.kernels.txt"
+        if self.a.kernel_trace_lib:
             # the evidence that variants ran: not left out for the time budget
-            res["ours_traced"] = summarized([self.run_once(prog, "ours-traced", exe, cwd, {
-                **env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib, "CUPTI_KERNEL_TRACE_FILE": str(trace),
-                "PROTEUS_REPORT": str(self.out / f"{prog}.warm.json")}, 0)])
-            names = cupti.kernels_run(trace) if trace.exists() else []
-            res["cupti"] = {"launches": len(names), "variant_launches": sum("$proteus$" in n for n in names),
-                            "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
+            for build, suffix, key in ((ours, "", "ours"), (ours_nvcc, ".nvcc", "ours_nvcc")):
+                if build is None:
+                    continue
+                exe, cwd, env = build
+                trace = self.out / f"{prog}{suffix}.kernels.txt"
+                res[f"{key}_traced"] = summarized([self.run_once(prog, f"{key.replace('_', '-')}-traced", exe, cwd, {
+                    **env, "CUDA_INJECTION64_PATH": self.a.kernel_trace_lib, "CUPTI_KERNEL_TRACE_FILE": str(trace),
+                    "PROTEUS_REPORT": str(self.out / f"{prog}{suffix}.warm.json")}, 0)])
+                names = cupti.kernels_run(trace) if trace.exists() else []
+                res["cupti" + suffix.replace(".", "_")] = {
+                    "launches": len(names), "variant_launches": sum("$proteus$" in n for n in names),
+                    "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
         judge(res)
+        nvcc_ratios(prog, res)
         self.save()
+
+    def nvcc(self, prog: str, res: dict, warm: list, cold: list) -> tuple | None:
+        """--nvcc: the program's nvcc build (hec/PROG/main_nvcc, built as HeCBench's Makefile
+        builds it: SASS and PTX, no bitcode) natively ("nvcc AOT"), and the same binary rewritten
+        and run under the tool (the PTX route), cold from its own emptied cache and warm. Adds
+        their commands to the rounds; returns ours-on-nvcc's (cmd, cwd, env), or None."""
+        args, _, inputs = PROGRAMS[prog]
+        hec = Path(self.a.hec) / prog
+        exe = hec / "main_nvcc"
+        if not exe.is_file():
+            res["nvcc_error"] = f"{exe}: no such file"
+            return None
+        nvcc = ("nvcc", "nvcc", [str(exe), *args], hec, {})
+        warm.append(nvcc)
+        cold.append(("nvcc_cold", "nvcc-cold", *nvcc[2:]))   # the AOT run beside ours' cold one
+        rec = self.out / "rewritten" / f"{prog}-nvcc"
+        p = subprocess.run([self.a.tool, str(exe), "-o", str(rec)], capture_output=True, text=True)
+        res["rewrite_nvcc_rc"] = p.returncode
+        if p.returncode != 0:
+            res["nvcc_error"] = "proteus-rewrite: " + (p.stderr.strip()[-300:] or f"exit {p.returncode}")
+            return None
+        for f in inputs:
+            shutil.copy(hec / f, rec / f)
+        cache = self.cache / "ours-nvcc" / prog
+        env = {"PROTEUS_CACHE_DIR": str(cache)}
+        cmd = [str(rec / "main_nvcc"), *args]
+        cold.append(("ours_nvcc_cold", "ours-nvcc-cold", cmd, rec,
+                     {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.nvcc.cold.json")}, cache))
+        warm.append(("ours_nvcc_warm", "ours-nvcc-warm", cmd, rec, env))
+        return cmd, rec, env
 
     def gpu_time(self, prog: str, res: dict, commands: list[tuple]) -> None:
         """Rounds of the warm commands traced with CUPTI (--kernel-trace-lib): each run's kernel
@@ -341,15 +385,19 @@ def alt_env(settings: list[str]) -> dict[str, str]:
 
 def judge(res: dict) -> None:
     """Each run's output against its reference: ours against the native run of the same binary
-    (the tool's promise), the native run and Proteus against the plain build's first run."""
+    (the tool's promise; ours on the nvcc build against that build's AOT run), the native runs
+    (bitcode and nvcc builds) and Proteus against the plain build's first run."""
     def first(key: str) -> list[str] | None:
         runs = res.get(key, {}).get("runs") or []
         return masked("\n".join(runs[0]["output"])) if runs else None
-    plain, native = first("plain"), first("native")
+    plain, native = first("plain") or first("plain_cold"), first("native")
+    nvcc = first("nvcc") or first("nvcc_cold")
     for key, series in res.items():
         if not isinstance(series, dict) or "runs" not in series:
             continue
-        if key.startswith("ours"):
+        if key.startswith("ours_nvcc"):   # ours on the nvcc build: what that build prints natively
+            ref = nvcc
+        elif key.startswith("ours"):
             ref = native
         elif key == "native":  # an extra build has no plain run: its native run stands alone
             ref = plain if plain is not None else native
@@ -358,6 +406,42 @@ def judge(res: dict) -> None:
         for r in series["runs"]:
             r["same_output"] = ref is not None and masked("\n".join(r["output"])) == ref
         series["all_ok"] = bool(series["runs"]) and all(r["rc"] == 0 and r["same_output"] for r in series["runs"])
+
+
+def speedup(better: str, value: float, ref: float) -> float:
+    """How much faster `value` is than `ref` (>1: faster), for a metric where `better` is higher or lower."""
+    return value / ref if better == "higher" else ref / value
+
+
+def by_round(res: dict, key: str, ref: str, name: str, better: str) -> dict | None:
+    """Per warm round, `key`'s speed-up over `ref` in metric `name` (runs of one round are
+    neighbours in time): their summary, over the rounds where both printed the figure."""
+    a, b = (res.get(k, {}).get("runs") or [] for k in (key, ref))
+    if not a or len(a) != len(b):
+        return None
+    pairs = [(x["metrics"].get(name), y["metrics"].get(name)) for x, y in zip(a, b)
+             if x.get("rc") == 0 and y.get("rc") == 0]
+    return summary([speedup(better, x, y) for x, y in pairs if x and y])
+
+
+def nvcc_ratios(prog: str, res: dict) -> dict | None:
+    """--nvcc: ours on the nvcc build against that build run natively (nvcc AOT) and against
+    Proteus warm, per metric: the ratio of medians, and the per-round ratios' summary (the warm
+    rounds interleave them); cold end to end paired by round with the nvcc run beside it."""
+    if not any(k in res for k in ("nvcc", "nvcc_cold")):
+        return None
+    out: dict = {}
+    for name, _, better in PROGRAMS[prog][1]:
+        med = {k: ((res.get(k) or {}).get("metrics") or {}).get(name, {}) or {} for k in ("ours_nvcc_warm", "nvcc", "proteus_warm")}
+        got = {}
+        for label, ref in (("ours_nvcc_vs_nvcc", "nvcc"), ("ours_nvcc_vs_proteus", "proteus_warm")):
+            if med["ours_nvcc_warm"].get("median") and med[ref].get("median"):
+                got[label] = {"ratio": speedup(better, med["ours_nvcc_warm"]["median"], med[ref]["median"]),
+                              "by_round": by_round(res, "ours_nvcc_warm", ref, name, better)}
+        out[name] = got
+    out["cold_e2e_by_round"] = paired(res, "nvcc_cold", "ours_nvcc_cold")
+    res["nvcc_ratios"] = out
+    return out
 
 
 def render(paths: list[str], out: Path) -> int:
@@ -393,6 +477,8 @@ def render(paths: list[str], out: Path) -> int:
                     if warm_native:   # the warm rounds' native series, not the cold call's one reference run
                         res["native"] = warm_native
                 judge(res)
+                if section == "programs":
+                    nvcc_ratios(name, res)
                 doc[section][name] = res
         doc.setdefault("skipped_for_time", []).extend(p for p in part.get("skipped_for_time", []) if p not in doc["programs"])
     doc["skipped_for_time"] = [p for p in doc["skipped_for_time"] if p not in doc["programs"]]
@@ -413,6 +499,7 @@ def stamp(a: argparse.Namespace) -> dict:
             "gpu": first(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]),
             "reps": a.reps, "reps_for": getattr(a, "reps_for", {}), "cold_reps": getattr(a, "cold_reps", 0),
             "cold_reps_for": getattr(a, "cold_reps_for", {}), "phase": getattr(a, "phase", "both"),
+            "nvcc": getattr(a, "nvcc", False),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "hecbench": a.hecbench_commit, "proteus_bundle": (Path(a.proteus) / "VERSIONS").read_text().strip()
             if (Path(a.proteus) / "VERSIONS").exists() else "unknown"}
@@ -468,13 +555,17 @@ def markdown(doc: dict) -> str:
             traced = f"{c['variant_launches']}/{c['launches']}" if c else "-"
             lines.append(f"| {prog} | {name} | {' | '.join(cells)} | {' | '.join(ratios)} | {' | '.join(cold)} | "
                          f"{' | '.join(ok)} | {traced} |")
+    lines += nvcc_table(doc)
     lines += ["", "End to end, warm (wall s, median): "
               + "; ".join(f"{p}: plain {r['plain']['wall_s']['median']:.2f}, ours {r['ours_warm']['wall_s']['median']:.2f}, "
                           f"Proteus {r['proteus_warm']['wall_s']['median']:.2f}"
+                          + "".join(f", {label} {r[k]['wall_s']['median']:.2f}" for k, label in NVCC_LABELS
+                                    if (r.get(k) or {}).get("wall_s"))
                           for p, r in doc["programs"].items()
                           if all(r.get(k, {}).get("wall_s") for k in ("plain", "ours_warm", "proteus_warm")))]
     cpu = [f"{p}: " + ", ".join(f"{label} {r[k]['cpu_s']['median']:.2f}" for k, label in
-                                (("plain", "plain"), ("native", "native"), ("ours_warm", "ours"), ("proteus_warm", "Proteus"))
+                                (("plain", "plain"), ("native", "native"), ("ours_warm", "ours"), ("proteus_warm", "Proteus"),
+                                 *NVCC_LABELS)
                                 if (r.get(k) or {}).get("cpu_s"))
            for p, r in doc["programs"].items() if (r.get("plain") or {}).get("cpu_s")]
     if cpu:
@@ -489,7 +580,10 @@ def markdown(doc: dict) -> str:
                              + ("" if r["ours_alt_warm"].get("all_ok") else " (output differs from native)"))
     for p, r in doc["programs"].items():
         parts = [f"{label} {d['median']:.3f}x ({d['min']:.3f}-{d['max']:.3f}, {d['n']} rounds)"
-                 for key, label in (("ours_cold", "ours"), ("proteus_cold", "Proteus")) if (d := paired(r, "plain_cold", key))]
+                 for key, label in (("ours_cold", "ours"), ("proteus_cold", "Proteus"), ("ours_nvcc_cold", "ours on nvcc"))
+                 if (d := paired(r, "plain_cold", key))]
+        if d := paired(r, "nvcc_cold", "ours_nvcc_cold"):
+            parts.append(f"ours on nvcc over nvcc AOT {d['median']:.3f}x ({d['min']:.3f}-{d['max']:.3f}, {d['n']} rounds)")
         if parts:
             lines.append(f"\n{p}, cold end to end paired by round (each round's plain wall time over the JIT's, "
                          f"run beside it; median, min-max): " + "; ".join(parts))
@@ -500,7 +594,10 @@ def markdown(doc: dict) -> str:
         base = g["plain"]["median"]
         parts = [f"{label} {g[k]['median']:.2f} ({g[k]['min']:.2f}-{g[k]['max']:.2f})"
                  + ("" if k == "plain" else f", {base / g[k]['median']:.3f}x")
-                 for k, label in (("plain", "plain"), ("native", "native"), ("ours_warm", "ours"), ("proteus_warm", "Proteus")) if k in g]
+                 for k, label in (("plain", "plain"), ("native", "native"), ("ours_warm", "ours"), ("proteus_warm", "Proteus"),
+                                  *NVCC_LABELS) if k in g]
+        if "nvcc" in g and "ours_nvcc_warm" in g:
+            parts.append(f"ours on nvcc over nvcc AOT {g['nvcc']['median'] / g['ours_nvcc_warm']['median']:.3f}x")
         lines.append(f"\n{p}, kernel time on the GPU (CUPTI: the sum of its kernels per run, ms; {g['plain']['n']} traced rounds, "
                      f"warm; ratios over plain): " + "; ".join(parts))
         per = r.get("gpu_kernel_ms") or {}
@@ -509,6 +606,11 @@ def markdown(doc: dict) -> str:
             lines.append(f"\n{p}, per kernel (ms per run, plain / ours / Proteus): " + "; ".join(
                 f"{n[:40]} {per['plain'][n]:.2f} / " + (f"{per['ours_warm'][n]:.2f}" if n in per["ours_warm"] else "-")
                 + " / " + (f"{per['proteus_warm'][n]:.2f}" if n in per.get("proteus_warm", {}) else "-") for n in top))
+        if "nvcc" in per and "ours_nvcc_warm" in per:
+            top = sorted(per["nvcc"], key=per["nvcc"].get, reverse=True)[:16]
+            lines.append(f"\n{p}, per kernel (ms per run, nvcc AOT / ours on nvcc): " + "; ".join(
+                f"{n[:40]} {per['nvcc'][n]:.2f} / " + (f"{per['ours_nvcc_warm'][n]:.2f}" if n in per["ours_nvcc_warm"] else "-")
+                for n in top))
     for p, r in doc["programs"].items():
         if r.get("speed_trials"):
             lines.append(f"\n{p}, speed trials in the cold run (kernel: kept/slower/undecided variants, GPU time "
@@ -516,6 +618,13 @@ def markdown(doc: dict) -> str:
                              f"{t['kernel']}: {t['verdicts']['kept']}/{t['verdicts']['slower']}/{t['verdicts']['undecided']}"
                              + (f", {t['time_vs_original']:.2f}x" if t.get("time_vs_original") else "")
                              for t in r["speed_trials"]))
+    for p, r in doc["programs"].items():
+        if r.get("speed_trials_nvcc"):
+            lines.append(f"\n{p}, speed trials in ours' cold run on the nvcc build (kernel: kept/slower/undecided "
+                         "variants, GPU time against the original): " + "; ".join(
+                             f"{t['kernel']}: {t['verdicts']['kept']}/{t['verdicts']['slower']}/{t['verdicts']['undecided']}"
+                             + (f", {t['time_vs_original']:.2f}x" if t.get("time_vs_original") else "")
+                             for t in r["speed_trials_nvcc"]))
     for spec, r in doc.get("extra", {}).items():
         nat = r.get("native", {}).get("runs") or [{}]
         said = {k: ("yes" if r[k]["all_ok"] else "NO") for k in ("ours_sync", "ours_warm") if k in r}
@@ -527,6 +636,55 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+NVCC_LABELS = (("nvcc", "nvcc AOT"), ("ours_nvcc_warm", "ours on nvcc"))
+
+
+def nvcc_table(doc: dict) -> list[str]:
+    """--nvcc: the nvcc builds beside the others, one row per program and metric: nvcc AOT,
+    ours on it warm and cold, Proteus warm; ours on nvcc over nvcc AOT and over Proteus warm."""
+    rows = [(p, r) for p, r in doc["programs"].items() if any(k in r for k in ("nvcc", "nvcc_cold", "nvcc_error"))]
+    if not rows:
+        return []
+    lines = ["", "**nvcc builds** (`--nvcc`): each program's nvcc build as HeCBench's Makefile builds it (SASS and PTX, "
+             "no bitcode), natively (nvcc AOT) and under proteus-rewrite (the PTX route), in the same rounds as the "
+             "columns above. Medians (min-max); ratios are speed-ups of ours on nvcc (>1 is faster): the ratio of "
+             "medians, then (min-max) of the per-round ratios.", "",
+             "| program | metric | plain | nvcc AOT | ours on nvcc warm | ours on nvcc cold | Proteus warm "
+             "| ours-nvcc / nvcc AOT | ours-nvcc / Proteus warm | ours-nvcc cold e2e s (nvcc AOT / ours-nvcc) "
+             "| nvcc = plain | ours-nvcc = nvcc | variant launches (CUPTI) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for prog, r in rows:
+        if r.get("nvcc_error") and not any(k in r for k in ("nvcc", "nvcc_cold")):
+            lines.append(f"| {prog} | {r['nvcc_error']} |" + " |" * 11)
+            continue
+        ratios = nvcc_ratios(prog, r) or {}
+        for name, _, better in PROGRAMS[prog][1]:
+            def cell(key: str) -> str:
+                m = ((r.get(key) or {}).get("metrics") or {}).get(name)
+                return f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g})" if m else "-"
+            def ratio(label: str) -> str:
+                x = (ratios.get(name) or {}).get(label)
+                if not x:
+                    return "-"
+                d = x.get("by_round")
+                return f"{x['ratio']:.2f}x" + (f" ({d['min']:.2f}-{d['max']:.2f})" if d else "")
+            nw = (r.get("nvcc_cold") or {}).get("wall_s")
+            ow = (r.get("ours_nvcc_cold") or {}).get("wall_s")
+            cold = (f"{nw['median']:.2f} / {ow['median']:.2f} ({nw['median'] / ow['median']:.2f}x)" if nw and ow
+                    else f"- / {ow['median']:.2f}" if ow else "-")
+            def same(*keys: str) -> str:
+                ran = [k for k in keys if (r.get(k) or {}).get("runs")]
+                return "yes" if ran and all(r[k].get("all_ok", False) for k in ran) else "NO"
+            c = r.get("cupti_nvcc")
+            traced = f"{c['variant_launches']}/{c['launches']}" if c else "-"
+            said = f" ({r['nvcc_error']})" if r.get("nvcc_error") else ""
+            lines.append(f"| {prog} | {name} | {cell('plain')} | {cell('nvcc')} | {cell('ours_nvcc_warm')}{said} "
+                         f"| {cell('ours_nvcc_cold')} | {cell('proteus_warm')} | {ratio('ours_nvcc_vs_nvcc')} "
+                         f"| {ratio('ours_nvcc_vs_proteus')} | {cold} | {same('nvcc', 'nvcc_cold')} "
+                         f"| {same('ours_nvcc_cold', 'ours_nvcc_warm', 'ours_nvcc_traced')} | {traced} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     if argv is None:
@@ -536,7 +694,8 @@ def main(argv: list[str] | None = None) -> int:
             print("proteus_compare: --render OUT JSON [JSON...]", file=sys.stderr)
             return 2
         return render(argv[2:], Path(argv[1]))
-    ap.add_argument("--hec", required=True, help="built programs: DIR/<program>/main_plain and main_all")
+    ap.add_argument("--hec", required=True, help="built programs: DIR/<program>/main_plain and main_all "
+                                                   "(and main_nvcc, for --nvcc)")
     ap.add_argument("--proteus", required=True, help="the unpacked upstream bundle (bin/, lib/, src/)")
     ap.add_argument("--tool", required=True, help="the proteus-rewrite command")
     ap.add_argument("--out", required=True)
@@ -557,6 +716,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="every program also runs warm with these settings of ours (the series ours_alt_warm)")
     ap.add_argument("--extra", nargs="*", default=[], metavar="PROG=BUILD",
                     help="another build of a program, natively and under the tool, for output identity")
+    ap.add_argument("--nvcc", action="store_true",
+                    help="also each program's nvcc build (hec/PROG/main_nvcc): natively (nvcc AOT) and under the "
+                         "tool, cold and warm, in the same rounds")
     ap.add_argument("--kernel-trace-lib", default="", help="a CUPTI injection library (bench/lib/kernel_trace.c)")
     ap.add_argument("--gpu-time-rounds", type=int, default=0, metavar="N",
                     help="after the warm rounds, N rounds of them traced with CUPTI: kernel time on the GPU")

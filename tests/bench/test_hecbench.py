@@ -221,7 +221,7 @@ def test_the_tarball_runs_with_the_standard_library_alone(tmp_path, doc):
             f"{corpus_dir}/work/manifest.json", f"{corpus_dir}/work/build/recommended/{name}/input.dat"} <= names
     assert not any(n.endswith(("build.py", "paths.py", "builds.py")) for n in names), names
     help_ = run_module(top, RUN, "--help")
-    assert help_.returncode == 0 and "--validate" in help_.stdout, help_.stderr
+    assert help_.returncode == 0 and "--validate" in help_.stdout and "--speed-reps" in help_.stdout, help_.stderr
     app, tool = _script(tmp_path / "app.sh", FAKE_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
     proc = run_module(top, RUN, "--only", name, "--recipes", "plain,recommended", "--exe", str(app), "--tool", str(tool),
                       "--nvidia-smi", "/nonexistent", "--modes", "sync-cold", "--out", str(tmp_path / "out"),
@@ -360,3 +360,106 @@ def test_pack_with_recipes_carries_those_builds_only(tmp_path, doc):
     assert builds == {f"bench/corpora/hecbench/work/build/nvcc/{n}/main" for n in names}
     packed = json.loads((top / "bench/corpora/hecbench/work/manifest.json").read_text())
     assert {r for p in packed["programs"].values() for r in p} == {"nvcc"}
+
+
+# --- GPU kernel time (--speed-reps) ---------------------------------------------------------
+
+FAKE_TIMED_APP = """#!/bin/sh
+# a fake GPU program that writes a timed CUPTI trace (kernel_trace.c's format: NAME<tab>NS) when
+# asked; its traced runs count themselves in $FAKE_STATE, per side, and take the times listed
+# there; the warm side's 2nd timed run prints a wrong checksum
+side=native; [ -n "$LD_PRELOAD" ] && side=warm
+n=0
+if [ "$CUPTI_KERNEL_TRACE_TIMES" = 1 ]; then
+  n=$(cat "$FAKE_STATE/$side" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "$FAKE_STATE/$side"
+fi
+echo "args: $*"
+echo "Average kernel execution time: $$ (us)"
+if [ "$side$n" = warm2 ]; then echo "checksum 9.75"; else echo "checksum 3.25"; fi
+echo PASS
+if [ "$CUPTI_KERNEL_TRACE_TIMES" = 1 ]; then
+  case "$side$n" in
+    native1) t=4000000 ;; native2) t=6000000 ;; native3) t=5000000 ;;
+    warm1) t=1500000 ;; warm2) t=100 ;; warm3) t=2500000 ;;
+  esac
+  if [ $side = warm ]; then
+    printf 'k(int)$proteus$0a1b\\t%s\\ng(float*)\\t500000\\n' $t > "$CUPTI_KERNEL_TRACE_FILE"
+  else
+    printf 'k(int)\\t%s\\ng(float*)\\t500000\\n' $t > "$CUPTI_KERNEL_TRACE_FILE"
+  fi
+elif [ -n "$CUPTI_KERNEL_TRACE_FILE" ]; then
+  printf 'k(int)\\ng(float*)\\n' > "$CUPTI_KERNEL_TRACE_FILE"
+fi
+if [ -n "$PROTEUS_REPORT" ]; then
+  echo '{"kernels": [{"name": "k", "launches": 4, "specialized_launches": 3, "fallback_launches": 1, "failures": {}}]}' > "$PROTEUS_REPORT"
+fi
+"""
+
+
+def test_speed_reps_times_native_against_default_warm_from_cupti(tmp_path, doc):
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = _one_build(tmp_path, name)
+    app, tool = _script(tmp_path / "app.sh", FAKE_TIMED_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
+    state, out = tmp_path / "state", tmp_path / "out"
+    state.mkdir()
+    proc = subprocess.run([sys.executable, "-m", RUN, "--work", str(work), "--out", str(out), "--only", name,
+                           "--exe", str(app), "--tool", str(tool), "--nvidia-smi", "/nonexistent", "-j", "1",
+                           "--kernel-trace", "/nonexistent/libkernel_trace.so", "--speed-reps", "3"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, "FAKE_STATE": str(state)})
+    assert proc.returncode == 0, proc.stderr
+    (prog,) = json.loads((out / "hecbench-corpus.json").read_text())["programs"]
+    assert prog["verdicts"]["recommended"]["default-warm"]["verdict"] == "ok"
+    s = prog["speed"]["recommended"]
+    runs = s["runs"]
+    assert [(r["side"], r["rep"]) for r in runs] == [(side, i) for i in range(3) for side in ("native", "warm")]
+    warm = [r for r in runs if r["side"] == "warm"]
+    assert all(r["verdict"] == "ok" for r in runs if r is not warm[1])
+    # the warm run whose output differs is excluded, not timed
+    assert warm[1]["verdict"] == "DIFF" and warm[1]["excluded"] == "output DIFF" and "kernel_ms" not in warm[1]
+    assert s["native_ms"] == [4.5, 6.5, 5.5] and s["warm_ms"] == [2.0, 3.0]
+    assert (s["native_median_ms"], s["native_min_ms"], s["native_max_ms"]) == (5.5, 4.5, 6.5)
+    assert (s["warm_median_ms"], s["warm_min_ms"], s["warm_max_ms"]) == (2.5, 2.0, 3.0)
+    assert s["speedup"] == 2.2 and s["warm_excluded"] == 1 and s["native_excluded"] == 0
+    assert s["warm_launches"] == [2, 2] and s["warm_variant_launches"] == [1, 1] and s["native_variant_launches"] == [0, 0, 0]
+    # the warm runs ran as default-warm did (its cache, the default policy), with per-kernel times on
+    timed = prog["tool"]["recommended"]["default-warm"]["env"]
+    speed_dir = Path(timed["PROTEUS_CACHE_DIR"]).parent
+    assert (speed_dir / "speed-warm-2.txt").read_text().startswith("k(int)$proteus$0a1b\t2500000\n")
+    md = (out / "hecbench-corpus.md").read_text()
+    assert "## GPU kernel time" in md
+    assert (f"| {name} | recommended | 5.500 [4.500-6.500] | 2.500 [2.000-3.000] | 2.200x | 1/2 | "
+            "1: warm #1: output DIFF |") in md
+    assert "- recommended: geomean speed-up 2.200x over 1 programs; 0 below 0.99, 1 at or above 1.10" in md
+
+
+def test_speed_reps_needs_a_kernel_trace_and_a_matching_warm_run(tmp_path, doc):
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = _one_build(tmp_path, name)
+    base = [sys.executable, "-m", RUN, "--work", str(work), "--only", name, "--nvidia-smi", "/nonexistent"]
+    proc = subprocess.run([*base, "--speed-reps", "2", "--dry-run"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "--kernel-trace" in proc.stderr
+    # default-warm not run (--modes): nothing timed, and the results say why
+    app, tool = _script(tmp_path / "app.sh", FAKE_TIMED_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
+    (tmp_path / "state").mkdir()
+    proc = subprocess.run([*base, "--out", str(tmp_path / "out"), "--exe", str(app), "--tool", str(tool),
+                           "--modes", "sync-cold", "--kernel-trace", "/x/lib.so", "--speed-reps", "2"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT,
+                          env={**os.environ, "FAKE_STATE": str(tmp_path / "state")})
+    assert proc.returncode == 0, proc.stderr
+    (prog,) = json.loads((tmp_path / "out" / "hecbench-corpus.json").read_text())["programs"]
+    assert prog["speed"]["recommended"] == {"skipped": "no default-warm run (--modes)"}
+    assert "not measured: no default-warm run (--modes)" in (tmp_path / "out" / "hecbench-corpus.md").read_text()
+
+
+def test_speed_summary_line_per_recipe_geomean_counts_and_worst():
+    from bench.corpora.hecbench import run
+
+    def prog(name, speedup):
+        return {"name": name, "speed": {"nvcc": {"speedup": speedup}}}
+
+    results = [prog("a", 2.0), prog("b", 0.5), prog("c", 1.0), prog("d", 1.1), prog("e", 0.98), prog("f", 1.05),
+               prog("g", 3.0), {"name": "h", "speed": {"nvcc": {"skipped": "default-warm DIFF"}}}, {"name": "i"}]
+    (line,) = run.speed_summary_lines(results)
+    # geomean of 2, 0.5, 1, 1.1, 0.98, 1.05, 3
+    assert line.startswith("- nvcc: geomean speed-up 1.191x over 7 programs; 2 below 0.99, 3 at or above 1.10; ")
+    assert line.endswith("worst: b 0.500x, e 0.980x, c 1.000x, f 1.050x, d 1.100x; 1 not measured")

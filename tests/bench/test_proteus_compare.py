@@ -340,3 +340,105 @@ def test_a_run_counts_the_host_cpu_of_the_process_and_its_children(tmp_path):
     idle = pc.run(["sh", "-c", "sleep 0.3"], tmp_path, {}, 60)
     assert busy["cpu_s"] > 0.75 * busy["wall_s"] and busy["cpu_s"] > 0.1
     assert idle["cpu_s"] < 0.1 < idle["wall_s"]
+
+
+def _nvcc_build(path: Path, differs: bool) -> None:
+    """A fake nvcc build: natively 11 M lookups/s; rewritten and run under the tool (its cache
+    set) 13.2 M, with variants in its CUPTI trace and, when `differs`, another checksum."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    native = RSBENCH.format(t="3.0", rate="11,000,000", check=7)
+    ours = RSBENCH.format(t="2.8", rate="13,200,000", check=8 if differs else 7)
+    path.write_text('#!/bin/sh\nif [ -n "$PROTEUS_CACHE_DIR" ]; then\n'
+                    "cat <<'X'\n" + ours + "X\n"
+                    '  [ -n "$CUPTI_KERNEL_TRACE_FILE" ] && printf \'_Z6lookupv$proteus$ab\\n_Z6lookupv$proteus$ab\\n_Z4initv\\n\' '
+                    '> "$CUPTI_KERNEL_TRACE_FILE"\n  true\nelse\n'
+                    "cat <<'X'\n" + native + "X\nfi\n")
+    path.chmod(0o755)
+
+
+def _nvcc_setup(tmp_path: Path, differs: bool) -> tuple[Path, Path, Path]:
+    hec, up = tmp_path / "hec", tmp_path / "up"
+    _exe(hec / "rsbench" / "main_plain", RSBENCH.format(t="3.2", rate="10,000,000", check=7))
+    _exe(hec / "rsbench" / "main_all", RSBENCH.format(t="2.9", rate="12,500,000", check=7))
+    _exe(up / "bin" / "rsbench.exe", RSBENCH.format(t="2.5", rate="20,000,000", check=7))
+    (up / "src" / "rsbench").mkdir(parents=True)
+    _nvcc_build(hec / "rsbench" / "main_nvcc", differs)
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/"\n')  # proteus-rewrite EXE -o DIR
+    tool.chmod(0o755)
+    return hec, up, tool
+
+
+def test_nvcc_builds_natively_and_under_the_tool(tmp_path):
+    """--nvcc: the nvcc build natively (nvcc AOT) and rewritten (ours on nvcc), cold and warm in
+    the same rounds; the ratios over nvcc AOT and over Proteus warm; a CUPTI-traced warm run."""
+    hec, up, tool = _nvcc_setup(tmp_path, differs=False)
+    lib = tmp_path / "libkernel_trace.so"
+    lib.write_bytes(b"")  # the fakes write the trace themselves
+    out = tmp_path / "out"
+    assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out),
+                    "--programs", "rsbench", "--nvcc", "--kernel-trace-lib", str(lib)]) == 0
+    doc = json.loads((out / "proteus-compare.json").read_text())
+    r = doc["programs"]["rsbench"]
+    assert doc["stamp"]["nvcc"] is True
+    assert [len(r[k]["runs"]) for k in ("nvcc", "nvcc_cold", "ours_nvcc_cold", "ours_nvcc_warm", "ours_nvcc_traced")] == [3, 3, 3, 3, 1]
+    assert r["nvcc"]["metrics"]["kernel lookups/s"]["median"] == 11_000_000
+    assert r["ours_nvcc_warm"]["metrics"]["kernel lookups/s"]["median"] == 13_200_000
+    assert r["ours_nvcc_warm"]["all_ok"] and r["ours_nvcc_cold"]["all_ok"] and r["nvcc"]["all_ok"]
+    assert r["cupti_nvcc"]["variant_launches"] == 2 and r["cupti_nvcc"]["launches"] == 3
+    ratios = r["nvcc_ratios"]["kernel lookups/s"]
+    assert ratios["ours_nvcc_vs_nvcc"]["ratio"] == pytest.approx(1.2)
+    assert ratios["ours_nvcc_vs_nvcc"]["by_round"]["n"] == 3
+    assert ratios["ours_nvcc_vs_proteus"]["ratio"] == pytest.approx(0.66)
+    assert r["nvcc_ratios"]["cold_e2e_by_round"]["n"] == 3
+    # ours on the bitcode build keeps its own cache and trace
+    assert (out / "cache" / "ours-nvcc" / "rsbench") != (out / "cache" / "ours" / "rsbench")
+    assert (out / "rsbench.nvcc.kernels.txt").exists() and r["ours_traced"]["runs"] and r["cupti"]["launches"] == 0
+    md = (out / "proteus-compare.md").read_text()
+    main_row = next(line for line in md.splitlines() if line.startswith("| rsbench | kernel"))
+    assert main_row.endswith("| yes | yes | yes | 0/0 |")  # the main table as without --nvcc
+    assert "**nvcc builds**" in md
+    row = [line for line in md.splitlines() if line.startswith("| rsbench | kernel")][1]
+    cells = row.split(" | ")
+    assert cells[3] == "1.1e+07 (1.1e+07-1.1e+07)" and cells[4] == "1.32e+07 (1.32e+07-1.32e+07)"
+    assert cells[7] == "1.20x (1.20-1.20)" and cells[8] == "0.66x (0.66-0.66)"  # over nvcc AOT, over Proteus warm
+    assert "x)" in cells[9]  # cold end to end, nvcc AOT / ours on nvcc
+    assert row.endswith("| yes | yes | 2/3 |")  # nvcc = plain, ours-nvcc = nvcc, variant launches of 3
+    assert "ours on nvcc over nvcc AOT" in md and ", nvcc AOT " in md
+
+
+def test_nvcc_output_difference_is_flagged(tmp_path):
+    hec, up, tool = _nvcc_setup(tmp_path, differs=True)
+    out = tmp_path / "out"
+    assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out),
+                    "--programs", "rsbench", "--nvcc"]) == 0
+    r = json.loads((out / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert not r["ours_nvcc_warm"]["all_ok"] and not r["ours_nvcc_cold"]["all_ok"]  # checksum 8, natively 7
+    assert r["ours_warm"]["all_ok"]  # ours on the bitcode build is judged against its own native run
+    rows = [line for line in (out / "proteus-compare.md").read_text().splitlines() if line.startswith("| rsbench | kernel")]
+    assert rows[0].endswith("| yes | yes | yes | - |") and rows[1].endswith("| NO | - |")  # ours-nvcc = nvcc: NO
+
+
+def test_nvcc_missing_build_and_phases(tmp_path):
+    """A program without main_nvcc says so in the nvcc table; --phase cold and warm with --nvcc
+    join into one row, ours on nvcc judged against the nvcc runs of its call."""
+    hec, up, tool = _nvcc_setup(tmp_path, differs=False)
+    args = ["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--programs", "rsbench", "--nvcc",
+            "--cache-dir", str(tmp_path / "cache")]
+    assert pc.main([*args, "--out", str(tmp_path / "c"), "--phase", "cold"]) == 0
+    c = json.loads((tmp_path / "c" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert c["ours_nvcc_cold"]["all_ok"] and "nvcc" not in c and "ours_nvcc_warm" not in c
+    assert pc.main([*args, "--out", str(tmp_path / "w"), "--phase", "warm"]) == 0
+    w = json.loads((tmp_path / "w" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    # the fakes leave their caches empty: the warm call fills each (the nvcc cold run beside it is no JIT)
+    assert w["ours_nvcc_fill"]["rc"] == 0 and "nvcc_fill" not in w and w["ours_nvcc_warm"]["all_ok"]
+    assert pc.main(["--render", str(tmp_path / "j"), str(tmp_path / "c" / "proteus-compare.json"),
+                    str(tmp_path / "w" / "proteus-compare.json")]) == 0
+    j = json.loads((tmp_path / "j" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert {"nvcc", "nvcc_cold", "ours_nvcc_cold", "ours_nvcc_warm"} <= set(j) and j["nvcc_ratios"]["cold_e2e_by_round"]["n"] == 3
+    (hec / "rsbench" / "main_nvcc").unlink()
+    assert pc.main([*args, "--out", str(tmp_path / "m")]) == 0
+    m = json.loads((tmp_path / "m" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert "no such file" in m["nvcc_error"] and m["ours_warm"]["all_ok"]  # the other builds ran as ever
+    assert any(line.startswith("| rsbench | ") and "main_nvcc: no such file" in line
+               for line in (tmp_path / "m" / "proteus-compare.md").read_text().splitlines())

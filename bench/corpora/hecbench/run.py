@@ -16,7 +16,10 @@ Binaries in work/build/RECIPE/NAME/main (work/ beside this file), next to their 
       default-cold  the default policy, an empty cache
       default-warm  the default policy, the cache default-cold left
     each compared with the native run of the same binary after masking (programs.json);
-  - PROTEUS_REPORT of every tool run: the share of launches specialized, and failures.
+  - PROTEUS_REPORT of every tool run: the share of launches specialized, and failures;
+  - with --speed-reps N (and --kernel-trace LIB): where default-warm matched native, N native and
+    N default-warm runs, alternating, each with CUPTI's per-kernel GPU times
+    (CUPTI_KERNEL_TRACE_TIMES=1): the total kernel time per run, medians, native/warm speed-up.
 Writes OUT/hecbench-corpus.json (everything) and OUT/hecbench-corpus.md (a table).
 
 Testing without a GPU: --exe PATH runs PATH in place of every program's binary (same
@@ -29,9 +32,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -77,6 +82,7 @@ class Context:
     doc: dict
     manifest: dict
     kernel_trace: str | None = None  # a CUPTI injection library (bench/lib/kernel_trace.c) for the tool's runs
+    speed_reps: int = 0  # --speed-reps: traced native / default-warm pairs timed by CUPTI after the checks
 
 
 # --- running one command ------------------------------------------------------------------
@@ -152,16 +158,10 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
         return result
     cmd, cwd = app_command(program, recipe, ctx)
     for mode in MODES + EXTRA_MODES:
-        cache = scratch / recipe / {"sync-cold": "cache-sync", VALIDATE: "cache-validate"}.get(mode, "cache")
         report = scratch / recipe / f"report-{mode}.json"
         if not ctx.dry_run:
             report.unlink(missing_ok=True)
-        env = {"LD_PRELOAD": str(tool_dir / "libproteus.so"), "PROTEUS_CACHE_DIR": str(cache),
-               "PROTEUS_REPORT": str(report)}
-        if mode in ("sync-cold", VALIDATE):
-            env["PROTEUS_ASYNC_COMPILATION"] = "0"
-        if mode == VALIDATE:
-            env["PROTEUS_VALIDATE"] = "1"
+        env = tool_env(scratch, recipe, mode, report)
         trace = scratch / recipe / f"kernels-{mode}.txt"
         if ctx.kernel_trace:  # the driver's account of what ran, beside the shim's report
             trace.unlink(missing_ok=True)
@@ -174,6 +174,18 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
             run["validation"] = validation_counts(report)
         result[mode] = run
     return result
+
+
+def tool_env(scratch: Path, recipe: str, mode: str, report: Path) -> dict[str, str]:
+    """The environment additions of a run under the tool in `mode` (rewritten into scratch/RECIPE/tool)."""
+    cache = scratch / recipe / {"sync-cold": "cache-sync", VALIDATE: "cache-validate"}.get(mode, "cache")
+    env = {"LD_PRELOAD": str(scratch / recipe / "tool" / "libproteus.so"), "PROTEUS_CACHE_DIR": str(cache),
+           "PROTEUS_REPORT": str(report)}
+    if mode in ("sync-cold", VALIDATE):
+        env["PROTEUS_ASYNC_COMPILATION"] = "0"
+    if mode == VALIDATE:
+        env["PROTEUS_VALIDATE"] = "1"
+    return env
 
 
 def kernels_run(trace: Path) -> dict | None:
@@ -207,6 +219,94 @@ def validation_counts(path: Path) -> dict | None:
     counts["varying_kernels"] = sorted({o["kernel"] for o in outcomes if o.get("verdict") == "varies"})
     counts["check_ms"] = round(sum(float(o.get("ms") or 0) for o in outcomes), 1)
     return counts
+
+
+# --- GPU kernel time (--speed-reps) ---------------------------------------------------------
+
+SPEED_MODE = "default-warm"  # the run timed against native: the policy users get, its cache filled
+MATCHED = ("ok", "close")  # outputs that count as the native one's
+
+
+def kernel_times(trace: Path) -> list[tuple[str, int]]:
+    """(kernel name, GPU nanoseconds) of every kernel a run executed, from a trace kernel_trace.c
+    wrote with CUPTI_KERNEL_TRACE_TIMES=1 (bench/lib/cupti.py kernel_times, kept here: this
+    file travels alone). ValueError when the trace is missing, reports an error, or is not timed."""
+    try:
+        text = trace.read_text(errors="replace")
+    except OSError as exc:
+        raise ValueError(f"no trace: {exc.strerror or exc}") from None
+    out = []
+    for line in text.splitlines():
+        name, sep, ns = line.rpartition("\t")
+        if line.startswith("#") or not sep or not ns.isdigit():
+            raise ValueError(f"not a timed trace: {line[:200]!r}")
+        out.append((name, int(ns)))
+    if not out:
+        raise ValueError("empty trace: no kernel recorded")
+    return out
+
+
+def speed_runs(program: dict, recipe: str, scratch: Path, native: dict, again: dict | None, ctx: Context) -> list[dict]:
+    """--speed-reps N: N native runs and N default-warm runs of one build, alternating, each with
+    CUPTI's per-kernel GPU times; every run's output is compared with the native reference run
+    (a run that differs or fails is kept in the list with its reason, and left out of the times)."""
+    cmd, cwd = app_command(program, recipe, ctx)
+    records = []
+    for rep in range(ctx.speed_reps):
+        for side in ("native", "warm"):
+            trace = scratch / recipe / f"speed-{side}-{rep}.txt"
+            report = scratch / recipe / f"report-speed-{rep}.json"
+            env = {} if side == "native" else tool_env(scratch, recipe, SPEED_MODE, report)
+            env.update({"CUDA_INJECTION64_PATH": str(ctx.kernel_trace), "CUPTI_KERNEL_TRACE_FILE": str(trace),
+                        "CUPTI_KERNEL_TRACE_TIMES": "1"})
+            if not ctx.dry_run:
+                trace.unlink(missing_ok=True)
+            run = run_cmd(cmd, cwd, env, ctx)
+            rec = {"rep": rep, "side": side, "rc": run["rc"], "seconds": run["seconds"]}
+            if ctx.dry_run:
+                records.append({**rec, "excluded": "dry run"})
+                continue
+            cmp = compare_runs(program, native, again, run, ctx)
+            rec["verdict"] = cmp["verdict"]
+            if cmp["verdict"] not in MATCHED:
+                rec.update(excluded=f"output {cmp['verdict']}", diff=cmp["diff"], stderr_tail=run["stderr_tail"][-500:])
+            else:
+                try:
+                    times = kernel_times(trace)
+                except ValueError as exc:
+                    rec["excluded"] = str(exc)
+                else:
+                    rec.update(kernel_ms=round(sum(ns for _, ns in times) / 1e6, 4), launches=len(times),
+                               variant_launches=sum("$proteus$" in name for name, _ in times))
+            records.append(rec)
+    return records
+
+
+def speed_summary(records: list[dict], reps: int) -> dict:
+    """The kept runs' total kernel times per side: lists, medians, spread, native / warm medians."""
+    out: dict = {"reps": reps, "runs": records}
+    for side in ("native", "warm"):
+        kept = [r for r in records if r["side"] == side and "excluded" not in r]
+        ms = [r["kernel_ms"] for r in kept]
+        out[f"{side}_ms"] = ms
+        out[f"{side}_median_ms"] = round(statistics.median(ms), 4) if ms else None
+        out[f"{side}_min_ms"], out[f"{side}_max_ms"] = (min(ms), max(ms)) if ms else (None, None)
+        out[f"{side}_launches"] = [r["launches"] for r in kept]
+        out[f"{side}_variant_launches"] = [r["variant_launches"] for r in kept]
+        out[f"{side}_excluded"] = sum(r["side"] == side and "excluded" in r for r in records)
+    n, w = out["native_median_ms"], out["warm_median_ms"]
+    out["speedup"] = round(n / w, 4) if n and w else None  # > 1: faster under the tool
+    return out
+
+
+def measure_speed(program: dict, recipe: str, scratch: Path, res: dict, again: dict | None, ctx: Context) -> dict:
+    """res["speed"][recipe]: timed runs when default-warm's output matched native, else why not."""
+    warm = res["verdicts"].get(recipe, {}).get(SPEED_MODE)
+    if warm is None:
+        return {"skipped": f"no {SPEED_MODE} run (--modes)"}
+    if warm["verdict"] not in MATCHED:
+        return {"skipped": f"{SPEED_MODE} {warm['verdict']}"}
+    return speed_summary(speed_runs(program, recipe, scratch, res["native"][recipe], again, ctx), ctx.speed_reps)
 
 
 def verdict(native: dict, run: dict, compare: corpus.Comparison | None) -> str:
@@ -270,6 +370,8 @@ def run_program(program: dict, ctx: Context) -> dict:
             v = res["verdicts"][recipe][VALIDATE]
             v["validation"] = runs[VALIDATE].get("validation")
             v["seconds"], v["native_seconds"] = runs[VALIDATE]["seconds"], res["native"][recipe]["seconds"]
+        if ctx.speed_reps:
+            res.setdefault("speed", {})[recipe] = measure_speed(program, recipe, scratch, res, again.get(recipe), ctx)
     res["seconds"] = round(time.monotonic() - t0, 1)
     res["note"] = "; ".join(filter(None, [note(res), program.get("note", "")]))
     for runs in [res["native"], *res["tool"].values()]:  # keep the JSON readable: ends only
@@ -380,6 +482,7 @@ def markdown(results: list[dict], header: dict) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += kernels_table(results)
     lines += validation_table(results)
+    lines += speed_table(results)
     return "\n".join(lines) + "\n"
 
 
@@ -430,6 +533,63 @@ def validation_table(results: list[dict]) -> list[str]:
             "| program | recipe | output | matched | differed | not checked | check ms | run s | native s | run / native "
             "| kernels, reasons |",
             "|---|---|---|---|---|---|---|---|---|---|---|", *rows]
+
+
+def _ms(median: float | None, lo: float | None, hi: float | None) -> str:
+    return "-" if median is None else f"{median:.3f} [{lo:.3f}-{hi:.3f}]"
+
+
+def _span(values: list[int]) -> str:
+    return "-" if not values else str(values[0]) if min(values) == max(values) else f"{min(values)}-{max(values)}"
+
+
+def speed_table(results: list[dict]) -> list[str]:
+    """--speed-reps: per program and recipe, the GPU kernel time (CUPTI, all kernels summed) of the
+    native runs and of the default-warm runs, and the summary per recipe."""
+    rows = []
+    for r in results:
+        for recipe, s in (r.get("speed") or {}).items():
+            if "skipped" in s:
+                rows.append(f"| {r['name']} | {recipe} | - | - | - | - | not measured: {s['skipped']} |")
+                continue
+            excluded = [f"{x['side']} #{x['rep']}: {x['excluded']}" for x in s["runs"] if "excluded" in x]
+            excluded_cell = (f"{len(excluded)}: " + "; ".join(excluded))[:200].replace("|", "\\|") if excluded else ""
+            speedup = "-" if s["speedup"] is None else f"{s['speedup']:.3f}x"
+            rows.append(f"| {r['name']} | {recipe} | {_ms(s['native_median_ms'], s['native_min_ms'], s['native_max_ms'])} | "
+                        f"{_ms(s['warm_median_ms'], s['warm_min_ms'], s['warm_max_ms'])} | {speedup} | "
+                        f"{_span(s['warm_variant_launches'])}/{_span(s['warm_launches'])} | "
+                        f"{excluded_cell} |")
+    if not rows:
+        return []
+    return ["", "## GPU kernel time, native vs default-warm (CUPTI)", "",
+            "Per run, the GPU time of every kernel it launched summed (CUPTI activity records, variants and "
+            "originals alike); runs alternate native / default-warm (the cache default-cold left). Median [min-max] "
+            "over the runs kept: a run whose output differs from the native reference, or that failed or left no "
+            "timed trace, is excluded (named in the last column). speed-up = native median / warm median (> 1: "
+            "faster under the tool); launches per warm run, those that ran a variant first.", "",
+            *speed_summary_lines(results), "",
+            "| program | recipe | native ms | warm ms | speed-up | variant launches/launches | excluded |",
+            "|---|---|---|---|---|---|---|", *rows]
+
+
+def speed_summary_lines(results: list[dict]) -> list[str]:
+    """Per recipe: the geometric mean of the speed-ups, how many are below 0.99 and at or above
+    1.10, and the five worst."""
+    out = []
+    recipes = [rc for rc in TOOL_RECIPES if any(rc in (r.get("speed") or {}) for r in results)]
+    for recipe in recipes:
+        ups = [(r["name"], r["speed"][recipe]["speedup"]) for r in results
+               if (r.get("speed") or {}).get(recipe, {}).get("speedup")]
+        unmeasured = sum(1 for r in results if recipe in (r.get("speed") or {})) - len(ups)
+        if not ups:
+            out.append(f"- {recipe}: no speed-up measured ({unmeasured} not measured)")
+            continue
+        geomean = math.exp(sum(math.log(x) for _, x in ups) / len(ups))
+        worst = ", ".join(f"{n} {x:.3f}x" for n, x in sorted(ups, key=lambda t: t[1])[:5])
+        out.append(f"- {recipe}: geomean speed-up {geomean:.3f}x over {len(ups)} programs; "
+                   f"{sum(x < 0.99 for _, x in ups)} below 0.99, {sum(x >= 1.10 for _, x in ups)} at or above 1.10; "
+                   f"worst: {worst}" + (f"; {unmeasured} not measured" if unmeasured else ""))
+    return out
 
 
 def _modes_cell(verdicts: dict | None, build: dict | None = None) -> str:
@@ -500,6 +660,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel-trace", metavar="LIB",
                         help="CUPTI injection library (bench/lib/kernel_trace.c, built): each tool run records the "
                              "kernels the GPU ran, variants and originals")
+    parser.add_argument("--speed-reps", type=int, default=0, metavar="N",
+                        help="after a build's checks, where default-warm matched native: N native and N default-warm "
+                             "runs, alternating, each timed by CUPTI (needs --kernel-trace); the summed GPU kernel "
+                             "times, medians and native/warm speed-up go to the results (default 0: off)")
     parser.add_argument("--native-only", action="store_true",
                         help="native runs only: check the programs themselves (time, stability) without the tool")
     args = parser.parse_args(argv)
@@ -507,6 +671,8 @@ def main(argv: list[str] | None = None) -> int:
     if not set(modes) <= set(MODES):
         parser.error(f"--modes: from {', '.join(MODES)}")
     MODES, EXTRA_MODES = modes, (VALIDATE,) if args.validate else ()
+    if args.speed_reps < 0 or (args.speed_reps and not args.kernel_trace):
+        parser.error("--speed-reps N: N >= 0, and it needs --kernel-trace LIB (the GPU times come from CUPTI)")
 
     doc = corpus.load_programs(HERE / "programs.json")
     work = Path(args.work).resolve()
@@ -522,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     ctx = Context(work, out, tool, str(Path(args.exe).resolve()) if args.exe else None, args.timeout,
                   args.dry_run, args.native_only, recipes, doc, manifest,
-                  str(Path(args.kernel_trace).resolve()) if args.kernel_trace else None)
+                  str(Path(args.kernel_trace).resolve()) if args.kernel_trace else None, args.speed_reps)
     runnable = [p for p in programs if any(built(ctx, p["name"], r) for r in corpus.RECIPES)]
     skipped = sorted(set(p["name"] for p in programs) - set(p["name"] for p in runnable))
     if skipped:
@@ -542,7 +708,10 @@ def main(argv: list[str] | None = None) -> int:
         rec = res["verdicts"].get("recommended") or res["verdicts"].get("nvcc") or {}
         what = ("planned" if ctx.dry_run else " / ".join(v["verdict"] for v in rec.values()) or
                 "native " + ", ".join(f"{k} rc {r['rc']} {r['seconds']} s" for k, r in res["native"].items()))
-        log(f"[{len(results)}/{len(runnable)}] {program['name']}: {what}  {share_text(rec.get('sync-cold'))}  {res['seconds']} s")
+        speed = "".join(f"  {recipe} speed-up {s['speedup']:.3f}x" if s.get("speedup") else f"  {recipe} speed: "
+                        + s.get("skipped", "not measured") for recipe, s in (res.get("speed") or {}).items())
+        log(f"[{len(results)}/{len(runnable)}] {program['name']}: {what}  {share_text(rec.get('sync-cold'))}  "
+            f"{res['seconds']} s{speed if not ctx.dry_run else ''}")
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         list(pool.map(one, runnable))
