@@ -17,6 +17,8 @@ passed to the variant unchanged:
              loaded (relink.py), as on the bitcode route: `[var+8]` becomes `[%pgv0+8]`,
              `ld.const` becomes `ld.global` (a `__constant__` lives in global memory)
   divide     exact strength reductions ptxas does not make (ptx_divide.py)
+  contract   a product of two constants that the AOT code fused into an add stays fused
+             (ptx_contract.py)
 The evidence for what ptxas does and does not do is in docs/dev/findings/ptx-route.md.
 """
 
@@ -28,13 +30,13 @@ import time
 from .. import faults
 from ..errors import FormatError, SpecializeError
 from ..fatbin import ptx as ptx_format
-from . import codegen, ptx_divide
+from . import codegen, ptx_contract, ptx_divide
 from .plan import Findings, Plan
 from .relink import PLACEHOLDER, pointer_name
 
 # Raised with every change that can change the code made from the same inputs (the cache key
 # names it, so that entries an earlier version wrote are not served).
-REVISION = 1
+REVISION = 2
 
 _REG_DECL = re.compile(r"^\s*\.reg\s+\.(\w+)\s+(%[\w$]+?)(?:<(\d+)>)?\s*(?:,[^;]*)?;", re.M)
 _LD_PARAM = re.compile(r"^(\s*)ld\.param(?:\.v(\d))?\.(\w+)\s+(\{[^}]*\}|%[\w$]+)\s*,\s*\[([\w$.]+)(?:\s*\+\s*(\d+))?\]\s*;[ \t]*$",
@@ -81,6 +83,9 @@ def specialize_text(table, kernel, plan: Plan, found: Findings) -> str:
             body, n = ptx_divide.rewrite_divisions(body)
             if n:
                 found.notes.append(f"{n} division(s) by a constant rewritten exactly")
+            body, n = ptx_contract.keep_contraction(body)
+            if n:
+                found.notes.append(f"{n} product(s) of constants kept fused into their add")
             out.append(head + body + tail)
         elif it.kind == "prototype":
             if it.name in calls:

@@ -32,7 +32,7 @@ def test_entries_decode_to_the_same_device_code_whatever_the_compression(samples
     assert cubin.parse(elf.payload()).kernels == cubin.parse(reference.entries[0].payload()).kernels
     # The PTX differs only in the embedded cc1 command line (it names the output file).
     got, ref = ptx.parse(text.payload()), ptx.parse(reference.entries[1].payload())
-    assert got.entries == ref.entries and got.modules[0].code == ref.modules[0].code
+    assert got.entries == ref.entries and got.modules[0].bitcode == ref.modules[0].bitcode
     if text.compression != "none":
         assert text.compressed_size <= text.payload_size < text.uncompressed_size
         assert len(text.payload()) <= text.uncompressed_size

@@ -155,3 +155,72 @@ def test_a_ptx_kernel_has_its_own_cache_key(table):
     other = specializer.make_plan(k, _launch(k, {1: (9).to_bytes(4, "little")}), cg)
     assert key != specializer.cache_key(t, k, other, cg, ("driver", 90), 90)
     assert not cg.specialize_alignment and not plan.alignment
+
+
+FMA_PTX = """.version 9.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 p)
+{
+.reg .f32 %f<8>;
+.reg .b32 %r<4>;
+.reg .b64 %rd<4>;
+ld.param.u64 %rd1, [p];
+cvta.to.global.u64 %rd2, %rd1;
+mov.b32 %r1, 0x7;
+cvt.rn.f32.s32 %f1, %r1;
+mov.f32 %f2, 0f3F99999A;
+ld.global.f32 %f5, [%rd2];
+mul.f32 %f3, %f1, %f2;
+sub.f32 %f4, %f5, %f3;
+mul.f32 %f6, %f5, %f2;
+add.f32 %f7, %f6, %f4;
+st.global.f32 [%rd2], %f7;
+ret;
+}
+"""
+
+
+def _sass(ptx_text: str, tmp_path) -> str:
+    import subprocess
+
+    src, cubin = tmp_path / "k.ptx", tmp_path / "k.cubin"
+    src.write_text(ptx_text)
+    subprocess.run([str(PTXAS), "-arch=sm_90", "-O3", str(src), "-o", str(cubin)], check=True)
+    return cubin.read_bytes().hex()
+
+
+def test_a_product_of_constants_stays_fused_into_its_subtract():
+    """7.0 * 1.2f - x: a constant product (7 from a folded integer) that the AOT code, which did
+    not know it, fused into the subtract. ptxas would round it at compile time; written as
+    fma.rn(-7.0, 1.2f, x) it keeps the AOT code's one rounding. A product of a constant and a
+    loaded value is left to ptxas, as it was."""
+    from proteus_rewrite.jit import ptx_contract
+
+    body = FMA_PTX[FMA_PTX.index("{") + 1 : FMA_PTX.rindex("}")]
+    out, n = ptx_contract.keep_contraction(body)
+    assert n == 1
+    assert re.search(r"neg\.f32 %pfc0, %f1; fma\.rn\.f32 %f4, %pfc0, %f2, %f5;", out)
+    assert "mul.f32 %f6, %f5, %f2;" in out and "add.f32 %f7, %f6, %f4;" in out
+
+
+def test_a_product_with_two_uses_or_a_rounding_mode_is_left_alone():
+    from proteus_rewrite.jit import ptx_contract
+
+    body = FMA_PTX[FMA_PTX.index("{") + 1 : FMA_PTX.rindex("}")]
+    twice = body.replace("st.global.f32 [%rd2], %f7;", "st.global.f32 [%rd2], %f7;\nst.global.f32 [%rd2+4], %f3;")
+    assert ptx_contract.keep_contraction(twice)[1] == 0
+    rounded = body.replace("mul.f32 %f3,", "mul.rn.f32 %f3,")
+    assert ptx_contract.keep_contraction(rounded)[1] == 0
+    redefined = body.replace("ld.global.f32 %f5, [%rd2];", "ld.global.f32 %f5, [%rd2];\nmov.f32 %f2, %f5;")
+    assert ptx_contract.keep_contraction(redefined)[1] == 0
+
+
+@needs_ptxas
+def test_ptxas_assembles_the_kept_contraction(tmp_path):
+    from proteus_rewrite.jit import ptx_contract
+
+    head, rest = FMA_PTX.split("{", 1)
+    body, tail = rest.rsplit("}", 1)
+    out, n = ptx_contract.keep_contraction(body)
+    assert n == 1 and _sass(head + "{" + out + "}" + tail, tmp_path)
