@@ -17,6 +17,7 @@ from ..errors import InputError, NoBitcodeError, ProteusError, StoreError
 from ..fatbin import kernels as kernels_mod
 from ..fatbin.kernels import KernelTable
 from ..fatbin.table import arch_name, best_for_arch
+from ..jit.targets import target_for
 from .app import err_console
 
 
@@ -127,7 +128,8 @@ def find_kernel(table: KernelTable, name: str, arch: int | str):
     if best is None:
         built = sorted({arch_name(k.arch) for k in matches if k.specializable})
         if built:  # HIP: the processor must be one it was built for; CUDA PTX: not newer than the GPU
-            raise NoBitcodeError(f"kernel {matches[0].demangled} has no recorded code for {arch_name(arch)} "
+            what = "bitcode" if target_for(arch).platform == "hip" else "code (PTX newer than the GPU does not assemble for it)"
+            raise NoBitcodeError(f"kernel {matches[0].demangled} has no recorded {what} for {arch_name(arch)} "
                                  f"(it has for {', '.join(built)})")
         raise NoBitcodeError(f"kernel {matches[0].demangled} has neither recorded bitcode nor PTX")
     return best

@@ -211,6 +211,7 @@ def _kernel_info(session: Session, image_ptr: int, name: str, arch: int | str) -
         what = ("is not recorded" if not candidates
                 else "has neither embedded bitcode nor PTX (a SASS-only build: keep PTX with nvcc -arch=sm_XX or "
                      "-gencode ...,code=compute_XX)" if not built
+                else f"has no bitcode for {arch} (built for {built})" if target_for(arch).platform == "hip"
                 else f"has code for {built} only, and PTX newer than the GPU ({arch}) does not assemble for it")
         session.warn_once(name, f"{name} {what}; running the original kernel")
         return None
