@@ -179,7 +179,10 @@ def _arguments(record, args: tuple[str, ...], alignment: bool) -> dict[int, byte
             raise click.BadParameter(f"{a!r}: argument {i} is a pointer ({p.llvm_type}): pointers are never folded "
                                      "(its address gives alignment facts only with PROTEUS_SPECIALIZE_ALIGNMENT=1)",
                                      param_hint="--arg")
-        if p.kind != "pointer" and not foldable(p):
+        if record.code == "ptx" and p.kind == "float":
+            raise click.BadParameter(f"{a!r}: argument {i} is floating-point: {record.demangled} is specialized from "
+                                     "its PTX, where floating-point arguments are not folded", param_hint="--arg")
+        if p.kind != "pointer" and not foldable(p, record.code):
             what = "a struct passed by value" if p.kind == "aggregate" else f"of kind {p.kind}"
             raise click.BadParameter(f"{a!r}: argument {i} ({p.llvm_type}) is {what}: only integer, floating-point "
                                      "and bool arguments are folded", param_hint="--arg")

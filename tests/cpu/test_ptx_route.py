@@ -224,3 +224,27 @@ def test_ptxas_assembles_the_kept_contraction(tmp_path):
     body, tail = rest.rsplit("}", 1)
     out, n = ptx_contract.keep_contraction(body)
     assert n == 1 and _sass(head + "{" + out + "}" + tail, tmp_path)
+
+
+@needs_ptxas
+def test_ptx_newer_than_the_assembler_is_refused_with_the_fix(table, monkeypatch):
+    import dataclasses
+
+    monkeypatch.setenv("PROTEUS_PTX_COMPILER", "ptxas")
+    t = table("loop_count_nvcc")
+    k = _kernel(t, "axpy_loop")
+    newer = t.modules[k.module].code.replace(b".version 9.0", b".version 9.9")
+    t = dataclasses.replace(t, modules=(dataclasses.replace(t.modules[k.module], code=newer),))
+    cg = Config.from_env().for_record(k)
+    plan = specializer.make_plan(k, _launch(k), cg)
+    with pytest.raises(SpecializeError, match=r"ISA 9\.9, newer than this run's assembler reads .*install a newer"):
+        ptx_route.assemble(t, k, plan, cg, 90, 90, {})
+
+
+def test_the_specialize_command_says_why_a_float_is_not_folded_on_the_ptx_route(samples, tmp_path):
+    from ..conftest import run_cli
+
+    assert run_cli(str(samples / "loop_count_nvcc"), "-o", str(tmp_path)).returncode == 0
+    proc = run_cli("specialize", str(tmp_path / "loop_count_nvcc.kstore"), "axpy_loop", "--arg", "2=1.5")
+    assert proc.returncode == 2 and "floating-point arguments are not folded" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
