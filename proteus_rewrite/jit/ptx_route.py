@@ -17,8 +17,8 @@ passed to the variant unchanged:
              loaded (relink.py), as on the bitcode route: `[var+8]` becomes `[%pgv0+8]`,
              `ld.const` becomes `ld.global` (a `__constant__` lives in global memory)
   divide     exact strength reductions ptxas does not make (ptx_divide.py)
-  contract   a product of two constants that the AOT code fused into an add stays fused
-             (ptx_contract.py)
+  keep       a product of two constants that the AOT code fused into an add stays fused; an
+             approximate instruction of constants is still run by the hardware (ptx_contract.py)
 The evidence for what ptxas does and does not do is in docs/dev/findings/ptx-route.md.
 """
 
@@ -36,7 +36,7 @@ from .relink import PLACEHOLDER, pointer_name
 
 # Raised with every change that can change the code made from the same inputs (the cache key
 # names it, so that entries an earlier version wrote are not served).
-REVISION = 2
+REVISION = 3
 
 _REG_DECL = re.compile(r"^\s*\.reg\s+\.(\w+)\s+(%[\w$]+?)(?:<(\d+)>)?\s*(?:,[^;]*)?;", re.M)
 _LD_PARAM = re.compile(r"^(\s*)ld\.param(?:\.v(\d))?\.(\w+)\s+(\{[^}]*\}|%[\w$]+)\s*,\s*\[([\w$.]+)(?:\s*\+\s*(\d+))?\]\s*;[ \t]*$",
@@ -86,6 +86,9 @@ def specialize_text(table, kernel, plan: Plan, found: Findings) -> str:
             body, n = ptx_contract.keep_contraction(body)
             if n:
                 found.notes.append(f"{n} product(s) of constants kept fused into their add")
+            body, n = ptx_contract.keep_approximations(body)
+            if n:
+                found.notes.append(f"{n} approximate instruction(s) of constants left to the hardware")
             out.append(head + body + tail)
         elif it.kind == "prototype":
             if it.name in calls:

@@ -248,3 +248,68 @@ def test_the_specialize_command_says_why_a_float_is_not_folded_on_the_ptx_route(
     proc = run_cli("specialize", str(tmp_path / "loop_count_nvcc.kstore"), "axpy_loop", "--arg", "2=1.5")
     assert proc.returncode == 2 and "floating-point arguments are not folded" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_product_of_constants_used_by_two_adds_is_fused_into_both():
+    """ptxas fuses a product into every use when all are adds or subtracts (checked in SASS:
+    two FFMAs), so both uses keep the AOT code's single rounding."""
+    from proteus_rewrite.jit import ptx_contract
+
+    body = FMA_PTX[FMA_PTX.index("{") + 1 : FMA_PTX.rindex("}")]
+    both = body.replace("mul.f32 %f6, %f5, %f2;", "add.f32 %f6, %f3, %f5;")
+    out, n = ptx_contract.keep_contraction(both)
+    assert n == 2
+    assert "fma.rn.f32 %f6, %f1, %f2, %f5;" in out and "fma.rn.f32 %f4, %pfc" in out
+
+
+APPROX_PTX = """.version 9.0
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 p, .param .u32 n)
+{
+.reg .f32 %f<8>;
+.reg .f64 %fd<4>;
+.reg .b32 %r<4>;
+.reg .b64 %rd<4>;
+ld.param.u64 %rd1, [p];
+cvta.to.global.u64 %rd2, %rd1;
+mov.b32 %r1, 0x3;
+cvt.rn.f32.s32 %f1, %r1;
+ex2.approx.ftz.f32 %f2, %f1;
+rcp.approx.ftz.f32 %f3, %f1;
+ld.global.f32 %f4, [%rd2];
+ex2.approx.ftz.f32 %f5, %f4;
+cvt.f64.f32 %fd1, %f1;
+rcp.approx.ftz.f64 %fd2, %fd1;
+st.global.f32 [%rd2], %f2;
+st.global.f32 [%rd2+4], %f3;
+st.global.f32 [%rd2+8], %f5;
+st.global.f64 [%rd2+16], %fd2;
+ret;
+}
+"""
+
+
+def test_an_approximate_instruction_of_constants_is_left_to_the_hardware():
+    """ptxas evaluates ex2.approx or rcp.approx of a constant itself (rcp.approx.ftz.f32 of
+    0.75 became 0x3faaaaab); the hardware's MUFU result need not be that. The operand is
+    OR-ed with a zero ptxas cannot see (bit 31 of %dynamic_smem_size), so MUFU runs as in the
+    AOT code. An approximation of a loaded value is left alone."""
+    from proteus_rewrite.jit import ptx_contract
+
+    body = APPROX_PTX[APPROX_PTX.index("{") + 1 : APPROX_PTX.rindex("}")]
+    out, n = ptx_contract.keep_approximations(body)
+    assert n == 3
+    assert "ex2.approx.ftz.f32 %f2, %pzo0; }" in out and "rcp.approx.ftz.f32 %f3, %pzo1; }" in out
+    assert "rcp.approx.ftz.f64 %fd2, %pzo2; }" in out and "cvt.u64.u32 %pza2, %pza2z;" in out
+    assert "ex2.approx.ftz.f32 %f5, %f4;" in out
+
+
+@needs_ptxas
+def test_ptxas_assembles_the_approximations_left_to_the_hardware(tmp_path):
+    from proteus_rewrite.jit import ptx_contract
+
+    head, rest = APPROX_PTX.split("{", 1)
+    body, tail = rest.rsplit("}", 1)
+    out, n = ptx_contract.keep_approximations(body)
+    assert n == 3 and _sass(head + "{" + out + "}" + tail, tmp_path)
