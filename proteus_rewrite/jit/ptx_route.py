@@ -67,39 +67,17 @@ def specialize_text(table, kernel, plan: Plan, found: Findings) -> str:
         raise SpecializeError(f"{kernel.demangled}: the address of device variable(s) {', '.join(missing)} is unknown")
     calls = set().union(*(ptx_format.callees(f) for f in kept))
     kept_names = {f.name for f in kept}
-
+    used = {v.name for v in variables}
+    counts = dict.fromkeys(_NOTES, 0)
     out = []
     for it in module:
-        if it.kind == "function":
-            if it.name not in kept_names:
-                continue
-            text = it.text
-            head, body, tail = text[: it.body[0]], ptx_format.body(it), text[it.body[1]:]
-            if it.name == kernel.name:
-                head = _entry_head(head, kernel.name, plan)
-                body = _fold_params(body, kernel, plan, _declared(body))
-            body = _fold_dims(body, plan, found)
-            body = _redirect(body, redirected, kernel.demangled)
-            body, n = ptx_divide.rewrite_divisions(body)
-            if n:
-                found.notes.append(f"{n} division(s) by a constant rewritten exactly")
-            body, n = ptx_contract.keep_contraction(body)
-            if n:
-                found.notes.append(f"{n} product(s) of constants kept fused into their add")
-            body, n = ptx_contract.keep_approximations(body)
-            if n:
-                found.notes.append(f"{n} approximate instruction(s) of constants left to the hardware")
-            out.append(head + body + tail)
-        elif it.kind == "prototype":
-            if it.name in calls:
-                out.append(it.text)
-        elif it.kind == "variable":
-            if it.name in redirected:
-                continue
-            if any(v.name == it.name for v in variables):
-                out.append(it.text)
-        else:
+        if it.kind == "function" and it.name in kept_names:
+            out.append(_function(it, kernel, plan, redirected, found, counts))
+        elif (it.kind == "prototype" and it.name in calls) or it.kind == "directive":
             out.append(it.text)
+        elif it.kind == "variable" and it.name in used and it.name not in redirected:
+            out.append(it.text)
+    found.notes.extend(note.format(n) for note, n in counts.items() if n)
     if redirected:  # declared before the first function: PTX names nothing before its declaration
         first = next(i for i, s in enumerate(out) if re.match(r"\s*(?:\.(?:visible|weak|extern)\s+)*\.(?:entry|func)\b", s))
         out.insert(first, "".join(f".visible .global .align 8 .u64 {pointer_name(i)} = {PLACEHOLDER};\n"
@@ -110,6 +88,27 @@ def specialize_text(table, kernel, plan: Plan, found: Findings) -> str:
         raise SpecializeError(f"{kernel.demangled}: device variable {leftover[0]} is used in a form that cannot be "
                               "redirected (an initializer holds its address)")
     return text
+
+
+# what the exact rewrites did, for the report: format -> count over the kept functions
+_NOTES = ("{} division(s) by a constant rewritten exactly", "{} product(s) of constants kept fused into their add",
+          "{} approximate instruction(s) of constants left to the hardware")
+
+
+def _function(it, kernel, plan: Plan, redirected: list[str], found: Findings, counts: dict[str, int]) -> str:
+    """One kept function, specialized: the entry's signature and parameters, then in every
+    function the dims, the device variables and the exact rewrites."""
+    head, body, tail = it.text[: it.body[0]], ptx_format.body(it), it.text[it.body[1]:]
+    if it.name == kernel.name:
+        head = _entry_head(head, kernel.name, plan)
+        body = _fold_params(body, kernel, plan, _declared(body))
+    body = _fold_dims(body, plan, found)
+    body = _redirect(body, redirected, kernel.demangled)
+    for note, rewrite in zip(_NOTES, (ptx_divide.rewrite_divisions, ptx_contract.keep_contraction,
+                                      ptx_contract.keep_approximations)):
+        body, n = rewrite(body)
+        counts[note] += n
+    return head + body + tail
 
 
 def assemble(table, kernel, plan: Plan, cg, arch: int, isa: int | None, timings: dict[str, float]):
