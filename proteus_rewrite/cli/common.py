@@ -16,8 +16,8 @@ from .. import __version__, store
 from ..errors import InputError, NoBitcodeError, ProteusError, StoreError
 from ..fatbin import kernels as kernels_mod
 from ..fatbin.kernels import KernelTable
-from ..fatbin.table import arch_name, best_for_arch
-from ..jit.targets import target_for
+from ..fatbin.table import arch_name
+from ..jit.targets import best_record, target_for
 from .app import err_console
 
 
@@ -124,7 +124,7 @@ def base_name(demangled: str) -> str:
 
 def find_kernel(table: KernelTable, name: str, arch: int | str):
     matches = matching(table, name)
-    best = best_for_arch(matches, arch)
+    best = best_record(matches, arch)
     if best is None:
         built = sorted({arch_name(k.arch) for k in matches if k.specializable})
         if built:  # HIP: the processor must be one it was built for; CUDA PTX: not newer than the GPU

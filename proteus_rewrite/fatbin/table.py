@@ -113,27 +113,6 @@ def arch_name(arch: int | str) -> str:
     return f"sm_{arch}" if isinstance(arch, int) else arch
 
 
-def best_for_arch(kernels, arch: int | str) -> KernelRecord | None:
-    """Which of a kernel's records (one per target it was built for) to specialize for a device.
-
-    CUDA (`arch` an SM version): bitcode before PTX; the newest target not above the device's,
-    else, for bitcode, the oldest one above it (its bitcode still compiles for the device; PTX
-    of a newer arch does not assemble for an older GPU). HIP (`arch` a processor name such as
-    "gfx90a", perhaps with features, "gfx90a:sramecc+:xnack-"): the same processor only, since
-    an AMDGPU module (its target attributes, the device libraries linked into it) is built for
-    one. None when no record fits."""
-    with_code = [k for k in kernels if k.specializable]
-    if isinstance(arch, str):
-        processor = arch.split(":", 1)[0]
-        return next((k for k in with_code if k.arch == processor and k.has_bitcode), None)
-    for code in ("bitcode", "ptx"):
-        cuda = [k for k in with_code if isinstance(k.arch, int) and k.code == code]
-        usable = [k for k in cuda if k.arch <= arch] or (cuda if code == "bitcode" else [])
-        if usable:
-            return max(usable, key=lambda k: k.arch if k.arch <= arch else -k.arch)
-    return None
-
-
 @dataclass(frozen=True)
 class KernelTable:
     app: AppInfo

@@ -110,9 +110,20 @@ class Nvptx:
 
     def accepts(self, recorded_arch: int | str) -> bool:
         """Whether bitcode recorded for `recorded_arch` may be compiled for this device: any
-        SM version (fatbin.table.best_for_arch chose it: an older one's bitcode compiles for a
-        newer device)."""
+        SM version (best_record chose it: an older one's bitcode compiles for a newer device)."""
         return True
+
+    def best_record(self, records):
+        """Which of a kernel's records (one per target it was built for) to specialize here:
+        bitcode before PTX; the newest SM version not above the device's, else, for bitcode,
+        the oldest above it (its bitcode still compiles for the device; PTX of a newer
+        architecture does not assemble for an older GPU). None when none fits."""
+        for code in ("bitcode", "ptx"):
+            cuda = [k for k in records if k.specializable and k.code == code and isinstance(k.arch, int)]
+            usable = [k for k in cuda if k.arch <= self.arch] or (cuda if code == "bitcode" else [])
+            if usable:
+                return max(usable, key=lambda k: k.arch if k.arch <= self.arch else -k.arch)
+        return None
 
     def load_failure(self, code: int) -> str:
         return f"cuModuleLoadData/cuModuleGetFunction failed with CUDA error {code}"
@@ -192,6 +203,10 @@ class Amdgpu:
         into it) runs on no other."""
         return recorded_arch == self.arch
 
+    def best_record(self, records):
+        """The record built for this processor, with bitcode; None when there is none."""
+        return next((k for k in records if k.has_bitcode and k.arch == self.arch), None)
+
     def load_failure(self, code: int) -> str:
         return f"hipModuleLoadData/hipModuleGetFunction failed with HIP error {code}"
 
@@ -239,6 +254,11 @@ def target_for(arch: int | str) -> Target:
     if isinstance(arch, int):
         return Nvptx(arch)
     raise TypeError(f"not a GPU architecture: {arch!r}")
+
+
+def best_record(records, arch: int | str):
+    """Which of a kernel's records to specialize for a device of `arch` (the target says)."""
+    return target_for(arch).best_record(records)
 
 
 def document_arch(value: object) -> int | str:

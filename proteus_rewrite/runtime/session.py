@@ -20,11 +20,11 @@ from .. import compat, store
 from ..cache import CacheChain, StorageCache, make_chain
 from ..errors import CacheError, ProteusError
 from ..fatbin.extent import image_extent
-from ..fatbin.table import KernelRecord, KernelTable, best_for_arch
+from ..fatbin.table import KernelRecord, KernelTable
 from ..jit import process
 from ..jit.config import Config
 from ..jit.launch import foldable
-from ..jit.targets import target_for
+from ..jit.targets import best_record, target_for
 from ..policy import POLICY_KIND, Tracker, decode_learned, policy_key, save_learned
 from ..tiers import shared_from_config
 from . import protocol
@@ -205,7 +205,7 @@ def _kernel_info(session: Session, image_ptr: int, name: str, arch: int | str) -
         return None
     table, fatbin = match
     candidates = [k for k in table.kernels if k.fatbin == fatbin and k.name == name]
-    record = best_for_arch(candidates, arch)
+    record = best_record(candidates, arch)
     if record is None:
         built = ", ".join(sorted({str(k.arch) for k in candidates if k.specializable}))
         what = ("is not recorded" if not candidates

@@ -27,8 +27,7 @@ import os
 
 from ..cache import Entry
 from ..errors import CacheError
-from ..fatbin.table import best_for_arch
-from ..jit.targets import target_for
+from ..jit.targets import best_record, target_for
 from ..policy import WARM_KIND, WARM_MAX, decode_warm, encode_warm, warm_key
 from . import flow, protocol
 from .launch import decode_launch
@@ -71,7 +70,7 @@ def warm_set(session: Session | None, images: bytes) -> bytes:
                 continue
             ptr, table, index = fatbins[item["fatbin"]]
             # the record this device's launch resolves to, as kernel_info finds it
-            record = best_for_arch([k for k in table.kernels if k.fatbin == index and k.name == item["kernel"]], item["arch"])
+            record = best_record([k for k in table.kernels if k.fatbin == index and k.name == item["kernel"]], item["arch"])
             if record is None or record.globals:
                 continue
             args, known = bytearray(sum(p.size for p in record.params)), bytearray(len(record.params))

@@ -22,8 +22,8 @@ import pytest
 from proteus_rewrite import runtime, store
 from proteus_rewrite.cache import Entry, StorageCache, decode, describe, encode
 from proteus_rewrite.fatbin import extract, hostelf, layouts, offload_bundle
-from proteus_rewrite.fatbin.table import best_for_arch
 from proteus_rewrite.jit import Config, Launch, codegen, specializer
+from proteus_rewrite.jit.targets import best_record
 from proteus_rewrite.policy import decode_run, run_key
 from proteus_rewrite.runtime import protocol
 
@@ -195,17 +195,17 @@ def test_the_samples_target_builds_the_hip_samples_too():
 # ---------------------------------------------------------------- choosing a record, the cache
 
 
-def test_best_for_arch_matches_processors_exactly_and_sm_versions_by_order(table):
+def test_best_record_matches_processors_exactly_and_sm_versions_by_order(table):
     hip = extract(hip_samples() / "loop_count")
     axpy = [k for k in hip.kernels if k.name == AXPY]
-    assert best_for_arch(axpy, "gfx90a").arch == "gfx90a"
-    assert best_for_arch(axpy, "gfx90a:sramecc+:xnack-").arch == "gfx90a"  # gcnArchName, features and all
-    assert best_for_arch(axpy, "gfx940").arch == "gfx940"
-    assert best_for_arch(axpy, "gfx942") is None  # another processor's code never runs here
-    assert best_for_arch(axpy, 90) is None
+    assert best_record(axpy, "gfx90a").arch == "gfx90a"
+    assert best_record(axpy, "gfx90a:sramecc+:xnack-").arch == "gfx90a"  # gcnArchName, features and all
+    assert best_record(axpy, "gfx940").arch == "gfx940"
+    assert best_record(axpy, "gfx942") is None  # another processor's code never runs here
+    assert best_record(axpy, 90) is None
     cuda = [k for k in table("loop_count_multi_arch").kernels if k.name == AXPY]
     assert sorted(k.arch for k in cuda) == [80, 90]
-    assert best_for_arch(cuda, 90).arch == 90 and best_for_arch(cuda, 86).arch == 80 and best_for_arch(cuda, 70).arch == 80
+    assert best_record(cuda, 90).arch == 90 and best_record(cuda, 86).arch == 80 and best_record(cuda, 70).arch == 80
 
 
 def test_cache_entries_keep_a_processor_name():
