@@ -258,7 +258,8 @@ def callees(item: Item) -> set[str]:
 
 
 def reached(items_: list[Item], entry: str) -> list[Item]:
-    """The entry and every function it calls, directly or not, in module order."""
+    """The entry and every function it calls or takes the address of (an indirect call's
+    target), directly or not, in module order."""
     functions = {it.name: it for it in items_ if it.kind == "function"}
     seen, todo = set(), [entry]
     while todo:
@@ -266,7 +267,7 @@ def reached(items_: list[Item], entry: str) -> list[Item]:
         if name in seen or name not in functions:
             continue
         seen.add(name)
-        todo.extend(callees(functions[name]))
+        todo.extend(tok for tok in _IDENT.findall(body(functions[name])) if tok in functions)
     return [it for it in items_ if it.kind == "function" and it.name in seen]
 
 

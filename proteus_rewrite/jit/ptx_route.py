@@ -61,6 +61,12 @@ def specialize_text(table, kernel, plan: Plan, found: Findings) -> str:
     for v in variables:
         if re.search(r"\.(?:texref|surfref|samplerref)\b", v.text):
             raise SpecializeError(f"{kernel.demangled}: uses texture reference {v.name} (not specialized from PTX)")
+        init = v.text.partition("=")[2]
+        if re.search(r"(?<![\w$.])[A-Za-z_$][\w$.]*", init.replace("generic", "")):
+            # a table of addresses (a vtable, function pointers): they would be the variant
+            # module's, or the AOT module's through the redirected copy; neither is safe to call
+            raise SpecializeError(f"{kernel.demangled}: device variable {v.name} holds addresses "
+                                  "(function pointers or a vtable); not specialized from PTX")
     redirected = sorted(plan.globals) if plan.relink_globals else []
     missing = [v.name for v in variables if plan.relink_globals and v.name not in plan.globals]
     if missing:

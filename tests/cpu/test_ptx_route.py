@@ -313,3 +313,55 @@ def test_ptxas_assembles_the_approximations_left_to_the_hardware(tmp_path):
     body, tail = rest.rsplit("}", 1)
     out, n = ptx_contract.keep_approximations(body)
     assert n == 3 and _sass(head + "{" + out + "}" + tail, tmp_path)
+
+
+INDIRECT_PTX = """.version 9.0
+.target sm_90
+.address_size 64
+.func (.param .b32 r) twice(.param .b32 x)
+{
+.reg .b32 %r<3>;
+ld.param.b32 %r1, [x];
+add.s32 %r2, %r1, %r1;
+st.param.b32 [r], %r2;
+ret;
+}
+.global .align 8 .u64 table[1] = {generic(twice)};
+.visible .entry k(.param .u64 p, .param .u32 n)
+{
+.reg .b32 %r<4>;
+.reg .b64 %rd<4>;
+ld.param.u64 %rd1, [p];
+ld.param.u32 %r1, [n];
+mov.u64 %rd2, twice;
+st.global.u32 [%rd1], %r1;
+ret;
+}
+"""
+
+
+def test_a_function_whose_address_is_taken_is_kept():
+    from proteus_rewrite.fatbin import ptx
+
+    module = ptx.items(INDIRECT_PTX)
+    assert [f.name for f in ptx.reached(module, "k")] == ["twice", "k"]
+
+
+def test_a_table_of_function_addresses_is_not_specialized_from_ptx():
+    import dataclasses
+
+    from proteus_rewrite.fatbin.table import KernelRecord, ModuleRecord, ParamRecord
+
+    used = INDIRECT_PTX.replace("mov.u64 %rd2, twice;", "ld.global.u64 %rd2, [table];")
+    module = ModuleRecord(0, "0" * 64, 90, 0, "", "", (), used.encode(), "sm_90", kind="ptx")
+    params = (ParamRecord(0, "pointer", None, 8, 0, 8), ParamRecord(1, "int", "i32", 4, 8, 4))
+    k = KernelRecord("k", "k", 0, 90, 0, (), params, 12, ("table",), None, None, None, "cubin", code="ptx")
+
+    class Table:
+        modules = (module,)
+
+    launch = Launch(((1 << 40).to_bytes(8, "little"), (5).to_bytes(4, "little")), (1, 1, 1), (32, 1, 1), 90,
+                    {"table": 1 << 41})
+    plan = specializer.make_plan(k, launch, Config.from_env({}).for_record(k))
+    with pytest.raises(SpecializeError, match="holds addresses"):
+        ptx_route.specialize_text(Table, k, dataclasses.replace(plan, entry="k$v"), Findings())
