@@ -71,6 +71,8 @@ APPS: dict[str, App] = {
     "templates_nvcc": App(("templates.cu",), compiler="nvcc", note="a by-value struct, launch bounds; nvcc build"),
     "multi_kernel_nvcc": App(("multi_kernel.cu",), compiler="nvcc", note="four kernels, shared memory; nvcc build"),
     "warp_reduce_nvcc": App(("warp_reduce.cu",), compiler="nvcc", note="shuffles, cooperative groups; nvcc build"),
+    "rdc_nvcc": App(("rdc_main.cu", "rdc_device.cu"), compiler="nvcc", rdc=True,
+                    note="nvcc -rdc=true: a kernel calling a function and a variable of another file"),
     "loop_count_fembed": App(("loop_count.cu",), recipe="fembed-bitcode",
                              note="the older recipe, clang's -fembed-bitcode: sm_30 PTX, optimized module"),
     "warp_reduce": App(("warp_reduce.cu",), note="warp shuffles, cooperative groups, a vote"),
@@ -151,7 +153,8 @@ def build_app(name: str, app: App, out: Path, args, tree: Path, stubs: Path, src
 
     if app.compiler == "nvcc":
         arch = list(app.nvcc_arch) or [f"-arch={args.arch}"]
-        run([str(cuda / "bin" / "nvcc"), *arch, "-O3", "-I", str(src), *map(str, sources), "-o", str(tmp)])
+        run([str(cuda / "bin" / "nvcc"), *arch, "-O3", *(["-rdc=true"] if app.rdc else []), "-I", str(src),
+             *map(str, sources), "-o", str(tmp)])
     else:
         # CUDA 13 keeps cooperative_groups' dependencies (cuda/std/...) under include/cccl
         flags = ["-x", "cuda", f"--cuda-path={tree}", "-I", str(stubs), "-I", str(src), "-I", str(cuda / "include" / "cccl"),

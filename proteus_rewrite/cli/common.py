@@ -189,7 +189,7 @@ def require_code(table: KernelTable, app: str) -> None:
         )
     if not table.kernels_specializable and table.app.rdc and table.warnings:
         raise NoBitcodeError(f"none of its {len(table.kernels)} kernels can be specialized: {table.warnings[0]} "
-                             "(-rdc: device code linked across translation units is not specialized from PTX; "
+                             "(-rdc: its translation units define device code differently, or not at all; "
                              "rebuild without -rdc, or with proteus-clang++ -fgpu-rdc)", app)
     if not table.kernels_specializable:
         raise NoBitcodeError(

@@ -135,7 +135,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
             code, pk = found
             if pk is not None and pk.unresolved:
                 warnings.append(f"{demangle(name)} calls device code of another translation unit "
-                                f"({', '.join(pk.unresolved[:3])}): it runs as built")
+                                f"({', '.join(pk.unresolved[:3])}) that no unit's PTX defines alike: it runs as built")
             elif pk is not None and (typed := ptx_params(pk, params)) is None:
                 warnings.append(f"{demangle(name)}: its PTX declares {len(pk.params)} parameters of other sizes than "
                                 f"its machine code's {len(params)}: it runs as built")
@@ -193,26 +193,43 @@ def _record(name, ci, arch, module, params, layout, source, bk, variables, code,
 
 def _relocatable_ptx(elf) -> dict[str, tuple[ptx_mod.Ptx, ptx_mod.PtxKernel]]:
     """nvcc -rdc=true: the launched cubin is device-linked and carries no PTX; each translation
-    unit's relocatable PTX is in `__nv_relfatbin`. Entry name -> (its unit's PTX, its analysis)."""
+    unit's relocatable PTX is in `__nv_relfatbin`. Entry name -> (its PTX, its analysis): its
+    unit's, or, where it calls device code of other units, its unit with those definitions
+    linked in (ptx.link)."""
     section = elf.sections.get(hostelf.CUDA_RELFATBIN)
     if section is None:
         return {}
-    out: dict[str, tuple[ptx_mod.Ptx, ptx_mod.PtxKernel]] = {}
     try:
         containers = container_mod.parse_section(section.data)
     except FormatError:
         return {}  # what is launched is read from .nv_fatbin; without this the kernels run as built
+    units: list[ptx_mod.Ptx] = []
     for cont in containers:
         for e in cont.entries:
-            if e.kind != Kind.PTX:
+            if e.kind == Kind.PTX:
+                try:
+                    units.append(ptx_mod.parse(e.payload()))
+                except FormatError:
+                    continue
+    out: dict[str, tuple[ptx_mod.Ptx, ptx_mod.PtxKernel]] = {}
+    texts = [u.source.decode("utf-8", "replace") for u in units]
+    for home, unit in enumerate(units):
+        try:
+            analyzed = ptx_mod.analyze(unit.source)
+        except FormatError:
+            continue
+        for name, pk in analyzed.items():
+            if name in out:
                 continue
-            try:
-                ptx = ptx_mod.parse(e.payload())
-                analyzed = ptx_mod.analyze(ptx.source)
-            except FormatError:
-                continue
-            for name, pk in analyzed.items():
-                out.setdefault(name, (ptx, pk))
+            out[name] = (unit, pk)
+            if pk.unresolved:
+                try:
+                    linked = ptx_mod.link(texts, home, name)
+                    lk = ptx_mod.analyze(linked.encode())[name] if linked is not None else None
+                except FormatError:
+                    lk = None
+                if lk is not None and not lk.unresolved:
+                    out[name] = (dataclasses.replace(unit, source=linked.encode()), lk)
     return out
 
 

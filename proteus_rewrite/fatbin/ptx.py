@@ -384,3 +384,75 @@ def analyze(data: bytes) -> dict[str, PtxKernel]:
         unresolved = sorted(set().union(*(callees(f) for f in functions)) - defined - SYSTEM_CALLS)
         out[it.name] = PtxKernel(it.name, tuple(params), kinds, variables, tuple(unresolved))
     return out
+
+
+def _extern(it: Item) -> bool:
+    return bool(re.match(r"\s*\.extern\b", it.text))
+
+
+def _exported(it: Item) -> bool:
+    return bool(re.match(r"\s*\.(?:visible|weak)\b", it.text))
+
+
+def link(units: list[str], home: int, entry: str) -> str | None:
+    """-rdc=true builds: `entry`'s translation unit with the definitions it reaches in the
+    other units (the functions it calls there and what they reach, the variables they name) as
+    one module, what a whole-program assembler takes; None when a name it needs is defined by no
+    unit, or two units define one name differently."""
+    parsed = [items(strip_comments(u)) for u in units]
+    base = parsed[home]
+    functions = {it.name: it for it in base if it.kind == "function"}
+    variables = {it.name: it for it in base if it.kind == "variable" and not _extern(it)}
+    defined_fn: dict[str, Item] = {}
+    defined_var: dict[str, Item] = {}
+    for i, unit in enumerate(parsed):
+        for it in unit:
+            if i != home and it.kind == "function" and not it.is_entry and _exported(it):
+                defined_fn.setdefault(it.name, it)
+            if it.kind == "variable" and not _extern(it) and _exported(it):
+                defined_var.setdefault(it.name, it)
+    unit_of = {id(it): i for i, unit in enumerate(parsed) for it in unit}
+    new_fns: dict[str, Item] = {}
+    new_vars: dict[str, Item] = {}
+    todo = sorted(set().union(*(callees(f) for f in reached(base, entry))) - set(functions) - SYSTEM_CALLS)
+    while todo:
+        name = todo.pop()
+        if name in functions or name in new_fns or name in SYSTEM_CALLS:
+            continue
+        if name not in defined_fn:
+            return None
+        unit = parsed[unit_of[id(defined_fn[name])]]
+        own = {it.name for it in unit if it.kind == "function"}
+        pulled = reached(unit, name)
+        for f in pulled:
+            if f.name in functions:
+                if functions[f.name].text != f.text:
+                    return None
+                continue
+            if new_fns.setdefault(f.name, f).text != f.text:
+                return None
+            todo.extend(c for c in callees(f) if c not in own)
+        for v in variables_used(unit, pulled):
+            if _extern(v):
+                v = defined_var.get(v.name)
+                if v is None:
+                    return None
+            if v.name in variables:
+                if variables[v.name].text != v.text:
+                    return None
+                continue
+            if new_vars.setdefault(v.name, v).text != v.text:
+                return None
+    if not new_fns:
+        return None
+    out, placed = [], False
+    for it in base:
+        if it.name in new_fns and it.kind == "prototype" or it.name in new_vars and it.kind == "variable":
+            continue  # the definition comes instead
+        if not placed and it.kind in ("function", "prototype"):
+            out += [v.text for v in new_vars.values()]
+            out += [f.text[: f.body[0] - 1].rstrip() + ";" for f in new_fns.values()]  # declared before any use
+            out += [f.text for f in new_fns.values()]
+            placed = True
+        out.append(it.text)
+    return "\n".join(s.strip("\n") for s in out) + "\n"

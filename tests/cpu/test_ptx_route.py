@@ -365,3 +365,48 @@ def test_a_table_of_function_addresses_is_not_specialized_from_ptx():
     plan = specializer.make_plan(k, launch, Config.from_env({}).for_record(k))
     with pytest.raises(SpecializeError, match="holds addresses"):
         ptx_route.specialize_text(Table, k, dataclasses.replace(plan, entry="k$v"), Findings())
+
+
+def test_an_rdc_kernel_calling_another_file_takes_that_files_definitions(table):
+    """nvcc -rdc=true: weigh() calls weight() and updates rdc_calls, both of rdc_device.cu.
+    Its record's PTX is its unit with weight()'s definition linked in; the variable stays the
+    app's (reached through its pointer)."""
+    t = table("rdc_nvcc")
+    (k,) = t.kernels
+    assert k.code == "ptx" and k.globals == ("rdc_calls",)
+    text = t.modules[k.module].code.decode()
+    assert ".extern .func" not in text and re.search(r"\.visible \.func \(\.param \.b32 func_retval0\) _Z6weightii\(", text)
+    out, plan, _found = _text(t, k, _launch(k))
+    assert "atom.global.add.u32 %r3, [%pgv0], 1;" in out or re.search(r"mov\.u64 %rd\d+, %pgv0;", out)
+
+
+@needs_ptxas
+def test_the_linked_rdc_kernel_assembles(table, monkeypatch):
+    monkeypatch.setenv("PROTEUS_PTX_COMPILER", "ptxas")
+    t = table("rdc_nvcc")
+    (k,) = t.kernels
+    r = specializer.specialize(t, k, _launch(k), Config.from_env())
+    assert r.image.data[:4] == b"\x7fELF"
+
+
+def test_linking_refuses_a_name_two_files_define_differently():
+    from proteus_rewrite.fatbin import ptx
+
+    head = ".version 9.0\n.target sm_90\n.address_size 64\n"
+    caller = head + (".extern .func (.param .b32 r) f(.param .b32 x);\n"
+                     ".func (.param .b32 r) g(.param .b32 x)\n{\n.reg .b32 %r<2>;\nld.param.b32 %r1, [x];\n"
+                     "st.param.b32 [r], %r1;\nret;\n}\n"
+                     ".visible .entry k(.param .u32 n)\n{\n.reg .b32 %r<4>;\nld.param.u32 %r1, [n];\n"
+                     "{ .param .b32 a; .param .b32 b; st.param.b32 [a], %r1; call.uni (b), f, (a); }\n"
+                     "{ .param .b32 a; .param .b32 b; st.param.b32 [a], %r1; call.uni (b), g, (a); }\nret;\n}\n")
+    callee = head + (".func (.param .b32 r) g(.param .b32 x)\n{\n.reg .b32 %r<3>;\nld.param.b32 %r1, [x];\n"
+                     "add.s32 %r2, %r1, 1;\nst.param.b32 [r], %r2;\nret;\n}\n"
+                     ".visible .func (.param .b32 r) f(.param .b32 x)\n{\n.reg .b32 %r<3>;\nld.param.b32 %r1, [x];\n"
+                     "{ .param .b32 a; .param .b32 b; st.param.b32 [a], %r1; call.uni (b), g, (a); }\n"
+                     "st.param.b32 [r], %r1;\nret;\n}\n")
+    # f's file has its own g, a different one: one module cannot hold both
+    assert ptx.link([caller, callee], 0, "k") is None
+    same_g = callee.replace("add.s32 %r2, %r1, 1;\nst.param.b32 [r], %r2;", "st.param.b32 [r], %r1;")
+    same_g = same_g.replace(".reg .b32 %r<3>;\nld.param.b32 %r1, [x];\nst.param", ".reg .b32 %r<2>;\nld.param.b32 %r1, [x];\nst.param", 1)
+    linked = ptx.link([caller, same_g], 0, "k")
+    assert linked is not None and ".extern .func" not in linked and ptx.analyze(linked.encode())["k"].unresolved == ()

@@ -22,7 +22,7 @@ APPS = ["loop_count", "loop_count_dynamic", "loop_count_multi_arch", "loop_count
         "two_tu_rdc", "mixed_nvcc", "templates", "annotated", "driver_api", "launch_overhead", "launch_overhead_dynamic",
         "launch_paths",
         # nvcc builds: the PTX route
-        "loop_count_nvcc", "device_globals_nvcc", "templates_nvcc", "multi_kernel_nvcc", "warp_reduce_nvcc"]
+        "loop_count_nvcc", "device_globals_nvcc", "templates_nvcc", "multi_kernel_nvcc", "warp_reduce_nvcc", "rdc_nvcc"]
 
 
 def checksums(stdout: str) -> dict[str, str]:
