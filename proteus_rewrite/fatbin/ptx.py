@@ -121,7 +121,7 @@ def _entry(name: str, params_text: str, directives: str) -> PtxEntry:
 # The module's structure, for the PTX code kind (nvcc builds): top-level items in order, each
 # function's body, what each entry's parameters are and which device variables it reaches.
 
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_COMMENT = re.compile(r"(\"(?:[^\"\\\n]|\\.)*\")|//[^\n]*|/\*.*?\*/", re.S)  # strings kept: a .file path may hold //
 _FUNC_HEAD = re.compile(r"(?:\.(?:visible|weak|extern)\s+)*\.(entry|func)\b")
 _FUNC_NAME = re.compile(r"\.(?:entry|func)\s*(?:\([^)]*\)\s*)?([\w$.]+)")
 _VARIABLE = re.compile(r"^(?:\.(?:visible|weak|extern)\s+)*\.(global|const)\s+(.*?)([\w$.]+)\s*(?:\[[^\]]*\])*\s*(?:=.*)?;$", re.S)
@@ -169,7 +169,7 @@ class PtxParam:
 
 
 def strip_comments(text: str) -> str:
-    return _COMMENT.sub("", text)
+    return _COMMENT.sub(lambda m: m.group(1) or "", text)
 
 
 def items(text: str) -> list[Item]:

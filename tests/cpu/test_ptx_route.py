@@ -410,3 +410,10 @@ def test_linking_refuses_a_name_two_files_define_differently():
     same_g = same_g.replace(".reg .b32 %r<3>;\nld.param.b32 %r1, [x];\nst.param", ".reg .b32 %r<2>;\nld.param.b32 %r1, [x];\nst.param", 1)
     linked = ptx.link([caller, same_g], 0, "k")
     assert linked is not None and ".extern .func" not in linked and ptx.analyze(linked.encode())["k"].unresolved == ()
+
+
+def test_comments_go_and_strings_stay():
+    from proteus_rewrite.fatbin import ptx
+
+    text = '.file 1 "/usr//include/x.h"\n// a comment\nmov.u32 %r1, 1; /* and\nanother */ ret;\n'
+    assert ptx.strip_comments(text) == '.file 1 "/usr//include/x.h"\n\nmov.u32 %r1, 1;  ret;\n'
