@@ -311,7 +311,7 @@ def validated(session: Session, kid: int, args: bytes, ranges: bytes, variant: b
         reason = (f"its variant wrote different results: {sum(d.bytes_differing for d in outcome.differences)} bytes in "
                   f"{len(outcome.differences)} of {outcome.allocations} allocations, the largest difference "
                   f"{_ulps_text(worst.max_ulps)} at offset {worst.first_offset} of the {worst.size}-byte allocation at "
-                  f"{worst.base:#x}; folded {outcome.folded}")
+                  f"{worst.base:#x}; its scalar arguments {outcome.folded}")
         outcome.reason = reason
         entry = {"reason": reason, "folded": outcome.folded, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "modules": [session.kernels[kid][0].modules[record.module].sha256] if record.module is not None else []}
