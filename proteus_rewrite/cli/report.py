@@ -26,7 +26,8 @@ def report(report_file, as_json):
     original kernel while a variant compiled in the background, because the compile
     budget was spent, or otherwise (a failure, a variant found slower, the original's turns in a
     speed trial); the kernel's GPU time against the original's, from the speed trials (below 1:
-    its variants won); and the arguments the value tracker stopped folding.
+    its variants won), and in words: variants kept, found slower and dropped, or not yet judged
+    and why; and the arguments the value tracker stopped folding.
     """
     doc = read_report(report_file)
     rows = [vars(r) for r in kernel_rows(doc, report_file)]
@@ -73,14 +74,14 @@ def report(report_file, as_json):
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col, right in (("kernel", False), ("launches", True), ("specialized", True), ("compiled", True),
                        ("mem/disk hits", True), ("compile ms", True), ("original ran: compiling / budget / other", True),
-                       ("time vs original", True), ("tracker unfolded", False)):
+                       ("time vs original", True), ("speed trials", False), ("tracker unfolded", False)):
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in rows:
         share = f"{100.0 * r['specialized'] / r['launches']:.1f}%" if r["launches"] else "-"
         other = r["fallbacks"] - r["while_compiling"] - r["budget_refusals"]
         t.add_row(r["kernel"], f"{r['launches']:,}", share, str(r["compiled"]), f"{r['memory_hits']}/{r['disk_hits']}",
                   f"{r['compile_ms']:.1f}", f"{r['while_compiling']:,} / {r['budget_refusals']:,} / {max(other, 0):,}",
-                  f"{r['time_vs_original']:.2f}x" if r["time_vs_original"] else "-",
+                  f"{r['time_vs_original']:.2f}x" if r["time_vs_original"] else "-", r["verdict"],
                   ", ".join(map(str, r["unfolded_by_tracker"])) or "-")
     Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(t)
     for r in rows:

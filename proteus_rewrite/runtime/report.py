@@ -260,6 +260,7 @@ class KernelRow:
     not_compiled: int = 0
     time_vs_original: float | None = None  # speed trials: the variants' GPU time over the original's
     slower: int = 0  # variants found slower than the original (this run or an earlier one)
+    verdict: str = "-"  # speed trials, in words: faster, slower (dropped) or not yet judged, and why
 
 
 def read_report(path: str) -> dict:
@@ -290,7 +291,46 @@ def kernel_rows(doc: dict, path: str) -> list[KernelRow]:
                 not_compiled=len(k.get("not_compiled") or []),
                 time_vs_original=k.get("kernel_time_vs_original"),
                 slower=len(k.get("slower_declined") or []) + sum(
-                    1 for v in k.get("variants") or [] if (v.get("speed") or {}).get("verdict") == "slower")))
+                    1 for v in k.get("variants") or [] if (v.get("speed") or {}).get("verdict") == "slower"),
+                verdict=trial_verdict(k)))
         return rows
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None
+
+
+def trial_verdict(kernel: dict) -> str:
+    """What the speed trials said of a kernel's variants, in words: how many were kept (faster,
+    or no slower than the margin), how many were found slower and dropped, how many are not yet
+    judged and why (the timed launches a trial had when the run ended; a trial starts after a
+    variant's first launches), and those judged by an earlier run."""
+    kept, slower, open_, earlier = [], len(kernel.get("slower_declined") or []), [], 0
+    for v in kernel.get("variants") or []:
+        speed = v.get("speed") if isinstance(v.get("speed"), dict) else None
+        if speed is None:
+            continue
+        if speed.get("remembered"):
+            earlier += 1
+        verdict = speed.get("verdict")
+        if verdict == "kept":
+            kept.append(speed.get("variant_over_original"))
+        elif verdict == "slower":
+            slower += 1
+        elif verdict == "undecided":
+            open_.append(int(speed.get("timed_launches") or 0))
+    parts = []
+    if kept:
+        ratios = [r for r in kept if r]
+        parts.append(f"{len(kept)} kept" + (f" ({min(ratios):.2f}-{max(ratios):.2f}x)" if len(ratios) > 1
+                                            else f" ({ratios[0]:.2f}x)" if ratios else ""))
+    if slower:
+        parts.append(f"{slower} slower, dropped")
+    started = [n for n in open_ if n]
+    if started:
+        most = max(started)
+        parts.append(f"{len(started)} not judged: the run ended after {'at most ' if len(started) > 1 else ''}"
+                     f"{most} timed launch{'es' if most != 1 else ''}")
+    if len(started) < len(open_):
+        parts.append(f"{len(open_) - len(started)} not timed: launched too few times for a trial")
+    if earlier:
+        parts.append(f"{earlier} judged by an earlier run")
+    return "; ".join(parts) or "-"

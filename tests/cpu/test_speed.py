@@ -84,6 +84,20 @@ def test_the_report_shows_each_kernels_time_against_the_original(state, tmp_path
     assert entry["launches_timing_original"] == 6 and entry["specialized_launches"] == 32
     out = run_cli("report", str(tmp_path / "r.json"))
     assert out.returncode == 0 and "time vs original" in out.stdout and "1.00x" in out.stdout
+    assert "2 kept (0.50-2.00x)" in out.stdout
+
+
+def test_the_report_says_in_words_what_the_trials_found_and_why_one_is_open(state, tmp_path):
+    st, k = state()
+    for n in ("3", "4", "5", "6"):
+        _specialize(k, n)
+    runtime.finish(b"", _trial(0, "kept", 100.0, 80.0) + _trial(1, "slower", 100.0, 130.0)
+                   + protocol.VARIANT.pack(0, 2, 0, 3, 0, 0, 0, 0, 0) + protocol.VARIANT.pack(0, 3, 0, 0, 0, 0, 0, 0, 0))
+    counters = protocol.COUNTERS.pack(0, 40, 30, 4, 0, 0, 0, 6, 1000, 0) + k.name.encode() + b"\0"
+    runtime.write_report(str(tmp_path / "r.json"), counters)
+    rows = json.loads(run_cli("report", "--json", str(tmp_path / "r.json")).stdout)["kernels"]
+    assert rows[0]["verdict"] == ("1 kept (0.80x); 1 slower, dropped; 1 not judged: the run ended after 3 timed "
+                                  "launches; 1 not timed: launched too few times for a trial")
 
 
 def test_the_speed_check_can_be_turned_off(state, monkeypatch):
