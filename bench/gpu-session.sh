@@ -6,14 +6,19 @@
 #   bench/gpu-session.sh tests     the README's install (bench/gpu-env.sh), the GPU tests, and
 #                                  beside them upstream Proteus's tests/gpu programs
 #                                  (bench/corpora/upstream_tests) natively and under the tool
+#   bench/gpu-session.sh nvcc      the nvcc corpora under the PTX route, CUPTI-traced: the
+#                                  cuda-samples (.gpu/cuda-samples.tar.xz) and a SHARD (I/N) of
+#                                  HeCBench's nvcc builds (.gpu/hecbench-nvcc.tar.xz) in three
+#                                  modes; SPEED=N instead times N native/warm pairs per program
 #   bench/gpu-session.sh compare   the paper's six programs: plain, ours, Proteus
 #                                  (bench/proteus_compare.py), alone on the GPU; PHASE=cold, then
 #                                  PHASE=warm with one CACHE_DIR, for a program that outlasts a call
 set -uo pipefail
-stage=${1:?usage: gpu-session.sh tests|compare}
+stage=${1:?usage: gpu-session.sh tests|nvcc|compare}
 export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-export PROTEUS_COMMIT=${PROTEUS_COMMIT:-$(git rev-parse HEAD 2>/dev/null || cat .gpu/commit 2>/dev/null || echo unknown)}
+# .gpu/commit first: the device copy's .git can be older than the tree it carries
+export PROTEUS_COMMIT=${PROTEUS_COMMIT:-$(cat .gpu/commit 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)}
 # The device tool brings back a few files only: at exit, everything in one archive.
 pack() { (cd "$OUT" && tar -cJf /tmp/results.tar.xz --exclude=results.tar.xz . && find . -mindepth 1 -delete && mv /tmp/results.tar.xz .); }
 trap pack EXIT
@@ -41,6 +46,26 @@ tests)
   wait
   tail -25 "$OUT/pytest-gpu.log"; tail -5 "$OUT/upstream-tests.log" 2>/dev/null
   ;;
+nvcc)
+  [ -x .venv/bin/proteus-rewrite ] || source bench/gpu-env.sh || exit 1
+  export PATH="$PWD/.venv/bin:$PATH"
+  root=$PWD
+  lib=$(kernel_trace_lib)
+  mkdir -p /tmp/cs /tmp/hb
+  if [ -f .gpu/cuda-samples.tar.xz ] && [ "${SAMPLES:-1}" = 1 ]; then
+    tar -xJf .gpu/cuda-samples.tar.xz -C /tmp/cs
+    (cd /tmp/cs && timeout 200 python3 -m bench.corpora.cuda_samples.run --tool "$root/.venv/bin/proteus-rewrite" \
+       ${lib:+--kernel-trace "$lib"} --out "$OUT/cuda-samples" > "$OUT/cuda-samples.log" 2>&1)
+    rm -rf "$OUT/cuda-samples/scratch"
+  fi
+  tar -xJf .gpu/hecbench-nvcc.tar.xz -C /tmp/hb
+  if [ "${SPEED:-0}" -gt 0 ]; then speed=(-j 1 --modes default-cold,default-warm --speed-reps "$SPEED"); else speed=(-j 5); fi
+  (cd /tmp/hb && timeout "${HEC_S:-480}" python3 -m bench.corpora.hecbench.run --recipes nvcc "${speed[@]}" --timeout 120 \
+     --tool "$root/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace "$lib"} --shard "${SHARD:-1/1}" ${ONLY:+--only "$ONLY"} \
+     --out "$OUT/hecbench-nvcc" > "$OUT/hecbench-nvcc.log" 2>&1)
+  rm -rf "$OUT/hecbench-nvcc/scratch"
+  tail -3 "$OUT/cuda-samples.log" 2>/dev/null; grep -E "^- nvcc" "$OUT/hecbench-nvcc/hecbench-corpus.md"
+  ;;
 compare)   # NVCC=1: also the nvcc builds (hec/PROG/main_nvcc), natively and under the tool (--nvcc)
   export PATH="$PWD/.venv/bin:$PATH"
   mkdir -p /tmp/h /tmp/pu
@@ -60,5 +85,5 @@ compare)   # NVCC=1: also the nvcc builds (hec/PROG/main_nvcc), natively and und
   rm -rf "$OUT/compare/rewritten"
   cat "$OUT/compare/proteus-compare.md"
   ;;
-*) echo "gpu-session.sh: unknown stage '$stage' (tests, compare)" >&2; exit 2 ;;
+*) echo "gpu-session.sh: unknown stage '$stage' (tests, nvcc, compare)" >&2; exit 2 ;;
 esac
