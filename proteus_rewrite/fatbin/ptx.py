@@ -450,9 +450,10 @@ def link(units: list[str], home: int, entry: str) -> str | None:
         if it.name in new_fns and it.kind == "prototype" or it.name in new_vars and it.kind == "variable":
             continue  # the definition comes instead
         if not placed and it.kind in ("function", "prototype"):
+            # declared before any use; defined after the unit's own functions, which they may call
             out += [v.text for v in new_vars.values()]
-            out += [f.text[: f.body[0] - 1].rstrip() + ";" for f in new_fns.values()]  # declared before any use
-            out += [f.text for f in new_fns.values()]
+            out += [f.text[: f.body[0] - 1].rstrip() + ";" for f in new_fns.values()]
             placed = True
         out.append(it.text)
+    out += [f.text for f in new_fns.values()]
     return "\n".join(s.strip("\n") for s in out) + "\n"

@@ -417,3 +417,28 @@ def test_comments_go_and_strings_stay():
 
     text = '.file 1 "/usr//include/x.h"\n// a comment\nmov.u32 %r1, 1; /* and\nanother */ ret;\n'
     assert ptx.strip_comments(text) == '.file 1 "/usr//include/x.h"\n\nmov.u32 %r1, 1;  ret;\n'
+
+
+@needs_ptxas
+def test_a_linked_function_may_call_back_into_the_kernels_file(tmp_path):
+    """rdc: f (another file) calls h, defined in the kernel's file: the linked module declares
+    f before the kernel uses it and defines it after h, so ptxas takes it whole."""
+    import subprocess
+
+    from proteus_rewrite.fatbin import ptx
+
+    head = ".version 9.0\n.target sm_90\n.address_size 64\n"
+    call = "{{ .param .b32 a; .param .b32 b; st.param.b32 [a], %r1; call.uni (b), {}, (a); ld.param.b32 %r1, [b]; }}\n"
+    fn = (".visible .func (.param .b32 r) {}(.param .b32 x)\n{{\n.reg .b32 %r<3>;\nld.param.b32 %r1, [x];\n{}"
+          "st.param.b32 [r], %r1;\nret;\n}}\n")
+    home = head + (".extern .func (.param .b32 r) f(.param .b32 x);\n" + fn.format("h", "add.s32 %r1, %r1, 1;\n")
+                   + ".visible .entry k(.param .u64 p, .param .u32 n)\n{\n.reg .b32 %r<4>;\n.reg .b64 %rd<3>;\n"
+                   "ld.param.u32 %r1, [n];\n" + call.format("f") + "ld.param.u64 %rd1, [p];\n"
+                   "cvta.to.global.u64 %rd2, %rd1;\nst.global.u32 [%rd2], %r1;\nret;\n}\n")
+    other = head + ".extern .func (.param .b32 r) h(.param .b32 x);\n" + fn.format("f", call.format("h"))
+    linked = ptx.link([home, other], 0, "k")
+    assert linked is not None and linked.index("f(.param .b32 x);") < linked.index(".entry k")
+    assert linked.index("func (.param .b32 r) h(") < linked.rindex("func (.param .b32 r) f(")
+    src = tmp_path / "l.ptx"
+    src.write_text(linked)
+    subprocess.run([str(PTXAS), "-arch=sm_90", str(src), "-o", str(tmp_path / "l.cubin")], check=True)
