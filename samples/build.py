@@ -73,6 +73,8 @@ APPS: dict[str, App] = {
     "warp_reduce_nvcc": App(("warp_reduce.cu",), compiler="nvcc", note="shuffles, cooperative groups; nvcc build"),
     "rdc_nvcc": App(("rdc_main.cu", "rdc_device.cu"), compiler="nvcc", rdc=True,
                     note="nvcc -rdc=true: a kernel calling a function and a variable of another file"),
+    "cdp_nvcc": App(("cdp.cu",), compiler="nvcc", rdc=True,
+                    note="dynamic parallelism: a kernel launching a kernel (the device runtime's PTX is newer)"),
     "loop_count_fembed": App(("loop_count.cu",), recipe="fembed-bitcode",
                              note="the older recipe, clang's -fembed-bitcode: sm_30 PTX, optimized module"),
     "warp_reduce": App(("warp_reduce.cu",), note="warp shuffles, cooperative groups, a vote"),

@@ -129,7 +129,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
                     ptx_kernels = _analyze_ptx(ptx, warnings)
                 found = (ptx, ptx_kernels.get(name))
             elif defining is None:
-                found = relocatable.get(name, (None, None))  # -rdc: its translation unit's PTX
+                found = _relocatable_for(relocatable, name, arch)  # -rdc: its translation unit's PTX
             else:
                 found = (None, None)
             code, pk = found
@@ -159,8 +159,8 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
     missing = [k for k in kernels if not k.specializable]
     if missing and len(missing) < len(kernels):
         names = ", ".join(sorted({k.demangled for k in missing})[:5])
-        warnings.append(f"{len(missing)} of {len(kernels)} kernels have neither embedded bitcode nor PTX and will run "
-                        f"unspecialized: {names}")
+        warnings.append(f"{len(missing)} of {len(kernels)} kernels have neither embedded bitcode nor PTX for their "
+                        f"architecture and will run unspecialized: {names}")
 
     return KernelTable(
         app=hostelf_app_info(path, data, elf),
@@ -191,11 +191,11 @@ def _record(name, ci, arch, module, params, layout, source, bk, variables, code,
     )
 
 
-def _relocatable_ptx(elf) -> dict[str, tuple[ptx_mod.Ptx, ptx_mod.PtxKernel]]:
+def _relocatable_ptx(elf) -> dict[str, list[tuple[int, ptx_mod.Ptx, ptx_mod.PtxKernel]]]:
     """nvcc -rdc=true: the launched cubin is device-linked and carries no PTX; each translation
-    unit's relocatable PTX is in `__nv_relfatbin`. Entry name -> (its PTX, its analysis): its
-    unit's, or, where it calls device code of other units, its unit with those definitions
-    linked in (ptx.link)."""
+    unit's relocatable PTX is in `__nv_relfatbin`. Entry name -> [(the PTX's architecture, its
+    PTX, its analysis)]: its unit's, or, where it calls device code of other units, its unit
+    with those definitions linked in (ptx.link, over the units of that architecture)."""
     section = elf.sections.get(hostelf.CUDA_RELFATBIN)
     if section is None:
         return {}
@@ -203,34 +203,42 @@ def _relocatable_ptx(elf) -> dict[str, tuple[ptx_mod.Ptx, ptx_mod.PtxKernel]]:
         containers = container_mod.parse_section(section.data)
     except FormatError:
         return {}  # what is launched is read from .nv_fatbin; without this the kernels run as built
-    units: list[ptx_mod.Ptx] = []
+    by_arch: dict[int, list[ptx_mod.Ptx]] = {}
     for cont in containers:
         for e in cont.entries:
             if e.kind == Kind.PTX:
                 try:
-                    units.append(ptx_mod.parse(e.payload()))
+                    by_arch.setdefault(e.arch, []).append(ptx_mod.parse(e.payload()))
                 except FormatError:
                     continue
-    out: dict[str, tuple[ptx_mod.Ptx, ptx_mod.PtxKernel]] = {}
-    texts = [u.source.decode("utf-8", "replace") for u in units]
-    for home, unit in enumerate(units):
-        try:
-            analyzed = ptx_mod.analyze(unit.source)
-        except FormatError:
-            continue
-        for name, pk in analyzed.items():
-            if name in out:
+    out: dict[str, list[tuple[int, ptx_mod.Ptx, ptx_mod.PtxKernel]]] = {}
+    for arch, units in by_arch.items():
+        texts = [u.source.decode("utf-8", "replace") for u in units]
+        for home, unit in enumerate(units):
+            try:
+                analyzed = ptx_mod.analyze(unit.source)
+            except FormatError:
                 continue
-            out[name] = (unit, pk)
-            if pk.unresolved:
-                try:
-                    linked = ptx_mod.link(texts, home, name)
-                    lk = ptx_mod.analyze(linked.encode())[name] if linked is not None else None
-                except FormatError:
-                    lk = None
-                if lk is not None and not lk.unresolved:
-                    out[name] = (dataclasses.replace(unit, source=linked.encode()), lk)
+            for name, pk in analyzed.items():
+                found = (arch, unit, pk)
+                if pk.unresolved:
+                    try:
+                        linked = ptx_mod.link(texts, home, name)
+                        lk = ptx_mod.analyze(linked.encode())[name] if linked is not None else None
+                    except FormatError:
+                        lk = None
+                    if lk is not None and not lk.unresolved:
+                        found = (arch, dataclasses.replace(unit, source=linked.encode()), lk)
+                out.setdefault(name, []).append(found)
     return out
+
+
+def _relocatable_for(relocatable, name: str, arch: int):
+    """The relocatable PTX of `name` for a cubin of `arch`: the newest not above it (PTX of a
+    newer architecture, as libcudadevrt ships, does not assemble for it)."""
+    fits = [f for f in relocatable.get(name, ()) if f[0] <= arch]
+    best = max(fits, key=lambda f: f[0], default=None)
+    return (best[1], best[2]) if best else (None, None)
 
 
 def _analyze_ptx(ptx: ptx_mod.Ptx, warnings: list[str]) -> dict[str, ptx_mod.PtxKernel]:

@@ -442,3 +442,14 @@ def test_a_linked_function_may_call_back_into_the_kernels_file(tmp_path):
     src = tmp_path / "l.ptx"
     src.write_text(linked)
     subprocess.run([str(PTXAS), "-arch=sm_90", str(src), "-o", str(tmp_path / "l.cubin")], check=True)
+
+
+def test_dynamic_parallelism_the_child_from_its_ptx_the_parent_as_built(table):
+    """nvcc -rdc=true with the device runtime: libcudadevrt's relocatable PTX is for a newer
+    architecture than the sm_90 cubin, so it is never taken; the parent, which calls into it,
+    runs as built, with the reason; the child takes the PTX route from the sample's own unit."""
+    t = table("cdp_nvcc")
+    routes = {k.demangled.split("(")[0]: k.code if k.specializable else None for k in t.kernels}
+    assert routes["child"] == "ptx" and routes["parent"] is None
+    assert all(m.ptx_target == "sm_90" for m in t.modules)
+    assert any("parent(float*, int, int) calls device code of another translation unit" in w for w in t.warnings)
