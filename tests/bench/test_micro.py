@@ -61,3 +61,12 @@ def test_miss_bench_times_both_shapes(tmp_path):
     for args, message in ((["--reps", "0"], "must be positive"), (["--shapes", "three calls"], "unknown shape 'three calls'")):
         bad = _micro("miss_bench", *args)
         assert bad.returncode == 2 and message in bad.stderr
+
+
+def test_ptx_sweep_assembles_an_nvcc_samples_kernels(samples, tmp_path):
+    out = tmp_path / "sweep.json"
+    r = _micro("ptx_sweep", str(samples / "loop_count_nvcc"), "--json", str(out), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "loop_count_nvcc: 3 kernels, 3 on the PTX route, 3 of 3 swept assembled" in r.stdout
+    (doc,) = json.loads(out.read_text())
+    assert doc["assembled"] == 3 and doc["failures"] == {}
