@@ -53,10 +53,10 @@ def _operands(text: str) -> list[str]:
 
 
 def _contractible(opcode: str, base: str) -> tuple[str, bool] | None:
-    """(type, ftz) of a `mul`/`add`/`sub` that ptxas may contract: f32 or f64, no rounding
-    modifier, no saturation."""
+    """(type, ftz) of a `mul`/`add`/`sub` that ptxas may contract: a floating-point type, no
+    rounding modifier, no saturation."""
     parts = opcode.split(".")
-    if parts[0] != base or parts[-1] not in ("f32", "f64"):
+    if parts[0] != base or parts[-1] not in _FLOAT_BITS:
         return None
     mods = set(parts[1:-1])
     if mods & _ROUNDING or "sat" in mods or mods - {"ftz"}:
@@ -98,6 +98,11 @@ def _analysis(body: str):
     return instrs, defs, uses, const
 
 
+# The floating-point types contraction applies to, and the bit type of each (the packed half
+# types are 32 bits wide); the zero of keep_approximations is made that wide.
+_FLOAT_BITS = {"f16": "b16", "bf16": "b16", "f16x2": "b32", "bf16x2": "b32", "f32": "b32", "f64": "b64"}
+_WIDEN = {"b16": "cvt.u16.u32 {zero}, {zero}z;", "b32": "mov.b32 {zero}, {zero}z;", "b64": "cvt.u64.u32 {zero}, {zero}z;"}
+
 # Approximate instructions: the hardware's result (MUFU) need not be the value ptxas computes
 # for a constant operand (it folds them: rcp.approx.ftz.f32 of 0.75 became 0x3faaaaab).
 _APPROX = re.compile(r"^(?:ex2|lg2|sin|cos|rsqrt|tanh)\.|^(?:rcp|sqrt|div)\.(?:[\w.]*\.)?(?:approx|full)\.")
@@ -111,18 +116,18 @@ def keep_approximations(body: str) -> tuple[str, int]:
     instrs, _defs, _uses, const = _analysis(body)
     edits: dict[int, str] = {}
     for m in instrs:
-        if not _APPROX.match(m.group(3)) or m.group(3).endswith(("f16", "bf16", "f16x2", "bf16x2")):
+        if not _APPROX.match(m.group(3)) or m.group(3).split(".")[-1] not in _FLOAT_BITS:
             continue
         ops = _operands(m.group(4))
         if len(ops) < 2 or not all(_IMMEDIATE.match(s) or s in const for s in ops[1:]):
             continue
-        wide = m.group(3).endswith("f64")
-        bits, ftype = ("b64", "f64") if wide else ("b32", "f32")
+        ftype = m.group(3).split(".")[-1]
+        bits = _FLOAT_BITS[ftype]
         i = len(edits)
         zero, opaque = f"%pza{i}", f"%pzo{i}"
-        prelude = [f".reg .b32 {zero}z; .reg .{bits} {zero}; .reg .{ftype} {opaque};",
+        prelude = [f".reg .b32 {zero}z; .reg .{bits} {zero}; .reg .{bits} {opaque};",
                    f"mov.u32 {zero}z, %dynamic_smem_size;", f"shr.u32 {zero}z, {zero}z, 31;",
-                   f"cvt.u64.u32 {zero}, {zero}z;" if wide else f"mov.b32 {zero}, {zero}z;",
+                   _WIDEN[bits].format(zero=zero),
                    f"or.{bits} {opaque}, {ops[1]}, {zero};"]
         rest = ", ".join([ops[0], opaque, *ops[2:]])
         edits[m.start()] = (m.group(1) + "{ " + " ".join(prelude) + " " + (m.group(2) or "")
@@ -182,8 +187,8 @@ def keep_contraction(body: str) -> tuple[str, int]:
             else:  # a*b - y = fma(a, b, -y); x - a*b = fma(-a, b, x): negation is exact, in a scope of its own
                 neg = f"%pfc{len(edits)}"
                 if x == product:
-                    text = f"{{ .reg .{typ} {neg}; neg.{typ} {neg}, {y}; fma.{rounding}.{typ} {dest}, {a}, {b}, {neg}; }}"
+                    text = f"{{ .reg .{_FLOAT_BITS[typ]} {neg}; neg.{typ} {neg}, {y}; fma.{rounding}.{typ} {dest}, {a}, {b}, {neg}; }}"
                 else:
-                    text = f"{{ .reg .{typ} {neg}; neg.{typ} {neg}, {a}; fma.{rounding}.{typ} {dest}, {neg}, {b}, {x}; }}"
+                    text = f"{{ .reg .{_FLOAT_BITS[typ]} {neg}; neg.{typ} {neg}, {a}; fma.{rounding}.{typ} {dest}, {neg}, {b}, {x}; }}"
             edits[use.start()] = use.group(1) + (use.group(2) or "") + text
     return _apply(body, instrs, edits)

@@ -453,3 +453,22 @@ def test_dynamic_parallelism_the_child_from_its_ptx_the_parent_as_built(table):
     assert routes["child"] == "ptx" and routes["parent"] is None
     assert all(m.ptx_target == "sm_90" for m in t.modules)
     assert any("parent(float*, int, int) calls device code of another translation unit" in w for w in t.warnings)
+
+
+@needs_ptxas
+def test_half_precision_products_and_approximations_are_kept_too(tmp_path):
+    """A half folded from a struct's bytes lands in a .b16 register: mul.f16 of two constants
+    into a sub, and ex2.approx.f16 of a constant, get the same treatment as f32, and ptxas
+    takes the result."""
+    from proteus_rewrite.jit import ptx_contract
+
+    ptx = (".version 9.0\n.target sm_90\n.address_size 64\n.visible .entry k(.param .u64 p)\n{\n.reg .b16 %rs<8>;\n"
+           ".reg .b64 %rd<4>;\nld.param.u64 %rd1, [p];\ncvta.to.global.u64 %rd2, %rd1;\nmov.b16 %rs1, 0x3C66;\n"
+           "mov.b16 %rs2, 0x3CCD;\nld.global.b16 %rs5, [%rd2];\nmul.f16 %rs3, %rs1, %rs2;\nsub.f16 %rs4, %rs5, %rs3;\n"
+           "ex2.approx.f16 %rs6, %rs1;\nst.global.b16 [%rd2], %rs4;\nst.global.b16 [%rd2+2], %rs6;\nret;\n}\n")
+    head, rest = ptx.split("{", 1)
+    body, tail = rest.rsplit("}", 1)
+    body, n = ptx_contract.keep_contraction(body)
+    body, m = ptx_contract.keep_approximations(body)
+    assert (n, m) == (1, 1) and "fma.rn.f16 %rs4, %pfc0, %rs2, %rs5;" in body and "cvt.u16.u32 %pza0, %pza0z;" in body
+    assert _sass(head + "{" + body + "}" + tail, tmp_path)
