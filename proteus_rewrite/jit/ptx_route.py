@@ -36,7 +36,7 @@ from .relink import PLACEHOLDER, pointer_name
 
 # Raised with every change that can change the code made from the same inputs (the cache key
 # names it, so that entries an earlier version wrote are not served).
-REVISION = 3
+REVISION = 4
 
 _REG_DECL = re.compile(r"^\s*\.reg\s+\.(\w+)\s+(%[\w$]+?)(?:<(\d+)>)?\s*(?:,[^;]*)?;", re.M)
 _LD_PARAM = re.compile(r"^(\s*)ld\.param(?:\.v(\d))?\.(\w+)\s+(\{[^}]*\}|%[\w$]+)\s*,\s*\[([\w$.]+)(?:\s*\+\s*(\d+))?\]\s*;[ \t]*$",
