@@ -333,11 +333,18 @@ def cxx_parameter_types(demangled: str) -> list[str] | None:
                 break
     if start is None:
         return None
-    inner, out, depth, cur = demangled[start + 1:-1], [], 0, ""
-    for c in inner:
-        if c in "(<":
+    out = split_top_level(demangled[start + 1:-1], "(<", ")>")
+    return [] if out == ["void"] else out
+
+
+def split_top_level(text: str, opens: str, closes: str) -> list[str]:
+    """`text` split at the commas outside any bracket pair (a C++ parameter list's template
+    arguments, a PTX instruction's vector and address operands), each part stripped."""
+    out, depth, cur = [], 0, ""
+    for c in text:
+        if c in opens:
             depth += 1
-        elif c in ")>":
+        elif c in closes:
             depth -= 1
         if c == "," and depth == 0:
             out.append(cur.strip())
@@ -346,7 +353,7 @@ def cxx_parameter_types(demangled: str) -> list[str] | None:
             cur += c
     if cur.strip():
         out.append(cur.strip())
-    return [] if out == ["void"] else out
+    return out
 
 
 @dataclass(frozen=True)

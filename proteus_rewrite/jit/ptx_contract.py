@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import re
 
+from ..fatbin.ptx import split_top_level
+
 _INSTRUCTION = re.compile(r"^([ \t]*)(@!?%[\w$]+[ \t]+)?([a-z][\w.]*)[ \t]+([^;\n]*);", re.M)
 _REGISTER = re.compile(r"%[\w$.]+")
 _IMMEDIATE = re.compile(r"^(?:-?(?:0[xX][0-9a-fA-F]+|\d+)U?|0[fF][0-9a-fA-F]{8}|0[dD][0-9a-fA-F]{16}|-?\d+\.\d*(?:e[-+]?\d+)?)$")
@@ -36,20 +38,7 @@ _SPECIAL = re.compile(r"^%(?:tid|ntid|ctaid|nctaid|laneid|warpid|nwarpid|smid|ns
 
 
 def _operands(text: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for c in text:
-        if c in "{[":
-            depth += 1
-        elif c in "}]":
-            depth -= 1
-        if c == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += c
-    if cur.strip():
-        out.append(cur.strip())
-    return out
+    return split_top_level(text, "{[", "}]")
 
 
 def _contractible(opcode: str, base: str) -> tuple[str, bool] | None:

@@ -30,7 +30,7 @@ from .. import __version__
 from ..cache import TOMBSTONE, CacheChain, Entry
 from ..errors import SpecializeError
 from ..fatbin.table import KernelRecord, KernelTable
-from . import codegen, occupancy, pipeline, relink, targets
+from . import codegen, occupancy, pipeline, ptx_route, relink, targets
 from .config import CodegenConfig, Config
 from .launch import Launch, foldable, ir_constant, python_value
 from .plan import Plan
@@ -168,8 +168,6 @@ def cache_key(table: KernelTable, kernel: KernelRecord, plan: Plan, cg: CodegenC
         "relink_globals": "pointers" if plan.relink_globals else False,
     }
     if kernel.code != "bitcode":
-        from . import ptx_route
-
         doc["code"] = [kernel.code, ptx_route.REVISION]
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
