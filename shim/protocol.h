@@ -34,10 +34,15 @@
 #define PROTO_IMAGE_VARIANT_AT 4
 #define PROTO_IMAGE_FLAGS_AT 8
 #define PROTO_IMAGE_TRIAL 1
+#define PROTO_IMAGE_ORIGINAL_FIRST 2
 
-/* a variant followed, at exit: i32 kid, u32 variant, verdict, timed; f32 original median, min,
- * variant median, min (us); u64 launches */
-#define PROTO_VARIANT 40
+/* a variant followed, at exit: i32 kid, u32 variant, verdict, timed launches of the original and
+ * of the variant; f32 us of each (TRIAL_RUNS a side); u64 launches */
+#define PROTO_VARIANT 76
+#define TRIAL_RUNS 6
+#define TRIAL_MARGIN 0.01f
+#define TRIAL_FLOOR_MS 0.001f
+#define TRIAL_LONG_MS 1.0f
 #define PROTO_TRIAL_UNDECIDED 0
 #define PROTO_TRIAL_KEPT 1
 #define PROTO_TRIAL_SLOWER 2

@@ -141,11 +141,8 @@ typedef struct sentry {
 
 /* ------------------------------------------------------------------ a variant under speed trial (trial.c) */
 
-#define TRIAL_AFTER 8         /* variant launches before the trial: a kernel launched less is never timed */
-#define TRIAL_RUNS 6          /* timed launches per side; the first of each is not counted (a first launch loads code) */
+/* TRIAL_RUNS, TRIAL_MARGIN, TRIAL_FLOOR_MS, TRIAL_LONG_MS: protocol.h (runtime/protocol.py) */
 #define TRIAL_TURNS (2 * TRIAL_RUNS)
-#define TRIAL_MARGIN 0.03     /* slower: the variant's median above the original's by more than this share, */
-#define TRIAL_FLOOR_MS 0.003  /* and by more than this, and its every counted launch above the original's median */
 enum {
   TRIAL_RUNNING = PROTO_TRIAL_UNDECIDED,
   TRIAL_KEPT = PROTO_TRIAL_KEPT,
@@ -161,16 +158,17 @@ typedef struct trial {
   uint32_t vid;            /* the variant's index in the kernel's report */
   int timed_trial;         /* a speed trial (else only its launches are counted) */
   _Atomic int verdict;
-  _Atomic uint32_t launches, turns;
+  int original_first;      /* its first turn runs the original (earlier runs timed that side less) */
+  _Atomic uint32_t turns;
+  uint32_t claimed;        /* turns claimed before the verdict closed them: their events are in use */
   _Atomic uint64_t execs;  /* launches that ran it, with cache-stats (g_count_variants) */
   gpu_ctx ctx;             /* where its events were made: a turn elsewhere is lost */
   void *ev[2 * TRIAL_TURNS];   /* each turn's pair, so turns need not wait for the last one's time */
   _Atomic int turn_state[TRIAL_TURNS];
   pthread_mutex_t collect;     /* one collector at a time (trylock) */
   uint32_t collected;
-  uint32_t n[2];
+  uint32_t n[2];           /* timed launches: [0] the original's, [1] the variant's */
   float ms[2][TRIAL_RUNS];
-  float median[2], min[2];
 } trial;
 /* What a launch's pick asks its launch to time: a trial's turn, or nothing (t NULL). */
 typedef struct {

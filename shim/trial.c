@@ -3,15 +3,16 @@
  * launches, for upstream's per-entry cache lines.
  *
  * A variant the caches have no verdict for (the run time sets PROTO_IMAGE_TRIAL in its answer)
- * runs TRIAL_AFTER launches untimed, then its next TRIAL_TURNS launches take turns with the
- * original kernel, variant first. Each turn is timed by a pair of events of its own, made with
- * the trial, so that in a GPU-bound loop the turns go back to back rather than one per drained
- * queue. Both sides see launches of one key, so what differs is the code. Once every turn's time
- * is in, the variant is dropped when it is slower beyond noise (collect): its launches run the
- * original from then on. The run time remembers each verdict per variant in the cache
- * (runtime/speed.py), so a later run times nothing and never loads a variant found slower. What
- * a trial costs: TRIAL_RUNS launches of the original per new variant, in the run that first
- * compiles it. Events come from the platform (platform.h); one without them (HIP) has no trials,
+ * takes turns with the original from its first launch: TRIAL_TURNS launches, the variant first
+ * (the original first with PROTO_IMAGE_ORIGINAL_FIRST, where earlier runs timed the variant
+ * more). Each turn is timed by a pair of events of its own, made with the trial, so that in a
+ * GPU-bound loop the turns go back to back rather than one per drained queue. Both sides see
+ * launches of one key, so what differs is the code. The verdict (judge) comes as soon as the
+ * turns in show it, and at the latest once every turn is in: a slower variant is dropped, its
+ * launches run the original from then on. A trial the run's launches leave undecided is handed
+ * over with its times, and the run time adds the next run's to them (runtime/speed.py, which
+ * judges by the same rule). What a trial costs: up to TRIAL_RUNS launches of the original per new
+ * variant. Events come from the platform (platform.h); one without them (HIP) has no trials,
  * and with cache-stats its variants' launches are still counted. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -21,15 +22,16 @@
 #include "platform.h"
 #include "shim.h"
 
-_Static_assert(PROTO_VARIANT == 40, "trial_records packs i32, 3 x u32, 4 x f32, u64 (protocol.VARIANT)");
+_Static_assert(PROTO_VARIANT == 20 + 8 * TRIAL_RUNS + 8,
+               "trial_records packs i32, 4 x u32, 2 x TRIAL_RUNS f32, u64 (protocol.VARIANT)");
 
 int g_count_variants;
 static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
 static trial *all_trials;
 
-/* A trial's events once no turn can use them (every turn's launch is done): else 24 per timed
- * variant stayed for the life of the process. A verdict can come on a launch, so it only queues
- * the trial (spent); the next miss frees them (trial_release), off the hit path. */
+/* A trial's events once no turn can use them (every claimed turn's launch is done): else 24 per
+ * timed variant stayed for the life of the process. A verdict can come on a launch, so it only
+ * queues the trial (spent); a later miss frees them (trial_release), off the hit path. */
 static _Atomic(trial *) spent;
 
 static void free_events(trial *t) {
@@ -51,6 +53,7 @@ void trial_attach(kinfo *ki, sentry *e, uint32_t vid, uint32_t flags, gpu_fn fn)
   t->ki = ki;
   t->e = e;
   t->vid = vid - 1;
+  t->original_first = (flags & PROTO_IMAGE_ORIGINAL_FIRST) != 0;
   pthread_mutex_init(&t->collect, NULL);
   if (timed && platform->current_context(&t->ctx) && t->ctx) {
     t->timed_trial = 1;
@@ -74,46 +77,82 @@ static int by_value(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* One side's timed launches, its first left out: median and minimum. */
-static int summarize(trial *t, int side) {
+static float median_of(const float *ms, uint32_t n) {
   float v[TRIAL_RUNS];
-  if (t->n[side] < 3) return 0;
-  int n = (int)t->n[side] - 1;
-  memcpy(v, t->ms[side] + 1, sizeof(float) * (size_t)n);
-  qsort(v, (size_t)n, sizeof *v, by_value);
-  t->median[side] = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  t->min[side] = v[0];
-  return 1;
+  memcpy(v, ms, sizeof(float) * n);
+  qsort(v, n, sizeof *v, by_value);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* The verdict, once every turn is timed or lost. Slower beyond noise: by more than
- * TRIAL_MARGIN and TRIAL_FLOOR_MS at the median, and every counted launch of the variant above
- * the original's median. The floor is for short kernels, whose event-timed span includes the
- * launch's own host-side latency when the stream was idle, and that differs between a variant
- * launched by its CUkernel and the original. */
-static void decide(trial *t) {
-  int verdict = TRIAL_ENDED;
-  if (summarize(t, 0) && summarize(t, 1)) {
-    int slower = t->median[1] > t->median[0] * (1 + TRIAL_MARGIN) && t->median[1] - t->median[0] > TRIAL_FLOOR_MS &&
-                 t->min[1] > t->median[0];
-    verdict = slower ? TRIAL_SLOWER : TRIAL_KEPT;
-    if (slower) atomic_store_explicit(&t->e->fn, NULL, memory_order_release);
+/* The verdict on the times in (runtime/speed.py judge is the same rule). Decided early where the
+ * sides do not overlap: every variant launch faster than every original one (kept), or slower
+ * and beyond the noise floor (dropped); from one launch a side for a long kernel, two for a short
+ * one. Once every turn is in (final), by the medians: slower when the variant's is above the
+ * original's by more than TRIAL_MARGIN and TRIAL_FLOOR_MS and every variant launch is above the
+ * original's median. The floor is for short kernels, whose event-timed span includes the launch's
+ * own host-side latency when the stream was idle, and that differs between a variant launched by
+ * its CUkernel and the original. */
+static int judge(const float *o, uint32_t no, const float *v, uint32_t nv, int final) {
+  if (!no || !nv) return TRIAL_RUNNING;
+  float mo = median_of(o, no), mv = median_of(v, nv), gap = mv - mo;
+  float omin = o[0], omax = o[0], vmin = v[0], vmax = v[0];
+  for (uint32_t i = 1; i < no; i++) omin = o[i] < omin ? o[i] : omin, omax = o[i] > omax ? o[i] : omax;
+  for (uint32_t i = 1; i < nv; i++) vmin = v[i] < vmin ? v[i] : vmin, vmax = v[i] > vmax ? v[i] : vmax;
+  int beyond = gap > TRIAL_MARGIN * mo && gap > TRIAL_FLOOR_MS;
+  uint32_t need = (mo < mv ? mo : mv) >= TRIAL_LONG_MS ? 1 : 2;
+  if (no >= need && nv >= need) {
+    if (vmax < omin) return TRIAL_KEPT;
+    if (vmin > omax && beyond) return TRIAL_SLOWER;
   }
+  if (!final) return TRIAL_RUNNING;
+  return beyond && vmin > mo ? TRIAL_SLOWER : TRIAL_KEPT;
+}
+
+/* A verdict: no turn is claimed after it, and those claimed before keep their events until their
+ * launches are done (trial_release). */
+static void decide(trial *t, int verdict) {
+  uint32_t before = atomic_fetch_add(&t->turns, TRIAL_TURNS);
+  t->claimed = before < TRIAL_TURNS ? before : TRIAL_TURNS;
+  if (verdict == TRIAL_SLOWER) atomic_store_explicit(&t->e->fn, NULL, memory_order_release);
   atomic_store(&t->verdict, verdict);
-  /* collected to the last turn: every turn's launch has recorded its pair */
   t->next_spent = atomic_load_explicit(&spent, memory_order_relaxed);
   while (!atomic_compare_exchange_weak_explicit(&spent, &t->next_spent, t, memory_order_release, memory_order_relaxed)) {}
   if (!g_count_variants) atomic_store_explicit(&t->e->trial, NULL, memory_order_release);   /* hits inline again */
 }
 
-void trial_release(void) {
-  for (trial *t = atomic_exchange_explicit(&spent, NULL, memory_order_acquire); t; t = t->next_spent) free_events(t);
+static int turns_done(trial *t) {
+  for (uint32_t k = 0; k < t->claimed; k++)
+    if (atomic_load_explicit(&t->turn_state[k], memory_order_acquire) == TURN_FREE) return 0;
+  return 1;
 }
 
-/* Take in the turns the GPU has finished, in order; never waits. */
+void trial_release(void) {
+  trial *keep = NULL;
+  for (trial *t = atomic_exchange_explicit(&spent, NULL, memory_order_acquire), *next; t; t = next) {
+    next = t->next_spent;
+    if (turns_done(t)) {
+      free_events(t);
+      continue;
+    }
+    t->next_spent = keep;   /* a turn's launch still recording: the next miss looks again */
+    keep = t;
+  }
+  while (keep) {
+    trial *t = keep;
+    keep = t->next_spent;
+    t->next_spent = atomic_load_explicit(&spent, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(&spent, &t->next_spent, t, memory_order_release, memory_order_relaxed)) {}
+  }
+}
+
+/* Which side turn k runs: 1 the variant, 0 the original; they alternate from the trial's first. */
+static int side_of(const trial *t, uint32_t k) { return (int)((k & 1) ^ (uint32_t)!t->original_first); }
+
+/* Take in the turns the GPU has finished, in order, and judge; never waits. */
 static void collect(trial *t) {
   if (pthread_mutex_trylock(&t->collect)) return;
-  while (t->collected < TRIAL_TURNS && atomic_load(&t->verdict) == TRIAL_RUNNING) {
+  int verdict = TRIAL_RUNNING;
+  while (t->collected < TRIAL_TURNS && atomic_load(&t->verdict) == TRIAL_RUNNING && verdict == TRIAL_RUNNING) {
     uint32_t k = t->collected;
     int st = atomic_load_explicit(&t->turn_state[k], memory_order_acquire);
     if (st == TURN_FREE) break;   /* not launched yet, or its launch not done */
@@ -121,13 +160,17 @@ static void collect(trial *t) {
       int q = gpu->event_query(t->ev[2 * k + 1]);
       if (q == EVENT_PENDING) break;
       float ms = 0;
-      int arm = (int)(k & 1) ^ 1;   /* the variant first */
+      int arm = side_of(t, k);
       if (q == EVENT_DONE && gpu->event_elapsed(&ms, t->ev[2 * k], t->ev[2 * k + 1]) && ms >= 0 && t->n[arm] < TRIAL_RUNS)
         t->ms[arm][t->n[arm]++] = ms;
     }
     t->collected++;
+    verdict = judge(t->ms[0], t->n[0], t->ms[1], t->n[1], t->collected == TRIAL_TURNS);
   }
-  if (t->collected == TRIAL_TURNS && atomic_load(&t->verdict) == TRIAL_RUNNING) decide(t);
+  if (atomic_load(&t->verdict) == TRIAL_RUNNING) {
+    if (verdict != TRIAL_RUNNING) decide(t, verdict);
+    else if (t->collected == TRIAL_TURNS) decide(t, TRIAL_ENDED);   /* turns lost: no verdict, the variant stays */
+  }
   pthread_mutex_unlock(&t->collect);
 }
 
@@ -140,13 +183,12 @@ __attribute__((noinline)) gpu_fn trial_pick(kinfo *ki, sentry *e, gpu_fn fn, tri
   if (g_count_variants) atomic_fetch_add_explicit(&t->execs, 1, memory_order_relaxed);
   if (atomic_load_explicit(&t->verdict, memory_order_relaxed) == TRIAL_RUNNING) {
     collect(t);
-    if (atomic_fetch_add_explicit(&t->launches, 1, memory_order_relaxed) >= TRIAL_AFTER &&
-        !atomic_load_explicit(&captures_open, memory_order_relaxed)) {
+    if (!atomic_load_explicit(&captures_open, memory_order_relaxed)) {
       uint32_t k = atomic_fetch_add_explicit(&t->turns, 1, memory_order_relaxed);
       if (k < TRIAL_TURNS) {
         tk->t = t;
         tk->turn = (int)k;
-        if (k & 1) {   /* the original's turn */
+        if (!side_of(t, k)) {   /* the original's turn */
           atomic_fetch_add_explicit(&ki->timing, 1, memory_order_relaxed);
           return NULL;
         }
@@ -215,15 +257,15 @@ uint8_t *trial_records(size_t *len) {
     if (atomic_load(&t->verdict) == TRIAL_RUNNING) collect(t);   /* turns the GPU finished since the last launch */
     int v = atomic_load(&t->verdict);
     int32_t kid = t->ki->kid;
-    uint32_t u[3] = {t->vid, (uint32_t)(v == TRIAL_KEPT || v == TRIAL_SLOWER ? v : PROTO_TRIAL_UNDECIDED), t->n[0] + t->n[1]};
-    int decided = v == TRIAL_KEPT || v == TRIAL_SLOWER;   /* microseconds; no figures without a verdict */
-    float f[4] = {decided ? t->median[0] * 1000 : 0, decided ? t->min[0] * 1000 : 0, decided ? t->median[1] * 1000 : 0,
-                  decided ? t->min[1] * 1000 : 0};
+    uint32_t u[4] = {t->vid, (uint32_t)(v == TRIAL_KEPT || v == TRIAL_SLOWER ? v : PROTO_TRIAL_UNDECIDED), t->n[0], t->n[1]};
+    float us[2 * TRIAL_RUNS] = {0};   /* microseconds */
+    for (int side = 0; side < 2; side++)
+      for (uint32_t i = 0; i < t->n[side]; i++) us[side * TRIAL_RUNS + i] = t->ms[side][i] * 1000;
     uint64_t execs = atomic_load(&t->execs);
     memcpy(buf + *len, &kid, 4);
     memcpy(buf + *len + 4, u, sizeof u);
-    memcpy(buf + *len + 16, f, sizeof f);
-    memcpy(buf + *len + 32, &execs, 8);
+    memcpy(buf + *len + 20, us, sizeof us);
+    memcpy(buf + *len + 20 + sizeof us, &execs, 8);
     *len += PROTO_VARIANT;
   }
   pthread_mutex_unlock(&trial_lock);

@@ -57,6 +57,7 @@ class Miss:
     launch: Launch | None = None  # what the specializer was last handed: the launch the records describe
     result: spec_mod.Result | None = None
     remembered: dict | None = None  # an earlier run's speed verdict on the variant
+    trial_flags: int = protocol.IMAGE_TRIAL  # the image's flags where there is none (speed.remembered)
 
     @property
     def arch(self) -> int | str:
@@ -204,7 +205,7 @@ def verdict(session: Session, miss: Miss) -> bytes | None:
     assert result is not None
     miss.stats.queued.pop(result.key, None)
     if session.config.speed_check and miss.target.speed_trials:
-        miss.remembered = speed.remembered(session, result.key)
+        miss.remembered, miss.trial_flags = speed.remembered(session, result.key)
     if miss.remembered is not None and miss.remembered["verdict"] == "slower":
         miss.stats.slower_declined.append({"cache_key": result.key, "speed": miss.remembered})
         session.trace("variants", f"{miss.record.demangled}: variant {result.key[:12]} was slower than the original in "
@@ -239,9 +240,9 @@ def _count(session: Session, miss: Miss) -> int:
     if miss.remembered is not None:
         variant["speed"] = {**miss.remembered, "remembered": True}
         return 0
-    if session.config.speed_check and miss.target.speed_trials:  # a speed trial (shim/trial.c): no run has timed it
+    if session.config.speed_check and miss.target.speed_trials:  # a speed trial (shim/trial.c): no run has judged it
         variant["trial"] = True  # speed.received takes it off with the outcome
-        return protocol.IMAGE_TRIAL
+        return miss.trial_flags
     return 0
 
 

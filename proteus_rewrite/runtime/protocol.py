@@ -39,10 +39,12 @@ MISS_POLICY_CHANGED, MISS_IMAGE, MISS_ORIGINAL = 0, 1, 2
 
 # A variant's image, as specialize and miss answer it: u32 length of its entry point's name, u32
 # variant (its index in the kernel's report + 1: the shim reports it back under it, see
-# VARIANT), u32 flags (IMAGE_TRIAL: time it against the original first), the name (no NUL), then
+# VARIANT), u32 flags (IMAGE_TRIAL: time it against the original first; IMAGE_ORIGINAL_FIRST: its
+# trial's first turn runs the original, which earlier runs timed less), the name (no NUL), then
 # the image (cubin, PTX or code object). An empty answer has no header: it needs compiling.
 IMAGE_HEADER = struct.Struct("<III")
 IMAGE_TRIAL = 1
+IMAGE_ORIGINAL_FIRST = 2
 
 
 def image_answer(entry: str, image: bytes, variant: int = 0, flags: int = 0) -> bytes:
@@ -72,15 +74,40 @@ CACHED_ONLY, CACHED_AHEAD = 1, 2
 WARM_ITEM = struct.Struct("<Q12I")
 
 
+# Speed trials (shim/trial.c, runtime/speed.py judge, one rule in both): each side's timed
+# launches per run, and when a variant counts as slower: its median above the original's by
+# more than TRIAL_MARGIN and TRIAL_FLOOR_US. A kernel whose launches take TRIAL_LONG_US or more
+# is judged from one launch a side when the two sides do not overlap; a shorter one needs two.
+TRIAL_RUNS = 6
+TRIAL_MARGIN = 0.01
+TRIAL_FLOOR_US = 1.0
+TRIAL_LONG_US = 1000.0
+
 # What the shim reports at exit about a variant it followed (a speed trial, PROTEUS_SPEED_CHECK,
 # or the launches of each for upstream's cache-stats lines): i32 kid, u32 variant (its index in
 # the kernel's report), u32 verdict (TRIAL_VERDICTS; "undecided" where no trial ran or it did not
-# end), u32 launches timed (both sides), f32 median and minimum GPU microseconds of the original,
-# then of the variant, u64 launches that ran it (counted with cache-stats only; else 0).
-VARIANT = struct.Struct("<iIIIffffQ")
-VARIANT_FIELDS = ("kid", "variant", "verdict", "timed", "original_median_us", "original_min_us",
-                  "variant_median_us", "variant_min_us", "launches")
+# end), u32 timed launches of the original and of the variant, f32 GPU microseconds of each timed
+# launch (TRIAL_RUNS of the original, then of the variant; those past the counts are 0), u64
+# launches that ran it (counted with cache-stats only; else 0).
+VARIANT = struct.Struct(f"<iIIII{2 * TRIAL_RUNS}fQ")
 TRIAL_VERDICTS = ("undecided", "kept", "slower")
+
+
+def unpack_variant(records: bytes, at: int) -> dict:
+    """One VARIANT record: kid, variant, verdict, original and variant (their timed launches'
+    microseconds) and launches."""
+    f = VARIANT.unpack_from(records, at)
+    n_o, n_v, times = f[3], f[4], f[5:5 + 2 * TRIAL_RUNS]
+    return {"kid": f[0], "variant": f[1], "verdict": f[2], "original": list(times[:min(n_o, TRIAL_RUNS)]),
+            "variant_us": list(times[TRIAL_RUNS:TRIAL_RUNS + min(n_v, TRIAL_RUNS)]), "launches": f[-1]}
+
+
+def pack_variant(kid: int, variant: int, verdict: str, original: list[float], variant_us: list[float],
+                 launches: int = 0) -> bytes:
+    """unpack_variant's inverse, as the shim writes it (tests)."""
+    pad = [0.0] * TRIAL_RUNS
+    return VARIANT.pack(kid, variant, TRIAL_VERDICTS.index(verdict), len(original), len(variant_us),
+                        *(list(original) + pad)[:TRIAL_RUNS], *(list(variant_us) + pad)[:TRIAL_RUNS], launches)
 
 
 # Per kernel, what the shim hands write_report: i32 kid (-1: never specialized), u64 launches,
@@ -182,10 +209,15 @@ def header() -> str:
         "#define PROTO_IMAGE_VARIANT_AT 4",
         "#define PROTO_IMAGE_FLAGS_AT 8",
         f"#define PROTO_IMAGE_TRIAL {IMAGE_TRIAL}",
+        f"#define PROTO_IMAGE_ORIGINAL_FIRST {IMAGE_ORIGINAL_FIRST}",
         "",
-        "/* a variant followed, at exit: i32 kid, u32 variant, verdict, timed; f32 original median, min,",
-        " * variant median, min (us); u64 launches */",
+        "/* a variant followed, at exit: i32 kid, u32 variant, verdict, timed launches of the original and",
+        " * of the variant; f32 us of each (TRIAL_RUNS a side); u64 launches */",
         f"#define PROTO_VARIANT {VARIANT.size}",
+        f"#define TRIAL_RUNS {TRIAL_RUNS}",
+        f"#define TRIAL_MARGIN {TRIAL_MARGIN}f",
+        f"#define TRIAL_FLOOR_MS {TRIAL_FLOOR_US / 1000}f",
+        f"#define TRIAL_LONG_MS {TRIAL_LONG_US / 1000}f",
         *[f"#define PROTO_TRIAL_{v.upper()} {i}" for i, v in enumerate(TRIAL_VERDICTS)],
         "",
         "/* per kernel for write_report: i32 " + ", ".join(COUNTER_FIELDS[:1]) + ", u64 " + ", ".join(COUNTER_FIELDS[1:])

@@ -301,8 +301,8 @@ def kernel_rows(doc: dict, path: str) -> list[KernelRow]:
 def trial_verdict(kernel: dict) -> str:
     """What the speed trials said of a kernel's variants, in words: how many were kept (faster,
     or no slower than the margin), how many were found slower and dropped, how many are not yet
-    judged and why (the timed launches a trial had when the run ended; a trial starts after a
-    variant's first launches), and those judged by an earlier run."""
+    judged and why (the timed launches so far, to which later runs add theirs; a variant ready
+    after the kernel's last launch was never timed), and those judged by an earlier run."""
     kept, slower, open_, earlier = [], len(kernel.get("slower_declined") or []), [], 0
     for v in kernel.get("variants") or []:
         speed = v.get("speed") if isinstance(v.get("speed"), dict) else None
@@ -327,10 +327,10 @@ def trial_verdict(kernel: dict) -> str:
     started = [n for n in open_ if n]
     if started:
         most = max(started)
-        parts.append(f"{len(started)} not judged: the run ended after {'at most ' if len(started) > 1 else ''}"
-                     f"{most} timed launch{'es' if most != 1 else ''}")
+        parts.append(f"{len(started)} not judged yet: {'at most ' if len(started) > 1 else ''}"
+                     f"{most} timed launch{'es' if most != 1 else ''} so far, later runs add theirs")
     if len(started) < len(open_):
-        parts.append(f"{len(open_) - len(started)} not timed: launched too few times for a trial")
+        parts.append(f"{len(open_) - len(started)} not timed: no launch ran it once it was ready")
     if earlier:
         parts.append(f"{earlier} judged by an earlier run")
     return "; ".join(parts) or "-"

@@ -41,8 +41,8 @@ def _specialize(k, n: str) -> bytes | None:
 
 
 def _trial(vid: int, verdict: str, original_us: float, variant_us: float, launches: int = 0) -> bytes:
-    return protocol.VARIANT.pack(0, vid, protocol.TRIAL_VERDICTS.index(verdict), 10, original_us, original_us * 0.99,
-                                 variant_us, variant_us * 0.99, launches)
+    return protocol.pack_variant(0, vid, verdict, [original_us, original_us * 0.99, original_us * 1.01],
+                                 [variant_us, variant_us * 0.99, variant_us * 1.01], launches)
 
 
 def _asks_trial(answer: bytes) -> bool:
@@ -54,11 +54,11 @@ def test_a_new_variant_is_timed_and_a_slower_one_is_never_launched_again(state, 
     answers = [protocol.split_image_answer(_specialize(k, n)) for n in ("3", "4", "5")]
     assert [(a[2], a[3]) for a in answers] == [(1, 1), (2, 1), (3, 1)]  # each asks for a trial, as its index + 1
     runtime.finish(b"", _trial(0, "kept", 100.0, 80.0) + _trial(1, "slower", 100.0, 130.0)
-                   + protocol.VARIANT.pack(0, 2, 0, 3, 0, 0, 0, 0, 0))
+                   + protocol.pack_variant(0, 2, "undecided", [100.0, 101.0], [99.5]))
     v = st.stats[0].variants
     assert v[0]["speed"]["verdict"] == "kept" and v[0]["speed"]["variant_over_original"] == 0.8
     assert v[1]["speed"]["verdict"] == "slower" and v[1]["speed"]["variant_over_original"] == 1.3
-    assert v[2]["speed"] == {"verdict": "undecided", "timed_launches": 3}
+    assert v[2]["speed"]["verdict"] == "undecided" and v[2]["speed"]["timed_launches"] == 3
     runtime.write_report(str(tmp_path / "r1.json"), b"")
     doc = json.loads((tmp_path / "r1.json").read_text())
     assert doc["kernels"] == []  # no counters passed: the kernels section comes from the shim's
@@ -92,12 +92,47 @@ def test_the_report_says_in_words_what_the_trials_found_and_why_one_is_open(stat
     for n in ("3", "4", "5", "6"):
         _specialize(k, n)
     runtime.finish(b"", _trial(0, "kept", 100.0, 80.0) + _trial(1, "slower", 100.0, 130.0)
-                   + protocol.VARIANT.pack(0, 2, 0, 3, 0, 0, 0, 0, 0) + protocol.VARIANT.pack(0, 3, 0, 0, 0, 0, 0, 0, 0))
+                   + protocol.pack_variant(0, 2, "undecided", [100.0, 101.0], [99.5])
+                   + protocol.pack_variant(0, 3, "undecided", [], []))
     counters = protocol.COUNTERS.pack(0, 40, 30, 4, 0, 0, 0, 6, 1000, 0) + k.name.encode() + b"\0"
     runtime.write_report(str(tmp_path / "r.json"), counters)
     rows = json.loads(run_cli("report", "--json", str(tmp_path / "r.json")).stdout)["kernels"]
-    assert rows[0]["verdict"] == ("1 kept (0.80x); 1 slower, dropped; 1 not judged: the run ended after 3 timed "
-                                  "launches; 1 not timed: launched too few times for a trial")
+    assert rows[0]["verdict"] == ("1 kept (0.80x); 1 slower, dropped; 1 not judged yet: 3 timed launches so far, "
+                                  "later runs add theirs; 1 not timed: no launch ran it once it was ready")
+
+
+def test_a_kernel_launched_once_a_run_is_judged_over_runs(state):
+    """One launch a run: the first run times the variant, the next starts with the original and
+    judges from the two (a long kernel needs one launch a side); the third runs it untimed."""
+    st, k = state()
+    flags = protocol.split_image_answer(_specialize(k, "3"))[3]
+    assert flags == protocol.IMAGE_TRIAL  # the variant first
+    runtime.finish(b"", protocol.pack_variant(0, 0, "undecided", [], [40_000.0]))
+    assert st.stats[0].variants[0]["speed"]["verdict"] == "undecided"
+    st, k = state()
+    flags = protocol.split_image_answer(_specialize(k, "3"))[3]
+    assert flags == protocol.IMAGE_TRIAL | protocol.IMAGE_ORIGINAL_FIRST  # the side the first run did not time
+    runtime.finish(b"", protocol.pack_variant(0, 0, "undecided", [50_000.0], []))
+    doc = st.stats[0].variants[0]["speed"]
+    assert doc["verdict"] == "kept" and doc["judged_over_runs"] and doc["runs"] == 2 and doc["variant_over_original"] == 0.8
+    st, k = state()
+    assert not _asks_trial(_specialize(k, "3")) and st.stats[0].variants[0]["speed"]["remembered"]
+
+
+@pytest.mark.parametrize(("original", "variant", "final", "verdict"), [
+    ([2000.0], [1600.0], False, "kept"),  # a long kernel: one launch a side, apart
+    ([2000.0], [2100.0], False, "slower"),
+    ([2000.0], [2010.0], False, "undecided"),  # apart, but within the margin
+    ([20.0], [10.0], False, "undecided"),  # a short kernel needs two a side
+    ([20.0, 21.0], [10.0, 11.0], False, "kept"),
+    ([60.0] * 6, [61.3] * 6, True, "slower"),  # 2% and 1.3 us: beyond margin and floor
+    ([60.0] * 6, [60.5] * 6, True, "kept"),  # within the margin
+    ([2.0] * 6, [2.8] * 6, True, "kept"),  # 40%, but under the 1 us floor
+    ([60.0, 62.0, 60.0, 62.0, 60.0, 62.0], [61.9, 62.5, 61.5, 62.6, 61.8, 62.4], True, "slower"),
+    ([60.0, 62.0, 60.0, 62.0, 60.0, 62.0], [60.5, 62.5, 61.5, 62.6, 61.8, 62.4], True, "kept"),  # one below the median
+])
+def test_judge_is_the_shims_rule(original, variant, final, verdict):
+    assert speed.judge(original, variant, final) == verdict
 
 
 def test_the_speed_check_can_be_turned_off(state, monkeypatch):

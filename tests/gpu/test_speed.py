@@ -65,12 +65,12 @@ def test_a_slower_variant_is_dropped_and_never_launched_again(samples, tmp_path,
     speed = v["speed"]
     assert speed["verdict"] == "slower", speed
     assert speed["variant_median_us"] > speed["original_median_us"] + 50  # the fault's spin: about 110 us
-    assert k["launches_timing_original"] == 6  # the original's timed turns
+    assert 1 <= k["launches_timing_original"] <= 6  # the original's timed turns, until the verdict
     # the driver's record: the variant ran exactly as often as the report says; before its
-    # verdict only (its first launches, its turns, launches queued while a turn was timed)
+    # verdict only (its turns, launches queued while a turn was timed)
     variants = len(cupti.variants(ran))
     assert variants == k["specialized_launches"], k
-    assert 7 <= variants < launches // 2, variants
+    assert 1 <= variants < launches // 2, variants
     assert len(ran) == k["launches"] == launches
     # the next run, fault gone, same cache: it remembers, and runs only the original
     p, k, ran = _tool_run(exe, tmp_path, "warm", kernel_trace, args, PROTEUS_ASYNC_COMPILATION=mode)
@@ -86,7 +86,7 @@ def test_a_real_variant_is_judged_and_later_runs_skip_its_trial(rewritten, tmp_p
     assert checksums(p.stdout) == native
     (v,) = k["variants"]
     speed = v["speed"]
-    assert speed["verdict"] in ("kept", "slower") and speed["timed_launches"] == 12, speed
+    assert speed["verdict"] in ("kept", "slower") and 4 <= speed["timed_launches"] <= 12, speed
     assert 0 < speed["original_min_us"] <= speed["original_median_us"] and 0 < speed["variant_min_us"] <= speed["variant_median_us"]
     assert len(cupti.variants(ran)) == k["specialized_launches"]
     p, k, ran = _tool_run(exe, tmp_path, "warm", kernel_trace, PROTEUS_ASYNC_COMPILATION="0")
@@ -121,17 +121,22 @@ def test_samples_keep_their_native_output_with_speed_trials(samples, tmp_path, k
         kernels = json.loads(report.read_text())["kernels"]
         ran = cupti.kernels_run(tmp_path / f"{label}.ran")
         assert len(cupti.variants(ran)) == sum(k.get("specialized_launches", 0) for k in kernels), (label, kernels)
-        if label == "warm":  # every verdict is remembered: nothing is timed again
-            assert all(k.get("launches_timing_original", 0) == 0 for k in kernels), kernels
+        if label == "warm":  # judged variants are not timed again; one still open adds to earlier runs' times
+            for k in kernels:
+                judged = all((v.get("speed") or {}).get("remembered") for v in k.get("variants", []))
+                assert not judged or k.get("launches_timing_original", 0) == 0, k
+                assert judged or all((v.get("speed") or {}).get("runs", 0) >= 2 or (v.get("speed") or {}).get("remembered")
+                                     for v in k["variants"]), k
 
 
 @pytest.mark.parametrize("preload", ["1", "0"])
 def test_a_variant_left_undecided_is_judged_by_the_next_run_behind_a_deep_queue(samples, tmp_path, kernel_trace, preload):
-    """A cold run too short for its trial (3 launches) leaves the slow variant undecided; the
-    next run (with PROTEUS_PRELOAD=1, loading it ahead as the cold run noted) times it on
-    launches queued far ahead of the GPU, drops it, and the run after that runs the original."""
+    """A cold run too short for a short kernel's verdict (1 launch: one timed turn) leaves the slow
+    variant undecided; the next run (with PROTEUS_PRELOAD=1, loading it ahead as the cold run
+    noted) times it on launches queued far ahead of the GPU, drops it, and the run after that
+    runs the original."""
     app = "changing_scalars"
-    short, full = ["3", "1", "1", str(1 << 24), "65536"], ["300", "1", "1", str(1 << 24), "65536"]
+    short, full = ["1", "1", "1", str(1 << 24), "65536"], ["300", "1", "1", str(1 << 24), "65536"]
     assert run_cli(str(samples / app), "-o", str(tmp_path / "dir")).returncode == 0
     exe = tmp_path / "dir" / app
     p, k, ran = _tool_run(exe, tmp_path, "cold", kernel_trace, short, PROTEUS_FAULT_INJECT="slow-code",

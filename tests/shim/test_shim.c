@@ -447,12 +447,13 @@ static void test_gpu_time_samples(void) {
   EXPECT(gpu_ms(&ki) > 9999.0 && gpu_ms(&ki) < 10001.0);   /* 0.5 ms x 20,000 launches */
 }
 
-/* Speed trials (trial.c): a variant runs TRIAL_AFTER launches untimed, then its next
- * TRIAL_TURNS launches take timed turns with the original, variant first, each with events of
- * its own; once all are in (the first of each side not counted) it is kept or, measured slower,
- * dropped: its entry's function cleared, so launches run the original. */
+/* Speed trials (trial.c): from its first launch a variant takes timed turns with the original,
+ * variant first, each with events of its own; it is judged as soon as the times in show it
+ * (sides apart: one launch a side for a long kernel, two for a short one), at the latest once
+ * every turn is in (by the medians); measured slower, it is dropped: its entry's function
+ * cleared, so launches run the original. */
 static trial *cur_trial;
-static float turn_ms[2], first_ms;
+static float turn_ms[2], first_ms;   /* the original's and the variant's time; the first turn of each side */
 static CUresult query_answer = CUDA_SUCCESS;
 static uintptr_t next_event = 0x1000;
 static int creates_left = -1;   /* events the driver makes before it fails (-1: no limit) */
@@ -477,10 +478,14 @@ static CUresult turn_elapsed(float *ms, void *a, void *b) {
   (void)b;
   int k = 0;
   while (k < TRIAL_TURNS && cur_trial->ev[2 * k] != a) k++;
-  *ms = k < 2 ? first_ms : turn_ms[(k & 1) ^ 1];   /* turn 0 the variant's first, turn 1 the original's */
+  int variant = (k & 1) ^ !cur_trial->original_first;
+  *ms = k < 2 && first_ms > 0 ? first_ms : turn_ms[variant];
   return CUDA_SUCCESS;
 }
-static int run_trial(float original_ms, float variant_ms, float first, CUfunction *left, int *originals) {
+/* A trial to its verdict, one launch at a time (each turn's time is in before the next launch):
+ * the verdict, and in *turns the turns it took. */
+static int run_trial(float original_ms, float variant_ms, float first, uint32_t flags, CUfunction *left, int *originals,
+                     int *turns) {
   static kinfo ki;
   memset(&ki, 0, sizeof ki);
   ki.ev_ctx = (CUcontext)0x77;
@@ -493,21 +498,22 @@ static int run_trial(float original_ms, float variant_ms, float first, CUfunctio
   turn_ms[0] = original_ms;
   turn_ms[1] = variant_ms;
   first_ms = first;
+  *originals = *turns = 0;
   uint8_t key[8] = {1};
   sentry *e = new_entry(&ki, NULL, key, 8, (CUfunction)0xfa57, 0);
-  trial_attach(&ki, e, 3, PROTO_IMAGE_TRIAL, (CUfunction)0xfa57);
+  trial_attach(&ki, e, 3, PROTO_IMAGE_TRIAL | flags, (CUfunction)0xfa57);
   if (!(cur_trial = atomic_load(&e->trial)) || cur_trial->vid != 2) return -1;
   for (int i = 0; i < 100 && atomic_load(&e->trial); i++) {
     trial_ticket tk = {0};
     CUfunction f = trial_pick(&ki, e, atomic_load(&e->fn), &tk);
-    if (i < TRIAL_AFTER && tk.t) return -2;   /* timed too early */
-    if (tk.t && (f != NULL) != !(tk.turn & 1)) return -3;   /* the variant on even turns */
-    if (tk.t && (tk.turn & 1)) ++*originals;
+    if (i == 0 && !tk.t) return -2;   /* the first launch is a turn */
+    if (tk.t && (f != NULL) != ((tk.turn & 1) ^ !cur_trial->original_first)) return -3;   /* the sides alternate */
+    *originals += tk.t && !f;
+    *turns += tk.t != NULL;
     int started = sample_begin(&ki, (CUstream)0x5, &tk);
     sample_end(&ki, (CUstream)0x5, started, &tk);
   }
   *left = atomic_load(&e->fn);
-  if (cur_trial->n[0] != TRIAL_RUNS || cur_trial->n[1] != TRIAL_RUNS) return -4;
   return atomic_load(&cur_trial->verdict);
 }
 static void test_speed_trial(void) {
@@ -515,23 +521,32 @@ static void test_speed_trial(void) {
   real_cuStreamIsCapturing = fake_capturing;
   real_cuEventRecord = fake_record;
   CUfunction left = NULL;
-  int originals = 0;
+  int originals = 0, turns = 0;
   real_cuEventDestroy = fake_event_destroy;
-  /* the first launch of each side (loading code) is slow, and not counted */
-  EXPECT(run_trial(1.00f, 0.80f, 50.0f, &left, &originals) == TRIAL_KEPT);
-  EXPECT(left == (CUfunction)0xfa57 && originals == TRIAL_RUNS);
+  /* a long kernel whose variant is clearly faster: one launch a side */
+  EXPECT(run_trial(2.00f, 1.60f, 0, 0, &left, &originals, &turns) == TRIAL_KEPT);
+  EXPECT(left == (CUfunction)0xfa57 && originals == 1 && turns == 2);
   /* its 24 events freed once judged, by the next miss, not by the launch that judged it */
   EXPECT(atomic_load(&destroyed) == 0 && cur_trial->ev[0] != NULL);
   trial_release();
   EXPECT(atomic_load(&destroyed) == 2 * TRIAL_TURNS && cur_trial->ev[0] == NULL && cur_trial->ev[2 * TRIAL_TURNS - 1] == NULL);
   trial_release();
   EXPECT(atomic_load(&destroyed) == 2 * TRIAL_TURNS);
-  originals = 0;
-  EXPECT(run_trial(1.00f, 1.10f, 1.10f, &left, &originals) == TRIAL_SLOWER);
-  EXPECT(left == NULL && originals == TRIAL_RUNS);
-  EXPECT(run_trial(0.010f, 0.020f, 0.020f, &left, &originals) == TRIAL_SLOWER);   /* 10 us slower: beyond the floor */
-  EXPECT(run_trial(0.002f, 0.004f, 0.004f, &left, &originals) == TRIAL_KEPT);     /* 2 us: within it (a short kernel) */
-  EXPECT(run_trial(1.00f, 1.02f, 1.02f, &left, &originals) == TRIAL_KEPT && left == (CUfunction)0xfa57);   /* within 3% */
+  /* clearly slower: dropped as soon as seen */
+  EXPECT(run_trial(2.00f, 2.20f, 0, 0, &left, &originals, &turns) == TRIAL_SLOWER);
+  EXPECT(left == NULL && originals == 1 && turns == 2);
+  /* a short kernel needs two launches a side */
+  EXPECT(run_trial(0.010f, 0.020f, 0, 0, &left, &originals, &turns) == TRIAL_SLOWER && turns == 4); /* 10 us: beyond the floor */
+  EXPECT(run_trial(0.0020f, 0.0028f, 0, 0, &left, &originals, &turns) == TRIAL_KEPT); /* 0.8 us: within it */
+  EXPECT(turns == TRIAL_TURNS && originals == TRIAL_RUNS); /* not decided before the last turn */
+  /* within the margin: every turn, then kept */
+  EXPECT(run_trial(1.00f, 1.005f, 0, 0, &left, &originals, &turns) == TRIAL_KEPT && left == (CUfunction)0xfa57);
+  EXPECT(turns == TRIAL_TURNS);
+  /* 2% slower, the first launch of each side slow (code loading): the medians decide */
+  EXPECT(run_trial(0.060f, 0.0612f, 0.5f, 0, &left, &originals, &turns) == TRIAL_SLOWER && turns == TRIAL_TURNS);
+  /* an earlier run timed the variant more: this one starts with the original */
+  EXPECT(run_trial(2.00f, 1.60f, 0, PROTO_IMAGE_ORIGINAL_FIRST, &left, &originals, &turns) == TRIAL_KEPT);
+  EXPECT(originals == 1 && turns == 2 && cur_trial->n[0] == 1 && cur_trial->n[1] == 1);
   /* turns need not wait for the last one's time (a GPU-bound queue): all go out back to back;
    * launches after them run the variant until the GPU has every turn's time */
   static kinfo busy;
@@ -544,16 +559,16 @@ static void test_speed_trial(void) {
   turn_ms[0] = 1.0f;
   turn_ms[1] = 2.0f;
   first_ms = 2.0f;
-  query_answer = 600;   /* CUDA_ERROR_NOT_READY */
-  int turns = 0, originals_busy = 0;
-  for (int i = 0; i < TRIAL_AFTER + TRIAL_TURNS + 5; i++) {
+  query_answer = 600; /* CUDA_ERROR_NOT_READY */
+  int turns_busy = 0, originals_busy = 0;
+  for (int i = 0; i < TRIAL_TURNS + 5; i++) {
     trial_ticket tk = {0};
     CUfunction f = trial_pick(&busy, b, (CUfunction)0xb, &tk);
-    turns += tk.t != NULL;
+    turns_busy += tk.t != NULL;
     originals_busy += f == NULL;
     sample_end(&busy, (CUstream)0x5, sample_begin(&busy, (CUstream)0x5, &tk), &tk);
   }
-  EXPECT(turns == TRIAL_TURNS && originals_busy == TRIAL_RUNS && atomic_load(&busy.timing) == TRIAL_RUNS);
+  EXPECT(turns_busy == TRIAL_TURNS && originals_busy == TRIAL_RUNS && atomic_load(&busy.timing) == TRIAL_RUNS);
   EXPECT(atomic_load(&cur_trial->verdict) == TRIAL_RUNNING);
   query_answer = CUDA_SUCCESS;
   trial_ticket tk = {0};
@@ -640,26 +655,26 @@ static void test_stream_capture(void) {
   CUstream plain = (CUstream)0x5, cap = (CUstream)0xca9;
 
   cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, plain, params, NULL);
-  EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&capturing_asked) == 0);   /* a hit; no capture open: not asked */
+  EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&capturing_asked) == 0); /* a hit; no capture open: not asked */
   EXPECT(cuStreamBeginCapture_v2(cap, 0) == CUDA_SUCCESS && atomic_load(&captures_open) == 1);
   cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, cap, params, NULL);
-  EXPECT(launched_fn == (CUfunction)0xf00 && atomic_load(&ki.captured) == 1);   /* into the graph: the original */
+  EXPECT(launched_fn == (CUfunction)0xf00 && atomic_load(&ki.captured) == 1); /* into the graph: the original */
   cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, plain, params, NULL);
-  EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&ki.captured) == 1);   /* another stream still hits */
-  cuLaunchKernel((CUfunction)0xf01, 1, 1, 1, 1, 1, 1, 0, cap, params, NULL);   /* a first launch, captured */
+  EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&ki.captured) == 1); /* another stream still hits */
+  cuLaunchKernel((CUfunction)0xf01, 1, 1, 1, 1, 1, 1, 0, cap, params, NULL); /* a first launch, captured */
   EXPECT(launched_fn == (CUfunction)0xf01 && atomic_load(&unresolved.captured) == 1 &&
          atomic_load(&unresolved.state) == K_UNRESOLVED);
   /* while the capture is open: no event record or query on any launch (HeCBench graphExecution
    * crashed now and then when a pending sample was collected inside its capture) */
   int before = atomic_load(&records);
   atomic_store(&ki.sample_state, SAMPLE_PENDING);
-  atomic_store(&ki.launches, 1);   /* the next launch is the 2nd: one that starts a sample */
+  atomic_store(&ki.launches, 1); /* the next launch is the 2nd: one that starts a sample */
   cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, plain, params, NULL);
   EXPECT(atomic_load(&ki.sample_state) == SAMPLE_PENDING && atomic_load(&records) == before);
   atomic_store(&ki.sample_state, SAMPLE_IDLE);
   void *graph;
   EXPECT(cuStreamEndCapture(cap, &graph) == CUDA_SUCCESS && atomic_load(&captures_open) == 0);
-  EXPECT(cuStreamEndCapture(plain, &graph) == CUDA_SUCCESS && atomic_load(&captures_open) == 0);   /* none open there */
+  EXPECT(cuStreamEndCapture(plain, &graph) == CUDA_SUCCESS && atomic_load(&captures_open) == 0); /* none open there */
   int asked = atomic_load(&capturing_asked);
   cuLaunchKernel((CUfunction)0xf00, 1, 1, 1, 1, 1, 1, 0, plain, params, NULL);
   EXPECT(launched_fn == (CUfunction)0xbee && atomic_load(&capturing_asked) == asked);
@@ -765,7 +780,7 @@ static void test_graphs(void) {
   ki.nparams = 2;
   ki.sizes[0] = 4;
   ki.sizes[1] = 8;
-  atomic_store(&ki.fold[0], 1);   /* the pointer is not folded */
+  atomic_store(&ki.fold[0], 1); /* the pointer is not folded */
   ki.name = "g";
   atomic_store(&ki.state, K_ACTIVE);
   pthread_mutex_lock(&reg_lock);
@@ -790,12 +805,12 @@ static void test_graphs(void) {
   /* the loaded variant is set on the exec, never on the template; the compiling one waits */
   EXPECT(nsets == 1 && sets[0].node == NODES[0] && sets[0].p.func == (CUfunction)0xbee && sets[0].p.params == args5);
   EXPECT(tmpl[0].func == (CUfunction)0xf10 && atomic_load(&ki.graph_nodes) == 1);
-  EXPECT(w_cuGraphLaunch(EXEC, NULL) == CUDA_SUCCESS && nsets == 1);   /* still compiling: nothing to do */
+  EXPECT(w_cuGraphLaunch(EXEC, NULL) == CUDA_SUCCESS && nsets == 1); /* still compiling: nothing to do */
   /* the template destroyed while a node waits: put off until the wait ends */
   EXPECT(w_cuGraphDestroy(TEMPLATE) == CUDA_SUCCESS && destroyed_template == 0);
   atomic_store(&compiling->fn, (CUfunction)0xbe6);
   atomic_store(&compiling->pending, 0);
-  args6[0] = &n5;   /* the app's arguments may change after instantiation: the node keeps its own copy */
+  args6[0] = &n5; /* the app's arguments may change after instantiation: the node keeps its own copy */
   EXPECT(w_cuGraphLaunch(EXEC, NULL) == CUDA_SUCCESS && nsets == 2 && sets[1].node == NODES[1]);
   EXPECT(sets[1].p.func == (CUfunction)0xbe6 && *(int *)sets[1].p.params[0] == 6 && *(void **)sets[1].p.params[1] == buf);
   EXPECT(destroyed_template == 1 && atomic_load(&ki.graph_nodes) == 2);
@@ -836,9 +851,9 @@ static void test_graphs(void) {
   int asked = kernel_functions;
   EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &foreign) == CUDA_SUCCESS && kernel_functions == asked + 1);
   EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &foreign) == CUDA_SUCCESS && kernel_functions == asked + 1);
-  EXPECT(sets[nsets - 1].p.func == (CUfunction)0xf0f0);   /* left as the app set it */
+  EXPECT(sets[nsets - 1].p.func == (CUfunction)0xf0f0); /* left as the app set it */
   knode mine = foreign;
-  mine.func = (CUfunction)0xf1c1;   /* the function of CUkernel 0xc1 (g_kernel_function) */
+  mine.func = (CUfunction)0xf1c1; /* the function of CUkernel 0xc1 (g_kernel_function) */
   EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &mine) == CUDA_SUCCESS && handle_lookup((void *)0xf1c1) == &lk);
 
   /* the entry points the driver hands out: the version asked for picks the signature */
@@ -860,7 +875,7 @@ static void test_exit_from_main_times_main(void) {
   if (pid == 0) {
     atomic_store(&t_main_start_ns, now_ns());
     atexit(check_main_times);
-    exit(0);   /* the shim's exit, as the app's would be */
+    exit(0); /* the shim's exit, as the app's would be */
   }
   int status = 0;
   waitpid(pid, &status, 0);
@@ -877,14 +892,14 @@ static void *run_warm(void *arg) {
 }
 static void test_warm_start(void) {
   pthread_t t;
-  setenv(ENV_PRELOAD, "0", 1);   /* off: returns at once */
+  setenv(ENV_PRELOAD, "0", 1); /* off: returns at once */
   pthread_create(&t, NULL, run_warm, NULL);
   pthread_join(t, NULL);
-  unsetenv(ENV_PRELOAD);   /* on by default */
+  unsetenv(ENV_PRELOAD); /* on by default */
   pthread_create(&t, NULL, run_warm, NULL);
   char *heap = malloc(4096);
   memset(heap, 0, 4096);
-  warm_image(heap);   /* not inside a loaded object: nothing to ask about */
+  warm_image(heap); /* not inside a loaded object: nothing to ask about */
   usleep(20 * 1000);
   uint64_t t0 = now_ns();
   warm_finish();
@@ -899,14 +914,14 @@ static void test_warm_start(void) {
  * .nvFatBinSegment sections of the objects loaded: a wrapper counts only with its magic number
  * and a fat binary's. In a child, which loads a library of such wrappers (fake_fatbins.c). */
 static void test_warm_scan(void) {
-  EXPECT(warm_scan() == 0);   /* this program has none */
+  EXPECT(warm_scan() == 0); /* this program has none */
   const char *lib = getenv("PROTEUS_TEST_FATBINS");
   EXPECT(lib != NULL);
   if (!lib) return;
   pid_t pid = fork();
   if (pid == 0) {
     void *h = dlopen(lib, RTLD_NOW);
-    _exit(!h ? 2 : warm_scan() == 1 && warm_scan() == 0 ? 0 : 1);   /* found once */
+    _exit(!h ? 2 : warm_scan() == 1 && warm_scan() == 0 ? 0 : 1); /* found once */
   }
   int status = 0;
   waitpid(pid, &status, 0);
