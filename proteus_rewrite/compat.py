@@ -98,6 +98,8 @@ OWN_ENV: Mapping[str, str] = {
     "PROTEUS_SPECIALIZE_ALIGNMENT": "fold pointer alignment",
     "PROTEUS_PTX_COMPILER": "PTX assembler: auto, nvjitlink, ptxas or driver",
     "PROTEUS_CAP_REGISTERS": "at most the registers that keep the AOT code's blocks per SM",
+    "PROTEUS_PTX_FOLD_FLOATS": "fold floating-point arguments on the PTX route too (off until measured)",
+    "PROTEUS_CODE_KIND": "which code a kernel recorded with both is specialized from: auto, bitcode or ptx",
     "PROTEUS_OCCUPANCY_STEP": "try the variant at one more block per SM, kept where it spills little",
     "PROTEUS_SKIP_PASSES": "passes of LLVM's pipeline not run (default: indvars)",
     "PROTEUS_SPEED_CHECK": "time each new variant against the original; drop it where slower",

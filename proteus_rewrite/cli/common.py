@@ -149,10 +149,18 @@ def write_atomic(path: str, data: bytes) -> None:
         raise
 
 
+def _prefer_ptx() -> bool:
+    # PROTEUS_CODE_KIND=ptx (jit/config.py): kernels carrying both are recorded from their PTX,
+    # so that the two routes can be compared on one binary
+    return (os.environ.get("PROTEUS_CODE_KIND") or "").strip().lower() == "ptx"
+
+
 def extract(app: str, data: bytes) -> KernelTable:
+    prefer_ptx = _prefer_ptx()
+
     def build(progress=None) -> KernelTable:
         try:
-            return kernels_mod.build(data, app, progress)
+            return kernels_mod.build(data, app, progress, prefer_ptx=prefer_ptx)
         except ProteusError as exc:
             exc.path = exc.path or app
             raise
@@ -171,7 +179,7 @@ def load(path: str) -> KernelTable:
     if data[: len(store.MAGIC)] == store.MAGIC:
         return store.deserialize(data, path)
     try:
-        return kernels_mod.build(data, path)
+        return kernels_mod.build(data, path, prefer_ptx=_prefer_ptx())
     except ProteusError as exc:
         exc.path = exc.path or path
         raise

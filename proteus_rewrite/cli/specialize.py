@@ -60,7 +60,7 @@ def specialize(store_or_app, kernel, args, block, grid, arch, globals_, emit, ou
     cg = config.for_record(record)
     if emit == "cubin" and cg.ptx_compiler == "driver":
         raise click.UsageError("PROTEUS_PTX_COMPILER=driver produces no cubin offline; use --emit ptx")
-    given = _arguments(record, args, cg.specialize_alignment)
+    given = _arguments(record, args, cg.specialize_alignment, cg.ptx_fold_floats)
     raw = tuple(given[p.index] if p.index in given else bytes(p.size) for p in record.params)
     addresses = {}
     for g in globals_:
@@ -156,7 +156,7 @@ def _check_dims(record, block: tuple[int, int, int], grid: tuple[int, int, int],
                                  param_hint="--grid")
 
 
-def _arguments(record, args: tuple[str, ...], alignment: bool) -> dict[int, bytes]:
+def _arguments(record, args: tuple[str, ...], alignment: bool, ptx_floats: bool = False) -> dict[int, bytes]:
     """--arg N=VALUE, each: the bytes of a parameter the JIT folds (or of a pointer, whose address
     gives alignment facts under PROTEUS_SPECIALIZE_ALIGNMENT=1). Any other value would be taken
     and then ignored, the variant folding less than asked, so it is refused."""
@@ -179,10 +179,11 @@ def _arguments(record, args: tuple[str, ...], alignment: bool) -> dict[int, byte
             raise click.BadParameter(f"{a!r}: argument {i} is a pointer ({p.llvm_type}): pointers are never folded "
                                      "(its address gives alignment facts only with PROTEUS_SPECIALIZE_ALIGNMENT=1)",
                                      param_hint="--arg")
-        if record.code == "ptx" and p.kind == "float":
+        if record.code == "ptx" and p.kind == "float" and not ptx_floats:
             raise click.BadParameter(f"{a!r}: argument {i} is floating-point: {record.demangled} is specialized from "
-                                     "its PTX, where floating-point arguments are not folded", param_hint="--arg")
-        if p.kind != "pointer" and not foldable(p, record.code):
+                                     "its PTX, where floating-point arguments are not folded (unless "
+                                     "PROTEUS_PTX_FOLD_FLOATS=1)", param_hint="--arg")
+        if p.kind != "pointer" and not foldable(p, record.code, ptx_floats):
             what = "a struct passed by value" if p.kind == "aggregate" else f"of kind {p.kind}"
             raise click.BadParameter(f"{a!r}: argument {i} ({p.llvm_type}) is {what}: only integer, floating-point "
                                      "and bool arguments are folded", param_hint="--arg")

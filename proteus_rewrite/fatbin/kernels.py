@@ -63,7 +63,9 @@ def extract(path: str | os.PathLike, progress: Progress | None = None) -> Kernel
         raise
 
 
-def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTable:
+def build(data: bytes, path: str, progress: Progress | None = None, prefer_ptx: bool = False) -> KernelTable:
+    """The kernel table of an executable's or library's bytes; prefer_ptx: a kernel carrying both
+    bitcode and PTX is recorded from its PTX (to compare the two routes on one binary)."""
     elf = hostelf.parse(data)
     section = elf.sections.get(hostelf.CUDA_FATBIN)
     if section is None:
@@ -124,7 +126,7 @@ def build(data: bytes, path: str, progress: Progress | None = None) -> KernelTab
             defining = next((i for i in mod_ids if name in analyses[i].kernels), None)
             bk = analyses[defining].kernels[name] if defining is not None else None
             params = merge_params(name, layout.params, bk, warnings)
-            if defining is None and ptx is not None and name in ptx.entries:
+            if (defining is None or prefer_ptx) and ptx is not None and name in ptx.entries:
                 if ptx_kernels is None:
                     ptx_kernels = _analyze_ptx(ptx, warnings)
                 found = (ptx, ptx_kernels.get(name))

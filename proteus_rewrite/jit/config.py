@@ -88,6 +88,10 @@ class CodegenConfig:
     min_blocks_per_sm: int | None = None  # MinBlocksPerSM, applied only when the block size is TunedMaxThreads
     cap_registers: bool = True  # PROTEUS_CAP_REGISTERS (ours): at most the registers that keep the AOT code's occupancy
     occupancy_step: bool = True  # PROTEUS_OCCUPANCY_STEP (ours): try one more block per SM (targets.step_occupancy)
+    # PROTEUS_PTX_FOLD_FLOATS (ours, off): fold float and double arguments on the PTX route too,
+    # behind the passes that keep ptxas's constant arithmetic to what the AOT code executed
+    # (jit/ptx_contract.py); off until outputs over the corpora show it changes none
+    ptx_fold_floats: bool = False
     # PROTEUS_SKIP_PASSES (ours): passes of LLVM's pipeline not run. LLVM 22's IndVarSimplify
     # raises register pressure past LLVM 19's (docs/dev/findings/registers.md).
     skip_passes: tuple[str, ...] = DEFAULT_SKIPPED
@@ -132,6 +136,9 @@ class Config:
     # ours: time each new variant against the original on live launches before keeping it, and
     # remember the verdict per variant in the cache (runtime/speed.py)
     speed_check: bool = True  # PROTEUS_SPEED_CHECK
+    # ours: the code a kernel recorded with both bitcode and PTX is specialized from: auto
+    # (bitcode), bitcode (never PTX) or ptx (to compare the two routes on one binary)
+    code_kind: str = "auto"  # PROTEUS_CODE_KIND
     # Upstream's timing output (defaults from its Config.h). Timers: a "[proteus] <stage> N ms"
     # line per stage (compat.timer_line); time trace: a Chrome trace JSON file written at exit
     # (compat.chrome_trace), events shorter than the grain left out.
@@ -200,6 +207,7 @@ class Config:
             async_threads=threads,
             compile_process=_bool(env, "PROTEUS_COMPILE_PROCESS", True),
             speed_check=_bool(env, "PROTEUS_SPEED_CHECK", True),
+            code_kind=_code_kind(env),
             codegen=codegen,
             tuned=tuned,
             disable=_bool(env, "PROTEUS_DISABLE", False),
@@ -243,8 +251,16 @@ def _codegen_from_env(env: Mapping[str, str]) -> CodegenConfig:
         ptx_compiler=compiler,
         cap_registers=_bool(env, "PROTEUS_CAP_REGISTERS", True),
         occupancy_step=_bool(env, "PROTEUS_OCCUPANCY_STEP", True),
+        ptx_fold_floats=_bool(env, "PROTEUS_PTX_FOLD_FLOATS", False),
         skip_passes=_pass_names(env),
     )
+
+
+def _code_kind(env: Mapping[str, str]) -> str:
+    kind = (env.get("PROTEUS_CODE_KIND") or "auto").strip().lower()
+    if kind not in ("auto", "bitcode", "ptx"):
+        raise ConfigError(f"PROTEUS_CODE_KIND={env['PROTEUS_CODE_KIND']!r}: expected auto, bitcode or ptx")
+    return kind
 
 
 def _pass_names(env: Mapping[str, str]) -> tuple[str, ...]:

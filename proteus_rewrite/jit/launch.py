@@ -41,16 +41,16 @@ FLOAT_TYPES = {"half": ("e", 2), "bfloat": (None, 2), "float": ("f", 4), "double
 PTX_AGGREGATE_MAX = 64
 
 
-def foldable(p: ParamRecord, code: str = "bitcode") -> bool:
+def foldable(p: ParamRecord, code: str = "bitcode", ptx_floats: bool = False) -> bool:
     """Scalars we know how to turn into constants (and, for the PTX code kind, small by-value
-    aggregates). Pointers are never folded. Nor, on the PTX route, are floating-point values:
-    ptxas folds a product of two constants, rounded, where the AOT code fused the multiply
-    into the add that uses it (one rounding), so the result could change in its last bit
-    (docs/dev/findings/ptx-route.md)."""
+    aggregates). Pointers are never folded. Nor, on the PTX route, are floating-point values
+    unless `ptx_floats` (PROTEUS_PTX_FOLD_FLOATS): ptxas folds a product of two constants,
+    rounded, where the AOT code fused the multiply into the add that uses it (one rounding), so
+    the result could change in its last bit (docs/dev/findings/ptx-route.md)."""
     if code == "ptx" and p.kind == "aggregate":
         return p.size <= PTX_AGGREGATE_MAX
     if code == "ptx" and p.kind == "float":
-        return False
+        return ptx_floats and p.llvm_type in ("float", "double")
     return (p.kind == "int" and p.llvm_type in INT_TYPES) or (p.kind == "float" and p.llvm_type in FLOAT_TYPES)
 
 

@@ -191,13 +191,14 @@ def _fold_params(body: str, kernel, plan: Plan, declared: dict[str, str]) -> str
         indent, vec, ptype, dests, name, off = m.groups()
         if name not in by_name:
             return m.group(0)
-        _p, raw = by_name[name]
+        p, raw = by_name[name]
         size = _SIZES.get(re.sub(r"\D", "", ptype))
         if size is None:
             return m.group(0)
         regs = [d.strip() for d in dests.strip("{}").split(",")] if vec else [dests.strip()]
         base = int(off or 0)
-        if ptype.startswith("f") or any(_register_type(r, declared) in ("f16", "f32", "f64") for r in regs):
+        if p.kind != "float" and (ptype.startswith("f") or any(_register_type(r, declared) in ("f16", "f32", "f64")
+                                                                  for r in regs)):
             return m.group(0)  # a struct's floating-point part stays a load (foldable() says why)
         moves = []
         for i, reg in enumerate(regs):

@@ -87,7 +87,8 @@ def make_plan(kernel: KernelRecord, launch: Launch, cg: CodegenConfig, relink_gl
     if cg.specialize_args:
         allowed = set(kernel.jit_args) if kernel.jit_args is not None else None
         for p, raw in zip(kernel.params, launch.args):
-            if foldable(p, kernel.code) and p.index not in launch.unknown and (allowed is None or p.index + 1 in allowed):
+            if (foldable(p, kernel.code, cg.ptx_fold_floats) and p.index not in launch.unknown
+                    and (allowed is None or p.index + 1 in allowed)):
                 # the PTX route reads the bytes back as each `ld.param` loads them
                 folded[p.index] = raw.hex() if kernel.code == "ptx" else ir_constant(p, raw)
     alignment = {}

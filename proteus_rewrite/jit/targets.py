@@ -113,12 +113,14 @@ class Nvptx:
         SM version (best_record chose it: an older one's bitcode compiles for a newer device)."""
         return True
 
-    def best_record(self, records):
+    def best_record(self, records, code_kind: str = "auto"):
         """Which of a kernel's records (one per target it was built for) to specialize here:
-        bitcode before PTX; the newest SM version not above the device's, else, for bitcode,
-        the oldest above it (its bitcode still compiles for the device; PTX of a newer
-        architecture does not assemble for an older GPU). None when none fits."""
-        for code in ("bitcode", "ptx"):
+        bitcode before PTX (PTX before bitcode with code_kind "ptx", bitcode alone with
+        "bitcode"); the newest SM version not above the device's, else, for bitcode, the oldest
+        above it (its bitcode still compiles for the device; PTX of a newer architecture does not
+        assemble for an older GPU). None when none fits."""
+        order = {"ptx": ("ptx", "bitcode"), "bitcode": ("bitcode",)}.get(code_kind, ("bitcode", "ptx"))
+        for code in order:
             cuda = [k for k in records if k.specializable and k.code == code and isinstance(k.arch, int)]
             usable = [k for k in cuda if k.arch <= self.arch] or (cuda if code == "bitcode" else [])
             if usable:
@@ -203,7 +205,7 @@ class Amdgpu:
         into it) runs on no other."""
         return recorded_arch == self.arch
 
-    def best_record(self, records):
+    def best_record(self, records, code_kind: str = "auto"):
         """The record built for this processor, with bitcode; None when there is none."""
         return next((k for k in records if k.has_bitcode and k.arch == self.arch), None)
 
@@ -256,9 +258,10 @@ def target_for(arch: int | str) -> Target:
     raise TypeError(f"not a GPU architecture: {arch!r}")
 
 
-def best_record(records, arch: int | str):
-    """Which of a kernel's records to specialize for a device of `arch` (the target says)."""
-    return target_for(arch).best_record(records)
+def best_record(records, arch: int | str, code_kind: str = "auto"):
+    """Which of a kernel's records to specialize for a device of `arch` (the target says;
+    code_kind: PROTEUS_CODE_KIND)."""
+    return target_for(arch).best_record(records, code_kind)
 
 
 def document_arch(value: object) -> int | str:

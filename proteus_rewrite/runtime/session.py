@@ -205,7 +205,7 @@ def _kernel_info(session: Session, image_ptr: int, name: str, arch: int | str) -
         return None
     table, fatbin = match
     candidates = [k for k in table.kernels if k.fatbin == fatbin and k.name == name]
-    record = best_record(candidates, arch)
+    record = best_record(candidates, arch, config.code_kind)
     if record is None:
         built = ", ".join(sorted({str(k.arch) for k in candidates if k.specializable}))
         what = ("is not recorded" if not candidates
@@ -218,7 +218,7 @@ def _kernel_info(session: Session, image_ptr: int, name: str, arch: int | str) -
     cg = config.for_record(record)
     allowed = set(record.jit_args) if record.jit_args is not None else None
     fold = bytes(
-        1 if (cg.specialize_args and foldable(p, record.code) and (allowed is None or p.index + 1 in allowed))
+        1 if (cg.specialize_args and foldable(p, record.code, cg.ptx_fold_floats) and (allowed is None or p.index + 1 in allowed))
         or (cg.specialize_alignment and p.kind == "pointer") else 0
         for p in record.params
     )

@@ -70,7 +70,8 @@ def warm_set(session: Session | None, images: bytes) -> bytes:
                 continue
             ptr, table, index = fatbins[item["fatbin"]]
             # the record this device's launch resolves to, as kernel_info finds it
-            record = best_record([k for k in table.kernels if k.fatbin == index and k.name == item["kernel"]], item["arch"])
+            record = best_record([k for k in table.kernels if k.fatbin == index and k.name == item["kernel"]], item["arch"],
+                                 session.config.code_kind)
             if record is None or record.globals:
                 continue
             args, known = bytearray(sum(p.size for p in record.params)), bytearray(len(record.params))

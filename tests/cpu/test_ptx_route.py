@@ -472,3 +472,35 @@ def test_half_precision_products_and_approximations_are_kept_too(tmp_path):
     body, m = ptx_contract.keep_approximations(body)
     assert (n, m) == (1, 1) and "fma.rn.f16 %rs4, %pfc0, %rs2, %rs5;" in body and "cvt.u16.u32 %pza0, %pza0z;" in body
     assert _sass(head + "{" + body + "}" + tail, tmp_path)
+
+
+def test_floats_are_folded_on_request_and_the_variant_assembles(table, tmp_path):
+    """PROTEUS_PTX_FOLD_FLOATS=1: a float argument becomes a `mov.f32` of its bits, in a variant
+    of its own (the key holds the value), and ptxas assembles it."""
+    t = table("loop_count_nvcc")
+    k = _kernel(t, "axpy_loop")
+    launch = _launch(k, {0: (1000).to_bytes(4, "little"), 1: (8).to_bytes(4, "little"), 2: struct.pack("<f", 1.5)})
+    text, plan, _found = _text(t, k, launch, {"PROTEUS_PTX_FOLD_FLOATS": "1"})
+    assert sorted(plan.folded) == [0, 1, 2]
+    assert re.search(r"mov\.f32 %f\d+, 0f3FC00000;", text) and "_param_2]" not in text
+    if PTXAS.exists():
+        (tmp_path / "v.ptx").write_text(text)
+        import subprocess
+
+        subprocess.run([str(PTXAS), "-arch=sm_90", str(tmp_path / "v.ptx"), "-o", str(tmp_path / "v.cubin")], check=True)
+    # the double of poly_eval too; its bool stays an integer
+    p = _kernel(t, "poly_eval")
+    text, plan, _found = _text(t, p, _launch(p), {"PROTEUS_PTX_FOLD_FLOATS": "1"})
+    assert 2 in plan.folded and re.search(r"mov\.f64 %fd\d+, 0d3FD0000000000000;", text)
+
+
+def test_a_clang_build_is_recorded_from_its_ptx_on_request(samples, tmp_path, monkeypatch):
+    """PROTEUS_CODE_KIND=ptx at record time: the kernels of a bitcode build take the PTX route,
+    to compare the two routes on one binary."""
+    from ..conftest import run_cli
+
+    out = run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "b"))
+    assert out.returncode == 0 and "3 with bitcode" in out.stdout
+    monkeypatch.setenv("PROTEUS_CODE_KIND", "ptx")
+    out = run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "p"))
+    assert out.returncode == 0 and "0 with bitcode, 3 from PTX" in out.stdout, out.stdout
