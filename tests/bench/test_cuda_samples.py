@@ -12,6 +12,8 @@ import pytest
 
 from bench.corpora.cuda_samples import build, run
 
+from .tarball import run_module, unpack
+
 # Prints its own path (as the samples print argv[0]), a line that changes on every run (a
 # timing), and a result that FAKE_DIFF changes under the tool; writes the shim's report and a
 # CUPTI trace where asked, its kernels named as variants under the tool.
@@ -170,3 +172,26 @@ def test_dry_run_prints_the_commands_and_runs_nothing(corpus, capsys):
 def test_unknown_sample_is_refused(corpus):
     with pytest.raises(SystemExit):
         main(corpus, "--only", "nope")
+
+
+def test_the_tarball_runs_with_the_standard_library_alone(corpus):
+    """build.py --pack: run.py, samples.json and bench/lib/harness.py in the repository's layout;
+    `python3 -m bench.corpora.cuda_samples.run` from the unpacked tarball's top runs its builds
+    (work/ beside run.py) end to end, with no site-packages and without this repository on the path."""
+    tmp, work = corpus["tmp"], corpus["work"]
+    samples = json.loads(corpus["samples"].read_text())["samples"]
+    (work / "manifest.json").write_text(json.dumps({"samples": {"fake": {"status": "ok"}}}))
+    out = tmp / "s.tar.xz"
+    build.pack(out, work, samples)
+    names, top = unpack(out, tmp / "unpacked")
+    corpus_dir = "bench/corpora/cuda_samples"
+    assert {"bench/__init__.py", "bench/lib/__init__.py", "bench/lib/harness.py", "bench/corpora/__init__.py",
+            f"{corpus_dir}/__init__.py", f"{corpus_dir}/run.py", f"{corpus_dir}/samples.json",
+            f"{corpus_dir}/work/manifest.json", f"{corpus_dir}/work/bin/fake/fake"} <= names
+    assert not any(n.endswith(("build.py", "builds.py")) for n in names), names
+    (top / corpus_dir / "samples.json").write_text(corpus["samples"].read_text())  # the fake sample's table
+    proc = run_module(top, "bench.corpora.cuda_samples.run", "--tool", str(corpus["tool"]), "--nvidia-smi", "true",
+                      "--out", str(tmp / "out"))
+    assert proc.returncode == 0, proc.stderr
+    (r,) = json.loads((tmp / "out" / "results.json").read_text())["samples"]
+    assert r["ok"] and all(r["modes"][m]["verdict"] == "PASS" for m in run.MODES), r

@@ -28,14 +28,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bench.lib.builds import pack_runner
+
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
 DEFAULT_MIRROR = "/work/.mirror/NVIDIA+cuda-samples/repo"
 CUDA = Path(os.environ.get("CUDA_PATH", "/usr/local/cuda"))
 ARCH = "sm_90"
-# What a runner imports beside its own folder: the packages above it (stdlib-only modules).
-RUNNER_PACKAGE = ("bench/__init__.py", "bench/corpora/__init__.py")
-RUNNER_FILES = ("__init__.py", "run.py", "samples.json")
+RUNNER_FILES = ("run.py", "samples.json")
 
 
 def log(msg: str) -> None:
@@ -188,14 +187,10 @@ def pack(out_path: Path, work: Path, samples: list[dict]) -> None:
     `python3 -m bench.corpora.cuda_samples.run`: the runner, samples.json, the manifest and the
     built binaries with their inputs; no sources."""
     manifest = json.loads((work / "manifest.json").read_text())
-    top = HERE.relative_to(ROOT).as_posix()
     count = 0
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(out_path, "w:xz", preset=9) as tar:  # 9: one window spans the binaries' shared cudart
-        for rel in RUNNER_PACKAGE:
-            tar.add(ROOT / rel, arcname=rel)
-        for name in RUNNER_FILES:
-            tar.add(HERE / name, arcname=f"{top}/{name}")
+        top = pack_runner(tar, HERE, RUNNER_FILES)
         tar.add(work / "manifest.json", arcname=f"{top}/work/manifest.json")
         for sample in samples:
             entry = manifest["samples"].get(sample["name"], {})

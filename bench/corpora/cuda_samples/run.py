@@ -31,52 +31,17 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from bench.lib import harness
+from bench.lib.harness import MODES, log
+
 HERE = Path(__file__).resolve().parent
-MODES = ("sync-cold", "default-cold", "default-warm")
-VARIANT_MARK = "$proteus$"  # what a specialized variant's name carries
 MASKED = "<masked>"
 TAIL = 4000  # characters of stdout kept per run in results.json
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def clean_env(extra: dict[str, str]) -> dict[str, str]:
-    """The caller's environment without the tool's variables (a native run must be native)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PROTEUS_") and k not in ("LD_PRELOAD", "CUDA_INJECTION64_PATH", "CUPTI_KERNEL_TRACE_FILE")}
-    env.update(extra)
-    return env
-
-
-def run_cmd(cmd: list[str], cwd: Path, env_extra: dict[str, str], timeout: float, dry_run: bool) -> dict:
-    record = {"cmd": shlex.join(cmd), "cwd": str(cwd), "env": env_extra}
-    if dry_run:
-        env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in env_extra.items())
-        print(f"(cd {shlex.quote(str(cwd))} && {env_text + ' ' if env_text else ''}{shlex.join(cmd)})", flush=True)
-        return {**record, "rc": 0, "seconds": 0.0, "stdout": "", "stderr_tail": "", "dry_run": True}
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, env=clean_env(env_extra), capture_output=True, timeout=timeout,
-                              text=True, errors="replace")
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, out, err = "timeout", _text(exc.stdout), _text(exc.stderr)
-    except OSError as exc:  # not executable, missing: the record says so, the run goes on
-        rc, out, err = "oserror", "", str(exc)
-    return {**record, "rc": rc, "seconds": round(time.monotonic() - t0, 2), "stdout": out, "stderr_tail": err[-2000:]}
-
-
-def _text(data: bytes | str | None) -> str:
-    if data is None:
-        return ""
-    return data if isinstance(data, str) else data.decode(errors="replace")
+REPORT_KEYS = ("launches", "specialized_launches", "failures", "kernels")
 
 
 # --- comparing ------------------------------------------------------------------------------
@@ -129,35 +94,13 @@ def compare(sample: dict, native: dict, run: dict) -> dict:
 # --- the driver's and the shim's accounts ----------------------------------------------------
 
 def kernels_run(trace: Path) -> dict | None:
-    """Kernel launches the GPU executed, by CUPTI (bench/lib/kernel_trace.c's file: one name
-    per line, optionally a tab and nanoseconds): all of them, and those that ran a variant."""
-    try:
-        lines = trace.read_text().splitlines()
-    except OSError:
+    """Kernel launches the GPU executed, by CUPTI: all of them, and those that ran a variant."""
+    counts = harness.trace_counts(trace)
+    if counts is None:
         return None
-    if any(line.startswith("#error") for line in lines):
-        return {"error": "; ".join(line for line in lines if line.startswith("#error"))}
-    names = [line.split("\t", 1)[0] for line in lines if line and not line.startswith("#")]
-    variants = sum(VARIANT_MARK in n for n in names)
-    return {"launches": len(names), "variants": variants}
-
-
-def read_report(path: Path) -> dict | None:
-    """From a PROTEUS_REPORT: launches, specialized launches, failures summed over kernels by
-    reason (the fields bench/lib/harness.py's report_share reads)."""
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # no report: the shim did not load or the app died before exit
-    launches = specialized = 0
-    failures: dict[str, int] = {}
-    for k in report.get("kernels", []):
-        launches += int(k.get("launches", 0))
-        specialized += int(k.get("specialized_launches", 0))
-        for reason, count in (k.get("failures") or {}).items():
-            failures[reason] = failures.get(reason, 0) + int(count)
-    return {"launches": launches, "specialized_launches": specialized, "failures": failures,
-            "kernels": len(report.get("kernels", []))}
+    if counts["errors"]:
+        return {"error": "; ".join(counts["errors"])}
+    return {"launches": counts["launches"], "variants": counts["variants"]}
 
 
 # --- one sample -----------------------------------------------------------------------------
@@ -171,16 +114,9 @@ class Runner:
         self.dry_run = args.dry_run
         self.trace_lib = args.kernel_trace
 
-    def traced(self, env: dict[str, str], trace: Path) -> dict[str, str]:
-        if not self.trace_lib:
-            return env
-        if not self.dry_run:
-            trace.unlink(missing_ok=True)
-        return {**env, "CUDA_INJECTION64_PATH": self.trace_lib, "CUPTI_KERNEL_TRACE_FILE": str(trace)}
-
     def execute(self, exe: Path, sample: dict, env: dict[str, str], trace: Path) -> dict:
-        run = run_cmd([str(exe), *sample["args"]], self.work / "bin" / sample["name"], self.traced(env, trace),
-                      self.timeout, self.dry_run)
+        run = harness.run_cmd([str(exe), *sample["args"]], self.work / "bin" / sample["name"],
+                              harness.traced(env, self.trace_lib, trace, self.dry_run), self.timeout, self.dry_run)
         run["exe"] = str(exe)
         if self.trace_lib and not self.dry_run:
             run["kernels_run"] = kernels_run(trace)
@@ -191,16 +127,16 @@ class Runner:
         name = sample["name"]
         binary = self.work / "bin" / name / name
         scratch = self.out / "scratch" / name
-        tool_dir, caches = scratch / "tool", {"sync": scratch / "cache-sync", "default": scratch / "cache"}
+        tool_dir = scratch / "tool"
         if not self.dry_run:
             shutil.rmtree(scratch, ignore_errors=True)  # cold means cold, also on a second run.py run
-            for d in (tool_dir, *caches.values()):
+            for d in (tool_dir, scratch / "cache-sync", scratch / "cache"):
                 d.mkdir(parents=True)
         res: dict = {"name": name, "args": sample["args"], "native": None, "rewrite": None, "modes": {}}
         t0 = time.monotonic()
         native = res["native"] = self.execute(binary, sample, {}, scratch / "kernels-native.txt")
-        res["rewrite"] = run_cmd([*self.tool, str(binary), "-o", str(tool_dir)], binary.parent, {},
-                                 self.timeout, self.dry_run)
+        res["rewrite"] = harness.run_cmd([*self.tool, str(binary), "-o", str(tool_dir)], binary.parent, {},
+                                         self.timeout, self.dry_run)
         if res["rewrite"]["rc"] == 0:
             exe, env = tool_dir / name, {}
             if not self.dry_run and not exe.exists():  # a tool that only records: the original, preloaded
@@ -209,12 +145,9 @@ class Runner:
                 report = scratch / f"report-{mode}.json"
                 if not self.dry_run:
                     report.unlink(missing_ok=True)
-                mode_env = {**env, "PROTEUS_CACHE_DIR": str(caches["sync" if mode == "sync-cold" else "default"]),
-                            "PROTEUS_REPORT": str(report)}
-                if mode == "sync-cold":
-                    mode_env["PROTEUS_ASYNC_COMPILATION"] = "0"
-                run = self.execute(exe, sample, mode_env, scratch / f"kernels-{mode}.txt")
-                run["report"] = None if self.dry_run else read_report(report)
+                run = self.execute(exe, sample, {**env, **harness.mode_env(mode, scratch, report)},
+                                   scratch / f"kernels-{mode}.txt")
+                run["report"] = None if self.dry_run else harness.read_report(report, REPORT_KEYS)
                 run.update(compare(sample, native, run))
                 res["modes"][mode] = run
         res["ok"] = self.ok(res)
@@ -289,32 +222,11 @@ def markdown(results: list[dict], header: dict) -> str:
 
 
 def write_results(out: Path, header: dict, results: list[dict]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in (("results.json", json.dumps({**header, "samples": results}, indent=1) + "\n"),
-                       ("results.md", markdown(results, header))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(out / name)
+    harness.write_files(out, {"results.json": json.dumps({**header, "samples": results}, indent=1) + "\n",
+                      "results.md": markdown(results, header)})
 
 
 # --- the CLI --------------------------------------------------------------------------------
-
-def default_tool() -> list[str]:
-    """proteus-rewrite on PATH, else next to this Python (a venv's bin/), else as a module."""
-    found = shutil.which("proteus-rewrite")
-    if found:
-        return [found]
-    beside = Path(sys.executable).parent / "proteus-rewrite"
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "proteus_rewrite.cli"]
-
-
-def first_line(cmd: list[str]) -> str:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return (proc.stdout.strip().splitlines() or [""])[0]
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -338,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--only: not in {args.samples}: {', '.join(sorted(unknown))}")
     samples = [s for s in samples if not only or s["name"] in only]
-    tool = shlex.split(args.tool) if args.tool else default_tool()
-    if "/" in tool[0]:  # the tool runs in each sample's folder: a relative path would not resolve there
-        tool[0] = str(Path(tool[0]).resolve())
+    tool = harness.tool_command(args.tool)
     runner = Runner(args, tool)
     runnable = [s for s in samples if (runner.work / "bin" / s["name"] / s["name"]).exists()]
     skipped = sorted({s["name"] for s in samples} - {s["name"] for s in runnable})
@@ -349,12 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     if not runnable:
         raise SystemExit(f"nothing to run: no builds under {runner.work} (build.py, or unpack the tarball)")
 
-    manifest_path = runner.work / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    header = {"tool": shlex.join(tool), "tool_version": first_line([*tool, "--version"]) if not args.dry_run else "",
-              "gpu": first_line([args.nvidia_smi, "--query-gpu=name,driver_version", "--format=csv,noheader"])
-              if not args.dry_run else "", "cuda_samples_commit": manifest.get("cuda_samples_commit"),
-              "nvcc": manifest.get("nvcc"), "kernel_trace": args.kernel_trace, "skipped": skipped}
+    manifest = harness.load_manifest(runner.work)
+    header = {"tool": shlex.join(tool), "tool_version": harness.first_line([*tool, "--version"]) if not args.dry_run else "",
+              "gpu": harness.gpu_name(args.nvidia_smi) if not args.dry_run else "",
+              "cuda_samples_commit": manifest.get("cuda_samples_commit"), "nvcc": manifest.get("nvcc"),
+              "kernel_trace": args.kernel_trace, "skipped": skipped}
     results = []
     for i, sample in enumerate(runnable, 1):
         res = runner.sample(sample)

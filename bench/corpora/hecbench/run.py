@@ -39,18 +39,17 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.corpora.hecbench import corpus
-from bench.lib.harness import report_share
+from bench.lib import harness
+from bench.lib.harness import MODES, VARIANT_MARK, log
 
 HERE = Path(__file__).resolve().parent
 
-MODES = ("sync-cold", "default-cold", "default-warm")
 # --validate adds a run under PROTEUS_VALIDATE (every variant checked against its original on
 # its first launch; runtime/validate.py), in a fresh cache of its own
 VALIDATE = "validate"
@@ -61,12 +60,6 @@ TOOL_RECIPES = ("recommended", "exact-fp", "fembed-bitcode", "shared-lib", "nvcc
 AGAIN = {"recommended": "recommended-again", "nvcc": "nvcc-again"}
 DEFAULT_RTOL = 1e-6  # numbers this close count as "close", not "differs"
 TAIL = 4000  # characters of stdout kept per run
-_print_lock = threading.Lock()
-
-
-def log(msg: str) -> None:
-    with _print_lock:
-        print(msg, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -87,42 +80,8 @@ class Context:
 
 # --- running one command ------------------------------------------------------------------
 
-def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment without the tool's variables (a native run must be native),
-    plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROTEUS_") and k != "LD_PRELOAD"}
-    env.update(extra or {})
-    return env
-
-
 def run_cmd(cmd: list[str], cwd: Path, env_extra: dict[str, str], ctx: Context) -> dict:
-    """Run one command; the record keeps the command, its environment additions, return
-    code, seconds, and the ends of stdout and stderr (all of stdout for comparison)."""
-    record = {"cmd": shlex.join(cmd), "cwd": str(cwd), "env": env_extra}
-    if ctx.dry_run:
-        env_text = " ".join(f"{k}={shlex.quote(v)}" for k, v in env_extra.items())
-        with _print_lock:
-            print(f"(cd {shlex.quote(str(cwd))} && {env_text + ' ' if env_text else ''}{shlex.join(cmd)})", flush=True)
-        return {**record, "rc": 0, "seconds": 0.0, "stdout": "", "stderr_tail": "", "dry_run": True}
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, cwd=cwd, env=clean_env(env_extra), capture_output=True,
-                              timeout=ctx.timeout, errors="replace", text=True)
-        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc = "timeout"
-        out = _text(exc.stdout)
-        err = _text(exc.stderr)
-    except OSError as exc:  # not executable, missing: the record says so, the run goes on
-        rc, out, err = "oserror", "", str(exc)
-    return {**record, "rc": rc, "seconds": round(time.monotonic() - t0, 2), "stdout": out,
-            "stderr_tail": err[-2000:]}
-
-
-def _text(data: bytes | str | None) -> str:
-    if data is None:
-        return ""
-    return data if isinstance(data, str) else data.decode(errors="replace")
+    return harness.run_cmd(cmd, cwd, env_extra, ctx.timeout, ctx.dry_run)
 
 
 def app_command(program: dict, recipe: str, ctx: Context) -> tuple[list[str], Path]:
@@ -161,15 +120,13 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
         report = scratch / recipe / f"report-{mode}.json"
         if not ctx.dry_run:
             report.unlink(missing_ok=True)
-        env = tool_env(scratch, recipe, mode, report)
         trace = scratch / recipe / f"kernels-{mode}.txt"
-        if ctx.kernel_trace:  # the driver's account of what ran, beside the shim's report
-            trace.unlink(missing_ok=True)
-            env.update({"CUDA_INJECTION64_PATH": ctx.kernel_trace, "CUPTI_KERNEL_TRACE_FILE": str(trace)})
+        # the driver's account of what ran, beside the shim's report
+        env = harness.traced(tool_env(scratch, recipe, mode, report), ctx.kernel_trace, trace, ctx.dry_run)
         run = run_cmd(cmd, cwd, env, ctx)
         if ctx.kernel_trace:
             run["kernels_run"] = kernels_run(trace)
-        run["report"] = read_report(report)
+        run["report"] = harness.read_report(report)
         if mode == VALIDATE:
             run["validation"] = validation_counts(report)
         result[mode] = run
@@ -178,31 +135,17 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
 
 def tool_env(scratch: Path, recipe: str, mode: str, report: Path) -> dict[str, str]:
     """The environment additions of a run under the tool in `mode` (rewritten into scratch/RECIPE/tool)."""
-    cache = scratch / recipe / {"sync-cold": "cache-sync", VALIDATE: "cache-validate"}.get(mode, "cache")
-    env = {"LD_PRELOAD": str(scratch / recipe / "tool" / "libproteus.so"), "PROTEUS_CACHE_DIR": str(cache),
-           "PROTEUS_REPORT": str(report)}
-    if mode in ("sync-cold", VALIDATE):
-        env["PROTEUS_ASYNC_COMPILATION"] = "0"
-    if mode == VALIDATE:
-        env["PROTEUS_VALIDATE"] = "1"
-    return env
+    env = {"LD_PRELOAD": str(scratch / recipe / "tool" / "libproteus.so")}
+    if mode != VALIDATE:
+        return {**env, **harness.mode_env(mode, scratch / recipe, report)}
+    return {**env, "PROTEUS_CACHE_DIR": str(scratch / recipe / "cache-validate"), "PROTEUS_REPORT": str(report),
+            "PROTEUS_ASYNC_COMPILATION": "0", "PROTEUS_VALIDATE": "1"}
 
 
 def kernels_run(trace: Path) -> dict | None:
     """Kernel launches the GPU executed, by CUPTI: variants (named `...$proteus$...`) and originals."""
-    try:
-        names = [line.split("\t", 1)[0] for line in trace.read_text().splitlines() if line and not line.startswith("#")]
-    except OSError:
-        return None
-    variants = sum("$proteus$" in n for n in names)
-    return {"variants": variants, "originals": len(names) - variants}
-
-
-def read_report(path: Path) -> dict | None:
-    try:
-        return report_share(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return None  # no report: the shim did not load or the app died before exit
+    counts = harness.trace_counts(trace)
+    return None if counts is None else {"variants": counts["variants"], "originals": counts["originals"]}
 
 
 def validation_counts(path: Path) -> dict | None:
@@ -257,10 +200,7 @@ def speed_runs(program: dict, recipe: str, scratch: Path, native: dict, again: d
             trace = scratch / recipe / f"speed-{side}-{rep}.txt"
             report = scratch / recipe / f"report-speed-{rep}.json"
             env = {} if side == "native" else tool_env(scratch, recipe, SPEED_MODE, report)
-            env.update({"CUDA_INJECTION64_PATH": str(ctx.kernel_trace), "CUPTI_KERNEL_TRACE_FILE": str(trace),
-                        "CUPTI_KERNEL_TRACE_TIMES": "1"})
-            if not ctx.dry_run:
-                trace.unlink(missing_ok=True)
+            env = {**harness.traced(env, str(ctx.kernel_trace), trace, ctx.dry_run), "CUPTI_KERNEL_TRACE_TIMES": "1"}
             run = run_cmd(cmd, cwd, env, ctx)
             rec = {"rep": rep, "side": side, "rc": run["rc"], "seconds": run["seconds"]}
             if ctx.dry_run:
@@ -277,7 +217,7 @@ def speed_runs(program: dict, recipe: str, scratch: Path, native: dict, again: d
                     rec["excluded"] = str(exc)
                 else:
                     rec.update(kernel_ms=round(sum(ns for _, ns in times) / 1e6, 4), launches=len(times),
-                               variant_launches=sum("$proteus$" in name for name, _ in times))
+                               variant_launches=sum(VARIANT_MARK in name for name, _ in times))
             records.append(rec)
     return records
 
@@ -411,7 +351,7 @@ def note(res: dict) -> str:
 # --- the report -----------------------------------------------------------------------------
 
 def stamp(ctx: Context, args: argparse.Namespace) -> dict:
-    return {"tool_commit": tool_commit(ctx.tool), "tool_version": _first_line([*ctx.tool, "--version"]),
+    return {"tool_commit": tool_commit(ctx.tool), "tool_version": harness.first_line([*ctx.tool, "--version"]),
             "gpu": gpu_info(args.nvidia_smi), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": shlex.join([sys.executable, *sys.argv]), "host": os.uname().nodename,
             "hecbench_commit": ctx.manifest.get("hecbench_commit"), "clang": ctx.manifest.get("clang"),
@@ -442,15 +382,7 @@ def tool_commit(tool: list[str]) -> str:
 
 
 def gpu_info(nvidia_smi: str) -> str:
-    return _first_line([nvidia_smi, "--query-gpu=name,driver_version", "--format=csv,noheader"]) or "unknown"
-
-
-def _first_line(cmd: list[str]) -> str:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return (proc.stdout.strip().splitlines() or [""])[0]
+    return harness.gpu_name(nvidia_smi) or "unknown"
 
 
 def share_text(v: dict | None) -> str:
@@ -616,15 +548,6 @@ def summary(results: list[dict]) -> list[str]:
 
 # --- the CLI --------------------------------------------------------------------------------
 
-def default_tool() -> list[str]:
-    """proteus-rewrite on PATH, else next to this Python (a venv's bin/), else as a module."""
-    found = shutil.which("proteus-rewrite")
-    if found:
-        return [found]
-    beside = Path(sys.executable).parent / "proteus-rewrite"
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "proteus_rewrite.cli"]
-
-
 def shard(programs: list[dict], spec: str, parser: argparse.ArgumentParser) -> list[dict]:
     """Every N-th program from the I-th: slices of similar mix (the slow paper programs
     come first and are spread out)."""
@@ -676,15 +599,12 @@ def main(argv: list[str] | None = None) -> int:
 
     doc = corpus.load_programs(HERE / "programs.json")
     work = Path(args.work).resolve()
-    manifest_path = work / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"programs": {}}
+    manifest = harness.load_manifest(work, {"programs": {}})
     programs = shard(corpus.select(doc, args.suite, [n for n in args.only.split(",") if n]), args.shard, parser)
     recipes = tuple(r for r in args.recipes.split(",") if r)
     if not set(recipes) <= set(corpus.RECIPES):
         parser.error(f"--recipes: from {', '.join(corpus.RECIPES)}")
-    tool = shlex.split(args.tool) if args.tool else default_tool()
-    if "/" in tool[0]:  # the tool runs in each program's folder: a relative path would not resolve there
-        tool[0] = str(Path(tool[0]).resolve())
+    tool = harness.tool_command(args.tool)
     out = Path(args.out).resolve()
     ctx = Context(work, out, tool, str(Path(args.exe).resolve()) if args.exe else None, args.timeout,
                   args.dry_run, args.native_only, recipes, doc, manifest,
@@ -701,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def one(program: dict) -> None:
         res = run_program(program, ctx)
-        with _print_lock:
+        with harness.LOCK:
             results[program["name"]] = res
             if not ctx.dry_run:  # after every program: a run cut short keeps what it did
                 write_results(out, header, skipped, [results[p["name"]] for p in runnable if p["name"] in results])
@@ -721,12 +641,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_results(out: Path, header: dict, skipped: list[str], results: list[dict]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in (("hecbench-corpus.json", json.dumps({**header, "skipped": skipped, "programs": results}, indent=1) + "\n"),
-                       ("hecbench-corpus.md", markdown(results, header))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(out / name)
+    harness.write_files(out, {
+        "hecbench-corpus.json": json.dumps({**header, "skipped": skipped, "programs": results}, indent=1) + "\n",
+        "hecbench-corpus.md": markdown(results, header)})
 
 
 if __name__ == "__main__":

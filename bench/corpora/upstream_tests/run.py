@@ -41,9 +41,7 @@ import re
 import shlex
 import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -52,11 +50,11 @@ from pathlib import Path
 
 from bench.corpora.upstream_tests import checks
 from bench.corpora.upstream_tests.checks import filecheck  # the FileCheck subset lives in checks.py
-from bench.lib.harness import report_share
+from bench.lib import harness
+from bench.lib.harness import log
 
 HERE = Path(__file__).resolve().parent
 
-VARIANT_MARK = "$proteus$"  # in the name of every specialized variant (proteus_rewrite/jit/ir.py)
 # A line upstream's Proteus runtime prints about itself: "[proteus][JitEngineDevice] ...",
 # "[ArgSpec] ...", "[GVarInfo]: ..."; no program output checked upstream starts like that.
 TRACE_LINE = re.compile(r"^\[[A-Za-z]")
@@ -66,12 +64,6 @@ MODES = ("cold", "default", "warm")
 # defaults on an empty cache of its own (a launch may run as built while its variant compiles);
 # warm: synchronous again, on the cache cold left.
 TAIL = 4000  # characters of stdout/stderr kept per run
-_lock = threading.Lock()
-
-
-def log(msg: str) -> None:
-    with _lock:
-        print(msg, file=sys.stderr, flush=True)
 
 
 # --- upstream's CHECK lines about the program's output ---------------------------------------
@@ -117,28 +109,19 @@ def first_difference(expected: list[str], got: list[str]) -> str | None:
 
 def kernel_counts(path: Path) -> dict | None:
     """From the CUPTI injection library's file: kernels run, specialized variants and originals."""
-    try:
-        names = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return None  # no file: the library was not loaded, or the process died before exit
-    errors = [n for n in names if n.startswith("#error")]
-    names = [n for n in names if n and not n.startswith("#")]
-    variants = [n for n in names if VARIANT_MARK in n]
-    counts = {"variants": len(variants), "originals": len(names) - len(variants)}
-    if errors:
-        counts["error"] = errors[0]
-    return counts
+    counts = harness.trace_counts(path)
+    if counts is None:
+        return None
+    out = {"variants": counts["variants"], "originals": counts["originals"]}
+    if counts["errors"]:
+        out["error"] = counts["errors"][0]
+    return out
 
 
 def report_summary(path: Path) -> dict | None:
     """From a PROTEUS_REPORT (proteus_rewrite/runtime/report.py): launches, how many ran a
     specialized variant, fallbacks, and failures by reason."""
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # no report: the shim did not load or the process died before exit
-    share = report_share(report)
-    return {k: share[k] for k in ("launches", "specialized_launches", "fallback_launches", "failures")}
+    return harness.read_report(path, ("launches", "specialized_launches", "fallback_launches", "failures"))
 
 
 # --- running ---------------------------------------------------------------------------------
@@ -154,44 +137,14 @@ class Context:
     sources: Path | None = None  # upstream's extracted tree (lit's %S lies under it)
 
 
-def clean_env(extra: dict[str, str]) -> dict[str, str]:
-    """The caller's environment without the tool's and the tracer's variables (a native run must
-    be native), plus `extra`."""
-    drop = ("LD_PRELOAD", "CUDA_INJECTION64_PATH")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PROTEUS_") and k not in drop}
-    env.update(extra)
-    return env
-
-
 def run_cmd(cmd: list[str], cwd: Path, env_extra: dict[str, str], timeout: float) -> dict:
-    """Run one command in its own process group (a timeout kills all of it: a child left holding
-    the pipes would otherwise hang us too)."""
-    record: dict = {"cmd": shlex.join(cmd), "env": env_extra}
-    t0 = time.monotonic()
-    try:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=clean_env(env_extra), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
-    except OSError as exc:
-        return {**record, "rc": "oserror", "seconds": 0.0, "stdout": "", "stderr": str(exc)}
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        rc: int | str = proc.returncode
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, err = proc.communicate()
-        rc = "timeout"
-    return {**record, "rc": rc, "seconds": round(time.monotonic() - t0, 2),
-            "stdout": out.decode(errors="replace"), "stderr": err.decode(errors="replace")}
+    """One command's record, all of its stderr kept: RUN lines and CHECK lines may read it."""
+    return {"cmd": shlex.join(cmd), "env": env_extra, **harness.execute(cmd, cwd, env_extra, timeout)}
 
 
 def run_app(exe: Path, program: dict, scratch: Path, label: str, env: dict[str, str], ctx: Context) -> dict:
     trace = scratch / f"kernels-{label}.txt"
-    trace.unlink(missing_ok=True)
-    if ctx.trace_lib:
-        env = {**env, "CUDA_INJECTION64_PATH": ctx.trace_lib, "CUPTI_KERNEL_TRACE_FILE": str(trace)}
+    env = harness.traced(env, ctx.trace_lib, trace)
     result = run_cmd([str(exe), *program.get("args", [])], scratch, env, ctx.timeout)
     result["check_failures"] = filecheck(result["stdout"], output_checks(program))
     if ctx.trace_lib:
@@ -308,10 +261,8 @@ def run_lines(program: dict, ctx: Context, scratch: Path, tool_dir: Path, exe: P
             continue
         checks.prepare_cache(line, cache_dir)
         trace = scratch / f"kernels-upstream-{n}.txt"
-        trace.unlink(missing_ok=True)
         env["LD_PRELOAD"] = str(tool_dir / "libproteus.so")
-        if ctx.trace_lib:
-            env.update({"CUDA_INJECTION64_PATH": ctx.trace_lib, "CUPTI_KERNEL_TRACE_FILE": str(trace)})
+        env = harness.traced(env, ctx.trace_lib, trace)
         run = run_cmd([str(exe), *program.get("args", [])], scratch, env, ctx.timeout)
         text = checks.line_text(run["stdout"], run["stderr"], line)
         out_file = saved / f"{program['name']}.{n}.txt"
@@ -392,31 +343,11 @@ def markdown(results: list[dict], header: dict) -> str:
 
 
 def write_results(out: Path, header: dict, results: list[dict]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    for name, text in (("upstream-tests.json", json.dumps({**header, "programs": results}, indent=1) + "\n"),
-                       ("upstream-tests.md", markdown(results, header))):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(text)
-        tmp.replace(out / name)
-
-
-def _first_line(cmd: list[str]) -> str:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return (proc.stdout.strip().splitlines() or [""])[0]
+    harness.write_files(out, {"upstream-tests.json": json.dumps({**header, "programs": results}, indent=1) + "\n",
+                              "upstream-tests.md": markdown(results, header)})
 
 
 # --- the CLI ---------------------------------------------------------------------------------
-
-def default_tool() -> list[str]:
-    found = shutil.which("proteus-rewrite")
-    if found:
-        return [found]
-    beside = Path(sys.executable).parent / "proteus-rewrite"
-    return [str(beside)] if beside.exists() else [sys.executable, "-m", "proteus_rewrite.cli"]
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -457,19 +388,16 @@ def main(argv: list[str] | None = None) -> int:
         trace_lib = str(Path(args.kernel_trace_lib).resolve())
         if not Path(trace_lib).is_file():
             parser.error(f"--kernel-trace-lib {trace_lib}: no such file")
-    tool = shlex.split(args.tool) if args.tool else default_tool()
-    if "/" in tool[0]:  # programs run in their scratch folder: a relative path would not resolve there
-        tool[0] = str(Path(tool[0]).resolve())
+    tool = harness.tool_command(args.tool)
     work = Path(args.work).resolve()
-    manifest_path = work / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest = harness.load_manifest(work)
     ctx = Context(work, Path(args.out).resolve(), tool, args.timeout, trace_lib, args.native_only, sources)
     header = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "host": os.uname().nodename, "command": shlex.join([sys.executable, *sys.argv]),
               "commit": os.environ.get("PROTEUS_COMMIT")
-              or _first_line(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"]) or "unknown",
-              "tool": shlex.join(tool), "tool_version": "" if args.native_only else _first_line([*tool, "--version"]),
-              "gpu": _first_line([args.nvidia_smi, "--query-gpu=name,driver_version", "--format=csv,noheader"]),
+              or harness.first_line(["git", "-C", str(HERE), "rev-parse", "HEAD"], 60) or "unknown",
+              "tool": shlex.join(tool), "tool_version": "" if args.native_only else harness.first_line([*tool, "--version"], 60),
+              "gpu": harness.gpu_name(args.nvidia_smi, timeout=60),
               "upstream_commit": doc.get("upstream", {}).get("commit"), "clang": manifest.get("clang"),
               "timeout_s": args.timeout, "kernel_trace": bool(trace_lib),
               "excluded": len(doc["programs"]) - len([p for p in doc["programs"] if not p.get("excluded")])}
@@ -481,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # a bug meeting one program's oddity must not cost the others
             res = {"name": program["name"], "source": program.get("source"), "runs": {},
                    "verdict": "HARNESS-ERROR", "detail": traceback.format_exc()[-2000:]}
-        with _lock:
+        with harness.LOCK:
             results[program["name"]] = res
             write_results(ctx.out, header, [results[p["name"]] for p in programs if p["name"] in results])
             done = len(results)
