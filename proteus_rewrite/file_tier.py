@@ -1,7 +1,7 @@
 """The shared tier on a file system many nodes mount (NFS, Lustre): `file:///shared/dir`.
 
 What a job's ranks share through it, and how it stays safe without any lock, is in the class's
-docstring; the tier interface it implements is cache.py's.
+docstring; the tier interface it implements is tier_interface.py's.
 """
 
 from __future__ import annotations
@@ -12,22 +12,9 @@ import time
 from pathlib import Path
 
 from . import faults
-from .cache import (
-    DEFAULT_LEASE_S,
-    QUARANTINE_AGE_S,
-    SUFFIX,
-    Claim,
-    Entry,
-    LevelStats,
-    _is_zombie,
-    _token,
-    decode_checked,
-    encode,
-    log,
-    tombstone_entry,
-    trim_oldest,
-)
+from .cache_entry import SUFFIX, Entry, decode_checked, encode, tombstone_entry
 from .errors import CacheError
+from .tier_interface import DEFAULT_LEASE_S, QUARANTINE_AGE_S, Claim, LevelStats, _alive, _token, log, trim_oldest
 
 
 class SharedFileTier:
@@ -314,13 +301,3 @@ class SharedFileTier:
             path.with_name(f"{path.name}.hb").unlink(missing_ok=True)
         except OSError:
             pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _is_zombie(pid)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 
-from .cache import DEFAULT_LEASE_S
 from .errors import CacheError
 from .file_tier import SharedFileTier
+from .tier_interface import DEFAULT_LEASE_S
 
 
 def open_shared(url: str, secret: bytes | None = None, umask: int | None = None, lease_s: float = DEFAULT_LEASE_S):
