@@ -78,6 +78,7 @@ APPS: dict[str, App] = {
     "loop_count_fembed": App(("loop_count.cu",), recipe="fembed-bitcode",
                              note="the older recipe, clang's -fembed-bitcode: sm_30 PTX, optimized module"),
     "warp_reduce": App(("warp_reduce.cu",), note="warp shuffles, cooperative groups, a vote"),
+    "warp_sync": App(("warp_sync.cu",), note="legacy warp-synchronous updates through memory (races the check must catch)"),
     "device_globals": App(("device_globals.cu",), note="__device__ and __constant__ variables"),
     "multi_kernel": App(("multi_kernel.cu",), note="four kernels in one translation unit"),
     "two_tu": App(("two_tu_main.cu", "two_tu_kernels.cu"), note="two .cu files, two fat binaries"),

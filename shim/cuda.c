@@ -262,6 +262,7 @@ static CUfunction pick(const void *handle, void **params, dim3 grid, dim3 block,
         return fn;
       }
       if (atomic_load_explicit(&e->pending, memory_order_acquire)) return pick_compiling(ki, e, stream, 0);
+      if (atomic_load_explicit(&e->check, memory_order_acquire)) return check_pick(ki, e);
       goto original;
     }
   }
@@ -287,15 +288,15 @@ static CUresult launch_with(CUresult (*real)(CUfunction, unsigned, unsigned, uns
   CUstream es = !s && real == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : s;
   trial_ticket tk = {0};
   CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki, &tk);
-  if (__builtin_expect(g_validate, 0) && sf)
-    sf = validate_begin(ki, sf, f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, shmem, s, real);
+  int checking = __builtin_expect(check_entry != NULL, 0) && sf;
+  if (checking) sf = validate_begin(ki, sf, f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, shmem, s, real);
   sample_poll(ki);
   int sampled = sample_begin(ki, es, &tk);
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params, extra) : 1;
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
   sample_end(ki, es, sampled, &tk);
-  if (__builtin_expect(g_validate, 0)) validate_end();
+  if (__builtin_expect(checking, 0)) validate_end();
   prefetch_hit(f, ki);
   return r;
 }
@@ -317,7 +318,8 @@ static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfuncti
   CUfunction sf = c && !in_runtime_launch ? pick(f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ},
                                                  (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, es, &ki, &tk)
                                           : NULL;
-  if (__builtin_expect(g_validate, 0) && sf)
+  int checking = __builtin_expect(check_entry != NULL, 0) && sf;
+  if (checking)
     sf = c->numAttrs ? validate_refuse(ki, "launched with cuLaunchKernelEx attributes, which validation does not repeat")
                      : validate_begin(ki, sf, f, params, (dim3){c->gridDimX, c->gridDimY, c->gridDimZ},
                                       (dim3){c->blockDimX, c->blockDimY, c->blockDimZ}, c->sharedMemBytes, c->hStream,
@@ -328,7 +330,7 @@ static CUresult launch_ex_with(CUresult (*real)(const CUlaunchConfig *, CUfuncti
   if (sf && r != CUDA_SUCCESS) launch_error(f);
   if (r != CUDA_SUCCESS) r = real(c, f, params, extra);
   sample_end(ki, es, sampled, &tk);
-  if (__builtin_expect(g_validate, 0)) validate_end();
+  if (__builtin_expect(checking, 0)) validate_end();
   prefetch_hit(f, ki);
   return r;
 }
@@ -347,7 +349,8 @@ static CUresult coop_with(CUresult (*real)(CUfunction, unsigned, unsigned, unsig
   CUstream es = !s && real == real_cuLaunchCooperativeKernel_ptsz ? (CUstream)0x2 : s;
   trial_ticket tk = {0};
   CUfunction sf = pick(f, params, (dim3){gx, gy, gz}, (dim3){bx, by, bz}, es, &ki, &tk);
-  if (__builtin_expect(g_validate, 0) && sf) sf = validate_refuse(ki, "a cooperative launch, which validation does not repeat");
+  if (__builtin_expect(check_entry != NULL, 0) && sf)
+    sf = validate_refuse(ki, "a cooperative launch, which validation does not repeat");
   sample_poll(ki);
   int sampled = sample_begin(ki, es, &tk);
   CUresult r = sf ? real(sf, gx, gy, gz, bx, by, bz, shmem, s, params) : 1;
@@ -691,8 +694,8 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   CUstream es = !stream && drv == real_cuLaunchKernel_ptsz ? (CUstream)0x2 : stream;
   trial_ticket tk = {0};
   CUfunction sf = drv ? pick(func, args, grid, block, es, &ki, &tk) : NULL;
-  if (__builtin_expect(g_validate, 0) && sf)
-    sf = validate_begin(ki, sf, runtime_function(func), args, grid, block, (unsigned)shmem, stream, drv);
+  int checking = __builtin_expect(check_entry != NULL, 0) && sf;
+  if (checking) sf = validate_begin(ki, sf, runtime_function(func), args, grid, block, (unsigned)shmem, stream, drv);
   sample_poll(ki);
   int sampled = sample_begin(ki, es, &tk);
   if (sf) {
@@ -707,7 +710,7 @@ static cudaError_t runtime_launch(cudaError_t (*real)(const void *, dim3, dim3, 
   cudaError_t r = real(func, grid, block, args, shmem, stream);
   in_runtime_launch = 0;
   sample_end(ki, es, sampled, &tk);
-  if (__builtin_expect(g_validate, 0)) validate_end();
+  if (__builtin_expect(checking, 0)) validate_end();
   prefetch_hit(func, ki);
   return r;
 }
@@ -720,11 +723,12 @@ EXPORT cudaError_t cudaLaunchKernel_ptsz(const void *func, dim3 grid, dim3 block
 EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *func, void **args) {
   init_driver_calls();
   kinfo *ki = NULL;
-  int sampled = 0;
+  int sampled = 0, checking = 0;
   trial_ticket tk = {0};
   if (c && c->numAttrs == 0 && real_cuLaunchKernel) { /* with attributes: leave it to the runtime */
     CUfunction sf = pick(func, args, c->gridDim, c->blockDim, c->stream, &ki, &tk);
-    if (__builtin_expect(g_validate, 0) && sf)
+    checking = __builtin_expect(check_entry != NULL, 0) && sf;
+    if (checking)
       sf = validate_begin(ki, sf, runtime_function(func), args, c->gridDim, c->blockDim, (unsigned)c->dynamicSmemBytes, c->stream,
                           real_cuLaunchKernel);
     sample_poll(ki);
@@ -742,7 +746,7 @@ EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *c, const void *
   cudaError_t r = RUNTIME_REAL(cudaLaunchKernelExC)(c, func, args);
   in_runtime_launch = 0;
   sample_end(ki, c ? c->stream : NULL, sampled, &tk);
-  if (__builtin_expect(g_validate, 0)) validate_end();
+  if (__builtin_expect(checking, 0)) validate_end();
   return r;
 }
 
@@ -808,6 +812,7 @@ const struct gpu_ops cuda_ops = {
     .event_sync = cuda_event_sync,
     .no_gpu_reason = no_gpu_reason,
     .preload = &cuda_preload,
+    .checks = 1,
 };
 
 /* CUDA answers until a platform claims the process (platform.h): a static CUDA runtime that

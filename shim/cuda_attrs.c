@@ -45,6 +45,8 @@ typedef struct {
 static void set_on_variant(sentry *e, void *arg) {
   const attr_arg *a = arg;
   CUfunction fn = atomic_load_explicit(&e->fn, memory_order_acquire);
+  vcheck *c = atomic_load_explicit(&e->check, memory_order_acquire);   /* held for its check: set it too */
+  if (!fn && c) fn = c->fn;
   if (fn) set_one(e->ki, fn, a->attrib, a->value, a->dev);
 }
 

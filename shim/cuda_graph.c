@@ -157,7 +157,7 @@ static int choose(const knode *in, knode *out, kinfo **kio, sentry **wait) {
   *wait = NULL;
   *kio = NULL;
   read_env();
-  if (g_disable || g_validate || in->extra) return 0;
+  if (g_disable || g_validate == VALIDATE_FULL || in->extra) return 0;
   kinfo *ki = node_kernel(in);
   const void *h = in->kern && handle_lookup(in->kern) ? (const void *)in->kern : (const void *)in->func;
   *kio = ki;
@@ -437,7 +437,8 @@ CUresult w_cuGraphExecNodeSetParams(void *exec, void *node, void *p) {
 static void *pointed_copy(void *graph) {
   void *copy = NULL;
   read_env();
-  if (g_disable || g_validate || !real_cuGraphClone || real_cuGraphClone(&copy, graph) != CUDA_SUCCESS) return NULL;
+  if (g_disable || g_validate == VALIDATE_FULL || !real_cuGraphClone || real_cuGraphClone(&copy, graph) != CUDA_SUCCESS)
+    return NULL;
   point_nodes(copy, NULL, 1);
   return copy;
 }

@@ -1,29 +1,34 @@
-/* PROTEUS_VALIDATE (CUDA): a variant's first launch runs in the shadow of the original.
+/* PROTEUS_VALIDATE (CUDA): a variant's check, its first launch run in the shadow of the original
+ * (check.c chooses the launch; shim.h says when a variant is checked).
  *
  * Before it, with the whole context idle, every allocation the launch's argument bytes point
  * into (any 8-byte word of an argument that cuMemGetAddressRange knows) and the kernel's
- * device variables are copied aside. The variant runs, what it left in those allocations is
- * read back, the copies are restored, and the app's own launch then runs the original kernel
- * (validate_begin answers NULL). After that launch, validate_end reads the original's results
- * and hands both to the run time (runtime/validate.py), which denies the kernel if they differ:
- * it then runs the original for good. Where the original CUfunction is known, it also runs once
- * in the shadow: a kernel whose own results vary from run to run (atomics, races) cannot be
- * compared, and is reported so rather than denied. The app always goes on from the original's results, so
- * a run under validation prints what the native run prints.
+ * device variables are copied aside on the GPU. The variant runs and what it left is copied
+ * aside too; the snapshot is restored; where the original CUfunction is known, it runs once in
+ * the shadow the same way (a kernel whose own results vary from run to run, atomics or races,
+ * cannot be compared, and is reported so rather than denied); the snapshot is restored again, and
+ * the app's own launch then runs the original kernel (validate_begin answers NULL). After that
+ * launch, validate_end compares on the GPU (compare.cu: a kernel that only tells equal from
+ * different, so nothing the size of the app's memory crosses to the host when they are equal).
+ * Equal, the variant is published and serves every later launch of its key. Different, all three
+ * results are read back for the run time (runtime/validate.py), which says how they differ and
+ * denies the kernel: it then runs the original for good. The app always goes on from the
+ * original's results, so a checked launch prints what the native run prints.
  *
- * Not a hit-path concern: all of it runs only with PROTEUS_VALIDATE set, once per variant, and
- * takes a lock, allocates and synchronizes the context on purpose. */
+ * Not a hit-path concern: all of it runs once per variant, and takes a lock, allocates and
+ * synchronizes the context on purpose. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "compare_ptx.h"
 #include "cuda_api.h"
 #include "shim.h"
 
 #define MAX_RANGES 256
-#define MAX_CHECKED 4096
+#define MAX_CONTEXTS 16
 
 static CUresult (*ctx_sync)(void);
 static CUresult (*mem_range)(CUdeviceptr *, size_t *, CUdeviceptr);
@@ -31,39 +36,33 @@ static CUresult (*mem_alloc)(CUdeviceptr *, size_t);
 static CUresult (*mem_free)(CUdeviceptr);
 static CUresult (*copy_dtod)(CUdeviceptr, CUdeviceptr, size_t);
 static CUresult (*copy_dtoh)(void *, CUdeviceptr, size_t);
+static CUresult (*memset_d32)(CUdeviceptr, unsigned, size_t);
+static CUresult (*module_load)(CUmodule *, const void *);
+static CUresult (*module_function)(CUfunction *, CUmodule, const char *);
 
 typedef struct {
-  CUdeviceptr base, snap;
+  CUdeviceptr base, snap, after_variant, after_shadow;   /* the app's, its copy, what each kernel left */
   size_t size;
 } vrange;
 typedef struct {
   kinfo *ki;
-  CUfunction variant;
-  int n;
+  sentry *e;
+  int n, shadow;
   vrange r[MAX_RANGES];
-  uint8_t *after_variant;   /* what the variant left, range after range */
-  uint8_t *after_shadow;    /* what the original left in the shadow run (NULL: not run) */
   size_t total;
   uint8_t *args;
   size_t nargs;
+  uint64_t t0;
   double ms;
 } check;
 
 static __thread check *pending;   /* this thread's check, between its two halves */
 static pthread_mutex_t v_lock = PTHREAD_MUTEX_INITIALIZER;
-/* variants checked (done 1) or being checked (done 0) */
 static struct {
-  CUfunction fn;
-  int done;
-} checked[MAX_CHECKED];
-static int nchecked;
-
-static void mark_done(CUfunction fn) {
-  pthread_mutex_lock(&v_lock);
-  for (int i = 0; i < nchecked; i++)
-    if (checked[i].fn == fn) checked[i].done = 1;
-  pthread_mutex_unlock(&v_lock);
-}
+  CUcontext ctx;
+  CUfunction fn;   /* NULL: the compare kernel did not load there (the host compares) */
+} compare_fns[MAX_CONTEXTS];
+static int ncompare;
 
 static int load_calls(void) {
   if (!ctx_sync) {
@@ -72,6 +71,9 @@ static int load_calls(void) {
     *(void **)&mem_free = cuda_sym("cuMemFree_v2");
     *(void **)&copy_dtod = cuda_sym("cuMemcpyDtoD_v2");
     *(void **)&copy_dtoh = cuda_sym("cuMemcpyDtoH_v2");
+    *(void **)&memset_d32 = cuda_sym("cuMemsetD32_v2");
+    *(void **)&module_load = cuda_sym("cuModuleLoadData");
+    *(void **)&module_function = cuda_sym("cuModuleGetFunction");
     *(void **)&ctx_sync = cuda_sym("cuCtxSynchronize");
   }
   return ctx_sync && mem_range && mem_alloc && mem_free && copy_dtod && copy_dtoh;
@@ -83,25 +85,29 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-/* The kernel runs the original from now on: this run's deny (the run time keeps the lasting one). */
-static void deny(kinfo *ki) { atomic_store(&ki->state, K_DISABLED); }
-
-
 static void free_check(check *c) {
-  for (int i = 0; i < c->n; i++)
+  for (int i = 0; i < c->n; i++) {
     if (c->r[i].snap) mem_free(c->r[i].snap);
-  free(c->after_variant);
-  free(c->after_shadow);
+    if (c->r[i].after_variant) mem_free(c->r[i].after_variant);
+    if (c->r[i].after_shadow) mem_free(c->r[i].after_shadow);
+  }
   free(c->args);
   free(c);
 }
 
-/* A check that cannot be made: the kernel runs the original for the rest of the run (the
- * promise is native output), and the report says why. */
-static CUfunction give_up(kinfo *ki, check *c, const char *why) {
+static uint32_t vid_of(sentry *e) {
+  vcheck *v = e ? atomic_load(&e->check) : NULL;
+  return v ? v->vid : 0;
+}
+
+/* A check that cannot be made: the report says why. In full mode the kernel runs the original
+ * for the rest of the run (the promise is native output); by default the variant runs
+ * unchecked, as it would without the check (check_done). */
+static CUfunction give_up(kinfo *ki, sentry *e, check *c, uint64_t t0, const char *why) {
   if (c) free_check(c);
-  deny(ki);
-  py_validate_skipped(ki->kid, why);
+  if (g_validate == VALIDATE_FULL) atomic_store(&ki->state, K_DISABLED);
+  py_validate_skipped(ki->kid, vid_of(e), why);
+  if (e) check_done(e, CHECKED_UNCHECKABLE, now_ns() - t0);
   return NULL;
 }
 
@@ -112,7 +118,7 @@ static int add_range(check *c, CUdeviceptr p) {
   for (int i = 0; i < c->n; i++)
     if (c->r[i].base == base) return 0;
   if (c->n == MAX_RANGES) return -1;
-  c->r[c->n++] = (vrange){base, 0, size};
+  c->r[c->n++] = (vrange){base, 0, 0, 0, size};
   c->total += size;
   return 0;
 }
@@ -124,14 +130,16 @@ static size_t max_bytes(void) {
 }
 
 CUfunction validate_refuse(kinfo *ki, const char *why) {
-  if (!ki || atomic_load(&ki->state) != K_ACTIVE) return NULL;
-  return give_up(ki, NULL, why);
+  sentry *e = check_entry;
+  check_entry = NULL;
+  if (!ki || !e) return NULL;
+  return give_up(ki, e, NULL, now_ns(), why);
 }
 
-/* Run `fn` on the snapshot's memory and read back what it left into `into`; then restore the
- * snapshot. NULL, or why not. */
+/* Run `fn` on the snapshot's memory, copy what it left aside (`which`: after_variant or
+ * after_shadow), then restore the snapshot. NULL, or why not. */
 static const char *shadow_run(check *c, CUfunction fn, void **params, dim3 grid, dim3 block, unsigned shmem, CUstream stream,
-                              launch_fn launch, uint8_t *into, const char *who) {
+                              launch_fn launch, int which, const char *who) {
   static __thread char why[128];
   CUresult r = launch(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, shmem, stream, params, NULL);
   if (r != CUDA_SUCCESS) {
@@ -142,89 +150,151 @@ static const char *shadow_run(check *c, CUfunction fn, void **params, dim3 grid,
     snprintf(why, sizeof why, "the %s failed on the GPU (CUDA error %d)", who, (int)r);
     return why;
   }
-  size_t off = 0;
-  for (int i = 0; i < c->n; off += c->r[i].size, i++)
-    if (copy_dtoh(into + off, c->r[i].base, c->r[i].size) != CUDA_SUCCESS ||
+  for (int i = 0; i < c->n; i++) {
+    CUdeviceptr into = which ? c->r[i].after_shadow : c->r[i].after_variant;
+    if (copy_dtod(into, c->r[i].base, c->r[i].size) != CUDA_SUCCESS ||
         copy_dtod(c->r[i].base, c->r[i].snap, c->r[i].size) != CUDA_SUCCESS)
-      return "reading back the results failed";
+      return "keeping the results aside failed";
+  }
   return ctx_sync() == CUDA_SUCCESS ? NULL : "restoring the snapshot failed";
 }
 
-static CUfunction check_variant(kinfo *ki, CUfunction variant, CUfunction original, void **params, dim3 grid, dim3 block,
-                                unsigned shmem, CUstream stream, launch_fn launch);
+static CUfunction check_variant(kinfo *ki, sentry *e, CUfunction variant, CUfunction original, void **params, dim3 grid,
+                                dim3 block, unsigned shmem, CUstream stream, launch_fn launch, uint64_t t0);
 
 CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, void **params, dim3 grid, dim3 block,
                           unsigned shmem, CUstream stream, launch_fn launch) {
-  if (!ki || !variant) return variant;
-  if (atomic_load(&ki->state) == K_DISABLED) return NULL;
-  /* a context synchronization would end an open stream capture: check later */
-  if (atomic_load_explicit(&captures_open, memory_order_relaxed) || pending) return NULL;
-  pthread_mutex_lock(&v_lock);
-  int seen = -1;
-  for (int i = 0; i < nchecked && seen < 0; i++)
-    if (checked[i].fn == variant) seen = checked[i].done;
-  int full = seen < 0 && nchecked == MAX_CHECKED;
-  if (seen < 0 && !full) checked[nchecked++].fn = variant;
-  pthread_mutex_unlock(&v_lock);
-  /* checked and kept: the variant; being checked on another thread: the original, until then */
-  if (seen >= 0) return seen && atomic_load(&ki->state) == K_ACTIVE ? variant : NULL;
-  if (full) return give_up(ki, NULL, "more variants than validation tracks");
-  if (!load_calls()) return give_up(ki, NULL, "the driver lacks a call validation needs");
+  sentry *e = check_entry;
+  check_entry = NULL;
+  vcheck *v = e ? atomic_load(&e->check) : NULL;
+  if (!ki || !v || v->fn != variant) return variant;   /* not the launch check_pick chose */
+  uint64_t t0 = now_ns();
+  if (atomic_load(&ki->state) != K_ACTIVE) {
+    check_done(e, CHECKED_DIFFERS, 0);   /* denied meanwhile: it never serves */
+    return NULL;
+  }
+  /* a context synchronization would end an open stream capture; one check per thread at a time */
+  if (atomic_load_explicit(&captures_open, memory_order_relaxed) || pending) {
+    check_done(e, CHECKED_LATER, 0);
+    return NULL;
+  }
+  if (!load_calls()) return give_up(ki, e, NULL, t0, "the driver lacks a call validation needs");
   char *refused = py_validate_refusal(ki->kid);   /* why its variants must not run in the shadow */
   if (refused) {
-    give_up(ki, NULL, refused);
+    give_up(ki, e, NULL, t0, refused);
     free(refused);
     return NULL;
   }
   prof_push("proteus-rewrite validation: %s", ki->name ? ki->name : "?");
-  CUfunction fn = check_variant(ki, variant, original, params, grid, block, shmem, stream, launch);
+  CUfunction fn = check_variant(ki, e, variant, original, params, grid, block, shmem, stream, launch, t0);
   prof_pop();
   return fn;
 }
 
-/* The check proper: both kernels run on a snapshot of the memory the launch reaches, and their
- * results are kept for validate_end to compare. */
-static CUfunction check_variant(kinfo *ki, CUfunction variant, CUfunction original, void **params, dim3 grid, dim3 block,
-                                unsigned shmem, CUstream stream, launch_fn launch) {
-  double t0 = now_ms();
+static int alloc_copy(CUdeviceptr *p, size_t size) { return mem_alloc(p, size) == CUDA_SUCCESS; }
+
+/* The check proper: both kernels run on a snapshot of the memory the launch reaches, and what
+ * they left is kept on the GPU for validate_end. */
+static CUfunction check_variant(kinfo *ki, sentry *e, CUfunction variant, CUfunction original, void **params, dim3 grid,
+                                dim3 block, unsigned shmem, CUstream stream, launch_fn launch, uint64_t t0) {
+  double m0 = now_ms();
   check *c = calloc(1, sizeof *c);
-  if (!c) return give_up(ki, NULL, "out of host memory");
+  if (!c) return give_up(ki, e, NULL, t0, "out of host memory");
   c->ki = ki;
-  c->variant = variant;
-  if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, c, "the context was in an error state before the launch");
+  c->e = e;
+  c->t0 = t0;
+  c->shadow = original != NULL;
+  if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, e, c, t0, "the context was in an error state before the launch");
   for (uint32_t i = 0; i < ki->nparams; i++)
     for (uint32_t off = 0; params && off + 8 <= ki->sizes[i]; off += 8) {
       CUdeviceptr p;
       memcpy(&p, (const uint8_t *)params[i] + off, 8);
-      if (add_range(c, p) < 0) return give_up(ki, c, "its arguments point into more allocations than validation copies");
+      if (add_range(c, p) < 0) return give_up(ki, e, c, t0, "its arguments point into more allocations than validation copies");
     }
   for (uint32_t i = 0; i < ki->nglobals; i++)
     if (add_range(c, cuda_global_address(ki, NULL, ki->globals[i])) < 0)
-      return give_up(ki, c, "its arguments point into more allocations than validation copies");
+      return give_up(ki, e, c, t0, "its arguments point into more allocations than validation copies");
   if (c->total > max_bytes()) {
     char why[160];
     snprintf(why, sizeof why, "its allocations hold %zu MB, more than PROTEUS_VALIDATE_MAX_MB (%zu)", c->total >> 20,
              max_bytes() >> 20);
-    return give_up(ki, c, why);
+    return give_up(ki, e, c, t0, why);
   }
   c->nargs = pack_args(ki, params, NULL);
   c->args = malloc(c->nargs ? c->nargs : 1);
-  c->after_variant = malloc(c->total ? c->total : 1);
-  if (original) c->after_shadow = malloc(c->total ? c->total : 1);
-  if (!c->args || !c->after_variant || (original && !c->after_shadow)) return give_up(ki, c, "out of host memory");
+  if (!c->args) return give_up(ki, e, c, t0, "out of host memory");
   if (params) pack_args(ki, params, c->args);
   for (int i = 0; i < c->n; i++)
-    if (mem_alloc(&c->r[i].snap, c->r[i].size) != CUDA_SUCCESS ||
+    if (!alloc_copy(&c->r[i].snap, c->r[i].size) || !alloc_copy(&c->r[i].after_variant, c->r[i].size) ||
+        (c->shadow && !alloc_copy(&c->r[i].after_shadow, c->r[i].size)) ||
         copy_dtod(c->r[i].snap, c->r[i].base, c->r[i].size) != CUDA_SUCCESS)
-      return give_up(ki, c, "no device memory for the snapshot");
-  if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, c, "the snapshot failed");
-  const char *why = shadow_run(c, variant, params, grid, block, shmem, stream, launch, c->after_variant, "variant");
-  if (!why && original)
-    why = shadow_run(c, original, params, grid, block, shmem, stream, launch, c->after_shadow, "original kernel");
-  if (why) return give_up(ki, c, why);
-  c->ms = now_ms() - t0;
+      return give_up(ki, e, c, t0, "no device memory for the snapshot");
+  if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, e, c, t0, "the snapshot failed");
+  const char *why = shadow_run(c, variant, params, grid, block, shmem, stream, launch, 0, "variant");
+  if (!why && original) why = shadow_run(c, original, params, grid, block, shmem, stream, launch, 1, "original kernel");
+  if (why) return give_up(ki, e, c, t0, why);
+  c->ms = now_ms() - m0;
   pending = c;
   return NULL;   /* the app's launch runs the original, on the memory as it was */
+}
+
+/* The compare kernel in the current context, loaded once per context; NULL where it cannot be
+ * (the host compares instead). */
+static CUfunction compare_fn(void) {
+  CUcontext ctx = NULL;
+  if (!module_load || !module_function || !memset_d32 || real_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return NULL;
+  CUfunction fn = NULL;
+  pthread_mutex_lock(&v_lock);
+  int i = 0;
+  while (i < ncompare && compare_fns[i].ctx != ctx) i++;
+  if (i < ncompare) {
+    fn = compare_fns[i].fn;
+  } else {
+    CUmodule m = NULL;
+    if (module_load(&m, compare_ptx) != CUDA_SUCCESS || module_function(&fn, m, "proteus_differs") != CUDA_SUCCESS) fn = NULL;
+    if (ncompare < MAX_CONTEXTS) compare_fns[ncompare++] = (__typeof__(compare_fns[0])){ctx, fn};
+  }
+  pthread_mutex_unlock(&v_lock);
+  return fn;
+}
+
+/* On the GPU: does any range of the variant's (out[0]) or the shadow run's (out[1]) results
+ * differ from what the app's launch of the original left? 1 answered, 0 could not tell. */
+static int gpu_compare(check *c, int *variant_differs, int *shadow_differs) {
+  CUfunction fn = compare_fn();
+  CUdeviceptr flags = 0;
+  if (!fn || mem_alloc(&flags, 8) != CUDA_SUCCESS) return 0;
+  int ok = memset_d32(flags, 0, 2) == CUDA_SUCCESS;
+  for (int i = 0; ok && i < c->n; i++) {
+    unsigned long long words = c->r[i].size / 8;
+    unsigned tail = (unsigned)(c->r[i].size % 8);
+    CUdeviceptr a = c->r[i].after_variant, b = c->r[i].base, s = c->r[i].after_shadow;
+    CUdeviceptr ta = a + words * 8, tb = b + words * 8, ts = s ? s + words * 8 : 0;
+    void *args[] = {&a, &b, &s, &words, &ta, &tb, &ts, &tail, &flags};
+    unsigned blocks = (unsigned)((words + 255) / 256);
+    blocks = blocks < 1 ? 1 : blocks > 4096 ? 4096 : blocks;
+    ok = real_cuLaunchKernel(fn, blocks, 1, 1, 256, 1, 1, 0, NULL, args, NULL) == CUDA_SUCCESS;
+  }
+  unsigned out[2] = {0, 0};
+  ok = ok && ctx_sync() == CUDA_SUCCESS && copy_dtoh(out, flags, sizeof out) == CUDA_SUCCESS;
+  mem_free(flags);
+  *variant_differs = out[0] != 0;
+  *shadow_differs = out[1] != 0;
+  return ok;
+}
+
+/* Every range's bytes of one side, back to back, on the host (NULL: failed). */
+static uint8_t *read_back(check *c, int side) {
+  uint8_t *buf = malloc(c->total ? c->total : 1);
+  size_t off = 0;
+  for (int i = 0; buf && i < c->n; off += c->r[i].size, i++) {
+    CUdeviceptr from = side == 0 ? c->r[i].base : side == 1 ? c->r[i].after_variant : c->r[i].after_shadow;
+    if (copy_dtoh(buf + off, from, c->r[i].size) != CUDA_SUCCESS) {
+      free(buf);
+      buf = NULL;
+    }
+  }
+  return buf;
 }
 
 void validate_end(void) {
@@ -232,27 +302,42 @@ void validate_end(void) {
   if (!c) return;
   pending = NULL;
   kinfo *ki = c->ki;
-  double t0 = now_ms();
-  uint8_t *after_original = malloc(c->total ? c->total : 1);
-  uint8_t *ranges = malloc((size_t)c->n * PROTO_VALIDATE_RANGE + 1);
-  int ok = after_original && ranges && ctx_sync() == CUDA_SUCCESS;
-  size_t off = 0;
-  for (int i = 0; ok && i < c->n; off += c->r[i].size, i++) {
-    uint64_t desc[2] = {c->r[i].base, c->r[i].size};
-    memcpy(ranges + (size_t)i * PROTO_VALIDATE_RANGE, desc, PROTO_VALIDATE_RANGE);
-    ok = copy_dtoh(after_original + off, c->r[i].base, c->r[i].size) == CUDA_SUCCESS;
-  }
-  if (!ok) {
-    free(after_original);
-    free(ranges);
-    give_up(ki, c, "reading back the original's results failed");
+  sentry *e = c->e;
+  uint32_t vid = vid_of(e);
+  double m0 = now_ms();
+  if (ctx_sync() != CUDA_SUCCESS) {
+    give_up(ki, e, c, c->t0, "the original kernel's launch failed");
     return;
   }
-  int differ = py_validated(ki->kid, c->args, c->nargs, ranges, (size_t)c->n * PROTO_VALIDATE_RANGE, c->after_variant,
-                            after_original, c->after_shadow, c->total, c->ms + (now_ms() - t0));
-  if (differ) deny(ki);
-  else mark_done(c->variant);
-  free(after_original);
+  int differs = 1, varies = c->shadow;
+  if (gpu_compare(c, &differs, &varies) && !differs && !varies) {
+    py_checked(ki->kid, vid, c->args, c->nargs, c->n, c->total, c->ms + (now_ms() - m0));
+    check_done(e, CHECKED_SAME, now_ns() - c->t0);
+    free_check(c);
+    return;
+  }
+  /* different, or not comparable on the GPU: the run time compares the bytes and says how */
+  uint8_t *ranges = malloc((size_t)c->n * PROTO_VALIDATE_RANGE + 1);
+  for (int i = 0; ranges && i < c->n; i++) {
+    uint64_t desc[2] = {c->r[i].base, c->r[i].size};
+    memcpy(ranges + (size_t)i * PROTO_VALIDATE_RANGE, desc, PROTO_VALIDATE_RANGE);
+  }
+  uint8_t *original = read_back(c, 0), *variant = read_back(c, 1), *shadow = c->shadow ? read_back(c, 2) : NULL;
+  if (!ranges || !original || !variant || (c->shadow && !shadow)) {
+    free(ranges);
+    free(original);
+    free(variant);
+    free(shadow);
+    give_up(ki, e, c, c->t0, "reading back the results failed");
+    return;
+  }
+  int verdict = py_validated(ki->kid, vid, c->args, c->nargs, ranges, (size_t)c->n * PROTO_VALIDATE_RANGE, variant, original,
+                             shadow, c->total, c->ms + (now_ms() - m0));
+  if (verdict == 1 || (verdict == 2 && g_validate == VALIDATE_FULL)) atomic_store(&ki->state, K_DISABLED);
+  check_done(e, verdict == 0 ? CHECKED_SAME : verdict == 2 ? CHECKED_UNCHECKABLE : CHECKED_DIFFERS, now_ns() - c->t0);
   free(ranges);
+  free(original);
+  free(variant);
+  free(shadow);
   free_check(c);
 }

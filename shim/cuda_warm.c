@@ -219,9 +219,10 @@ static void preload(warm_item *it, kinfo *ki, CUcontext ctx, int arch) {
   answer_meta meta = {0, 0};
   CUfunction fn = load_answer(ki, answer, it->nanswer, &meta);
   if (fn) {
-    sentry *ne = new_entry(ki, kctx, key, len, fn, 0);
+    sentry *ne = new_entry(ki, kctx, key, len, NULL, 0);
     if (ne) {
       trial_attach(ki, ne, meta.vid, meta.flags, fn);
+      publish(ne, fn, meta.vid, meta.flags);
       variant_insert(ne);
       atomic_fetch_add(&n_preloaded, 1);
     }

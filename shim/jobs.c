@@ -183,7 +183,7 @@ void *worker(void *arg) {
       prof_pop();
     }
     trial_attach(j->ki, j->e, meta.vid, meta.flags, fn);
-    atomic_store_explicit(&j->e->fn, fn, memory_order_release);
+    publish(j->e, fn, meta.vid, meta.flags);
     atomic_store_explicit(&j->e->pending, 0, memory_order_release);
     atomic_fetch_sub(&j->ki->jobs, 1);
     free_job(j);
@@ -410,6 +410,7 @@ __attribute__((noinline)) gpu_fn pick_compiling(kinfo *ki, sentry *e, gpu_stream
       return fn;
     }
     if (!atomic_load_explicit(&e->pending, memory_order_acquire)) {
+      if (atomic_load_explicit(&e->check, memory_order_acquire)) return check_pick(ki, e);
       atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);
       return NULL;
     }
@@ -530,9 +531,11 @@ again:;
       }
       if (j) {
         free_job(j);
-        sentry *ne = new_entry(ki, kctx, key, len, fn, 0);
+        sentry *ne = new_entry(ki, kctx, key, len, NULL, 0);
         if (ne) {
           trial_attach(ki, ne, meta.vid, meta.flags, fn);
+          publish(ne, fn, meta.vid, meta.flags);
+          fn = atomic_load(&ne->fn);   /* NULL while it waits for its check */
           variant_insert(ne);
           served = ne;
         }
@@ -566,6 +569,7 @@ __attribute__((noinline, cold)) gpu_fn pick_miss(const void *handle, void **para
     if (served) variant_ran(served);
     return fn;
   }
+  if (served && atomic_load_explicit(&served->check, memory_order_acquire)) return check_pick(ki, served);
   if (compiling) return pick_compiling(ki, compiling, stream, asked_first);
 original:
   atomic_fetch_add_explicit(&ki->fallbacks, 1, memory_order_relaxed);

@@ -11,13 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "platform.h"
 #include "shim.h"
 
 int g_disable = -1;         /* PROTEUS_DISABLE */
-int g_validate;             /* PROTEUS_VALIDATE (cuda_validate.c) */
 
 void read_env(void) {
   if (g_disable >= 0) return;
@@ -26,7 +26,10 @@ void read_env(void) {
   g_trace_launch = t && strstr(t, "launches");   /* ours; upstream's kernel-trace counts at exit */
   g_count_variants = t && strstr(t, "cache-stats");   /* upstream's per-entry cache lines need each variant's launches */
   const char *v = getenv(ENV_VALIDATE);
-  g_validate = v && (atoi(v) != 0 || v[0] == 't' || v[0] == 'T' || v[0] == 'y' || v[0] == 'Y');
+  /* unset or "once": VALIDATE_ONCE (runtime/validate.py mode reads it alike) */
+  g_validate = !v || !*v || !strcasecmp(v, "once")                                        ? VALIDATE_ONCE
+               : atoi(v) != 0 || v[0] == 't' || v[0] == 'T' || v[0] == 'y' || v[0] == 'Y' ? VALIDATE_FULL
+                                                                                          : VALIDATE_OFF;
   /* upstream reads an integer, any nonzero one disabling; true/yes as this project always took */
   g_disable = d && ((atoi(d) != 0) || d[0] == 't' || d[0] == 'T' || d[0] == 'y' || d[0] == 'Y');
 }
@@ -200,7 +203,7 @@ EXPORT void exit(int status) {
 
 /* Per kernel launched (or run by a graph node): i32 kid (-1: not specialized), u64 launches, hits, fallbacks, launch
  * errors, launches while compiling, launches captured, launches timing a variant, sampled GPU
- * ms x 1000, graph nodes given a variant, name\0 (protocol.COUNTERS). */
+ * ms x 1000, graph nodes given a variant, launches awaiting a check, name\0 (protocol.COUNTERS). */
 static uint8_t *counters(size_t *len) {
   size_t n = 0;
   for (kinfo *k = all_kernels; k; k = k->next_all) n++;
@@ -210,10 +213,11 @@ static uint8_t *counters(size_t *len) {
   for (kinfo *k = all_kernels; k; k = k->next_all) {
     if (!atomic_load(&k->launches) && !atomic_load(&k->graph_nodes)) continue;
     int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
-    uint64_t c[PROTO_COUNTERS_U64] = {
-        atomic_load(&k->launches),         atomic_load(&k->hits),     atomic_load(&k->fallbacks), atomic_load(&k->launch_errors),
-        atomic_load(&k->pending_launches), atomic_load(&k->captured), atomic_load(&k->timing),    (uint64_t)(gpu_ms(k) * 1000.0),
-        atomic_load(&k->graph_nodes)};
+    uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches),         atomic_load(&k->hits),
+                                      atomic_load(&k->fallbacks),        atomic_load(&k->launch_errors),
+                                      atomic_load(&k->pending_launches), atomic_load(&k->captured),
+                                      atomic_load(&k->timing),           (uint64_t)(gpu_ms(k) * 1000.0),
+                                      atomic_load(&k->graph_nodes),      atomic_load(&k->awaiting_check)};
     memcpy(buf + *len, &kid, 4);
     memcpy(buf + *len + 4, c, sizeof c);
     *len += PROTO_COUNTERS;

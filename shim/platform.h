@@ -72,6 +72,9 @@ struct gpu_ops {
    * may_init: the driver may still be asked, which holds only before the exit handlers run. */
   const char *(*no_gpu_reason)(int may_init);
   const struct gpu_preload *preload;                 /* NULL: nothing is loaded ahead */
+  /* 1: a variant's first launch can be checked against the original's (validate_begin and
+   * validate_end at its launch sites, PROTEUS_VALIDATE); 0: its variants are published unchecked */
+  int checks;
 };
 
 HIDDEN extern const struct gpu_ops *_Atomic gpu;

@@ -35,6 +35,7 @@
 #define PROTO_IMAGE_FLAGS_AT 8
 #define PROTO_IMAGE_TRIAL 1
 #define PROTO_IMAGE_ORIGINAL_FIRST 2
+#define PROTO_IMAGE_CHECK 4
 
 /* a variant followed, at exit: i32 kid, u32 variant, verdict, timed launches of the original and
  * of the variant; f32 us of each (TRIAL_RUNS a side); u64 launches */
@@ -47,9 +48,9 @@
 #define PROTO_TRIAL_KEPT 1
 #define PROTO_TRIAL_SLOWER 2
 
-/* per kernel for write_report: i32 kid, u64 launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us, graph_nodes; name\0 */
-#define PROTO_COUNTERS 76
-#define PROTO_COUNTERS_U64 9
+/* per kernel for write_report: i32 kid, u64 launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us, graph_nodes, awaiting_check; name\0 */
+#define PROTO_COUNTERS 84
+#define PROTO_COUNTERS_U64 10
 
 /* runtime.warm_set: u64 addresses; per launch: u64 fat binary, u32 grid[3], block[3], arch, nparams,
  * lengths of the name, arguments, kernel_info and image answers; then each of those */
@@ -118,6 +119,7 @@ enum {
 #define CALL_WARM_SET "warm_set"
 #define CALL_FINISH "finish"
 #define CALL_WRITE_REPORT "write_report"
+#define CALL_CHECKED "checked"
 #define CALL_VALIDATED "validated"
 #define CALL_VALIDATE_SKIPPED "validate_skipped"
 #define CALL_VALIDATE_REFUSAL "validate_refusal"
@@ -136,8 +138,9 @@ enum {
 #define FMT_WARM_SET "y#"
 #define FMT_FINISH "y#y#"
 #define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKKKK)"
-#define FMT_VALIDATED "iy#y#y#y#y#d"
-#define FMT_VALIDATE_SKIPPED "is"
+#define FMT_CHECKED "iiy#iKd"
+#define FMT_VALIDATED "iiy#y#y#y#y#d"
+#define FMT_VALIDATE_SKIPPED "iis"
 #define FMT_VALIDATE_REFUSAL "i"
 
 /* PROTEUS_ASYNC_THREADS: auto (unset) is a thread per CPUS_PER_COMPILE_THREAD CPUs, 1 to the max */
@@ -156,6 +159,7 @@ enum {
 #define ENV_FAULT_INJECT "PROTEUS_FAULT_INJECT"
 #define ENV_VALIDATE "PROTEUS_VALIDATE"
 #define ENV_VALIDATE_MAX_MB "PROTEUS_VALIDATE_MAX_MB"
+#define ENV_VALIDATE_BUDGET "PROTEUS_VALIDATE_BUDGET"
 #define ENV_PRELOAD "PROTEUS_PRELOAD"
 
 #endif

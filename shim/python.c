@@ -41,7 +41,7 @@ typedef struct {
 static py_api py;
 static PyObject *rt;              /* the proteus_rewrite.runtime module */
 static PyObject *f_warm_set, *f_kernel_info, *f_specialize, *f_track, *f_load_failed, *f_write_report, *f_prepare_compiler,
-    *f_finish, *f_miss, *f_track_deferred, *f_validated, *f_validate_skipped, *f_validate_refusal;
+    *f_finish, *f_miss, *f_track_deferred, *f_checked, *f_validated, *f_validate_skipped, *f_validate_refusal;
 int py_state;              /* 0 not tried, 1 ready, -1 unavailable */
 
 char shim_dir[4096];
@@ -182,12 +182,13 @@ static int start_python(void) {
     f_finish = py.GetAttrString(rt, CALL_FINISH);
     f_miss = py.GetAttrString(rt, CALL_MISS);
     f_track_deferred = py.GetAttrString(rt, CALL_TRACK_DEFERRED);
+    f_checked = py.GetAttrString(rt, CALL_CHECKED);
     f_validated = py.GetAttrString(rt, CALL_VALIDATED);
     f_validate_skipped = py.GetAttrString(rt, CALL_VALIDATE_SKIPPED);
     f_validate_refusal = py.GetAttrString(rt, CALL_VALIDATE_REFUSAL);
     f_warm_set = py.GetAttrString(rt, CALL_WARM_SET);
     if (r && f_kernel_info && f_specialize && f_track && f_load_failed && f_write_report && f_prepare_compiler && f_finish &&
-        f_miss && f_track_deferred && f_validated && f_validate_skipped && f_validate_refusal && f_warm_set) {
+        f_miss && f_track_deferred && f_checked && f_validated && f_validate_skipped && f_validate_refusal && f_warm_set) {
       ok = py.LongAsLongLong(r) == 1;   /* False: a bad setting, which init has reported in one line */
       py.DecRef(r);
     } else py.ErrPrint();
@@ -452,9 +453,9 @@ uint8_t *py_warm_set(const uint64_t *images, int n, ssize_t *len) {
   return blob;
 }
 
-void py_validate_skipped(int kid, const char *why) {
+void py_validate_skipped(int kid, uint32_t vid, const char *why) {
   int g = py.GILStateEnsure();
-  done_with(py.CallFunction(f_validate_skipped, FMT_VALIDATE_SKIPPED, kid, why));
+  done_with(py.CallFunction(f_validate_skipped, FMT_VALIDATE_SKIPPED, kid, (int)vid, why));
   py.GILStateRelease(g);
 }
 
@@ -472,17 +473,26 @@ char *py_validate_refusal(int kid) {
   return text;
 }
 
-/* 1: deny the kernel (its variant's results differ, or the run time could not tell). */
-int py_validated(int kid, const uint8_t *args, size_t nargs, const uint8_t *ranges, size_t nranges, const uint8_t *variant,
-                 const uint8_t *original, const uint8_t *shadow, size_t total, double ms) {
+void py_checked(int kid, uint32_t vid, const uint8_t *args, size_t nargs, int allocations, uint64_t size, double ms) {
   int g = py.GILStateEnsure();
-  PyObject *r = py.CallFunction(f_validated, FMT_VALIDATED, kid, (const char *)args, (ssize_t)nargs, (const char *)ranges,
-                                (ssize_t)nranges, (const char *)variant, (ssize_t)total, (const char *)original, (ssize_t)total,
-                                shadow ? (const char *)shadow : "", (ssize_t)(shadow ? total : 0), ms);
+  done_with(py.CallFunction(f_checked, FMT_CHECKED, kid, (int)vid, (const char *)args, (ssize_t)nargs, allocations,
+                            (unsigned long long)size, ms));
+  py.GILStateRelease(g);
+}
+
+/* 0: keep the variant; 1: deny the kernel (its variant's results differ, or the run time could
+ * not tell); 2: the original's own results vary (runtime/validate.py validated). */
+int py_validated(int kid, uint32_t vid, const uint8_t *args, size_t nargs, const uint8_t *ranges, size_t nranges,
+                 const uint8_t *variant, const uint8_t *original, const uint8_t *shadow, size_t total, double ms) {
+  int g = py.GILStateEnsure();
+  PyObject *r =
+      py.CallFunction(f_validated, FMT_VALIDATED, kid, (int)vid, (const char *)args, (ssize_t)nargs, (const char *)ranges,
+                      (ssize_t)nranges, (const char *)variant, (ssize_t)total, (const char *)original, (ssize_t)total,
+                      shadow ? (const char *)shadow : "", (ssize_t)(shadow ? total : 0), ms);
   long long verdict = r ? py.LongAsLongLong(r) : 1;
   done_with(r);
   py.GILStateRelease(g);
-  return verdict != 0;
+  return verdict == 0 || verdict == 2 ? (int)verdict : 1;
 }
 
 void py_finish(const uint8_t *counters, size_t n, const uint8_t *trials, size_t ntrials) {

@@ -4,7 +4,7 @@
  *   0  tables.c (tables.h)   handles, images, variants, counters, clocks; nvtx.c: NVTX ranges
  *      hitpath.h             the hit path, inlined into every launch wrapper
  *   1  python.c              the embedded interpreter: the one file that calls Python
- *   2  trial.c               speed trials
+ *   2  trial.c, check.c      speed trials; a new variant's check before it serves
  *   3  jobs.c, lifecycle.c   the miss path and compile threads; start-up, exit, the report
  *   4  the platforms         cuda*.c (cuda_api.h), hip.c (hip_api.h), each filling platform.h's
  *                            `struct gpu_ops`, through which alone the core reaches a GPU
@@ -123,6 +123,7 @@ typedef struct __attribute__((aligned(64))) kinfo {
   int nattrs;
   _Atomic uint64_t timing;   /* launches that ran the original to time a variant against it */
   _Atomic uint64_t graph_nodes;   /* kernel nodes of instantiated graphs pointed at a variant (cuda_graph.c) */
+  _Atomic uint64_t awaiting_check;   /* launches that ran the original while their variant waited for its check */
 } kinfo;
 _Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cache line");
 
@@ -136,6 +137,10 @@ typedef struct sentry {
   /* What the shim follows of it while it does (trial.c: its speed trial, or its launches for
    * upstream's cache-stats lines): a hit that finds it set goes out of line. */
   _Atomic(struct trial *) trial;
+  /* A variant waiting for its check (check.c): its function is published (fn) only once its
+   * first launch's results matched the original's; until then launches of its key go out of
+   * line, as a miss does. NULL: none. */
+  _Atomic(struct vcheck *) check;
   uint8_t key[];
 } sentry;
 
@@ -273,10 +278,11 @@ HIDDEN void py_load_failed(int kid, int error);
 HIDDEN void py_prepare_compiler(int sm);
 HIDDEN int py_prepare_compiler_ahead(void);   /* 0: declined (the last run compiled nothing) */
 HIDDEN uint8_t *py_warm_set(const uint64_t *images, int n, ssize_t *len);
-HIDDEN void py_validate_skipped(int kid, const char *why);
+HIDDEN void py_validate_skipped(int kid, uint32_t vid, const char *why);
 HIDDEN char *py_validate_refusal(int kid);   /* why its variants must not be checked (malloc'd), or NULL */
-HIDDEN int py_validated(int kid, const uint8_t *args, size_t nargs, const uint8_t *ranges, size_t nranges, const uint8_t *variant,
-                        const uint8_t *original, const uint8_t *shadow, size_t total, double ms);
+HIDDEN void py_checked(int kid, uint32_t vid, const uint8_t *args, size_t nargs, int allocations, uint64_t size, double ms);
+HIDDEN int py_validated(int kid, uint32_t vid, const uint8_t *args, size_t nargs, const uint8_t *ranges, size_t nranges,
+                        const uint8_t *variant, const uint8_t *original, const uint8_t *shadow, size_t total, double ms);
 HIDDEN void py_finish(const uint8_t *counters, size_t n, const uint8_t *trials, size_t ntrials);
 HIDDEN int py_write_report(const char *path, const uint8_t *counters, size_t n, unsigned long long unknown,
                            const unsigned long long w[W_COUNT]);   /* 0: not written */
@@ -295,9 +301,32 @@ HIDDEN void trial_finish(void);              /* before exit: the queued turns wa
 HIDDEN void variant_ran(sentry *e);            /* a launch ran e's variant outside trial_pick (a miss, a wait) */
 HIDDEN uint8_t *trial_records(size_t *len);    /* at exit: PROTO_VARIANT each */
 
+/* ------------------------------------------------------------------ check.c (layer 2): a variant's check */
+
+/* PROTEUS_VALIDATE: a variant whose answer asks for a check (PROTO_IMAGE_CHECK) serves no launch
+ * until its first launch's results matched the original's (the platform's check, validate_begin
+ * and validate_end, cuda_validate.c). g_validate: VALIDATE_OFF, VALIDATE_ONCE (the default: the
+ * run time asks only for variants no run has checked; a run spends a bounded share of its time
+ * checking) or VALIDATE_FULL (every variant, every run, no budget). */
+enum { VALIDATE_OFF, VALIDATE_ONCE, VALIDATE_FULL };
+enum { CHECK_IDLE, CHECK_RUNNING, CHECK_DONE };
+typedef struct vcheck {
+  gpu_fn fn;   /* the variant, published into the entry once checked */
+  uint32_t vid;   /* its index in the kernel's report */
+  _Atomic int state;
+} vcheck;
+/* What the check's outcome does with the variant */
+enum { CHECKED_SAME, CHECKED_DIFFERS, CHECKED_UNCHECKABLE, CHECKED_LATER };
+HIDDEN extern int g_validate;   /* VALIDATE_* */
+HIDDEN extern __thread sentry *check_entry
+    __attribute__((tls_model("initial-exec")));   /* the entry this thread's launch checks (check_pick), or NULL */
+HIDDEN void publish(sentry *e, gpu_fn fn, uint32_t vid, uint32_t flags);   /* a loaded variant, or its check */
+HIDDEN gpu_fn check_pick(kinfo *ki, sentry *e);   /* a launch of a variant waiting for its check: it, or NULL */
+HIDDEN void check_done(sentry *e, int outcome, uint64_t ns);
+
 /* ------------------------------------------------------------------ lifecycle.c (layer 3) */
 
-HIDDEN extern int g_disable, g_validate;
+HIDDEN extern int g_disable;
 HIDDEN void read_env(void);
 HIDDEN void prestart(const struct gpu_ops *platform);   /* Python (and the compiler's warm-up) on a thread of their own */
 HIDDEN void prepare_compiler(int sm, int app_thread);

@@ -229,6 +229,7 @@ sentry *new_entry(kinfo *ki, gpu_ctx ctx, const uint8_t *key, int len, gpu_fn fn
   atomic_init(&ne->fn, fn);
   atomic_init(&ne->pending, pending);
   atomic_init(&ne->trial, NULL);
+  atomic_init(&ne->check, NULL);
   memcpy(ne->key, key, len);
   return ne;
 }

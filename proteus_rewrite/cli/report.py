@@ -74,14 +74,15 @@ def report(report_file, as_json):
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col, right in (("kernel", False), ("launches", True), ("specialized", True), ("compiled", True),
                        ("mem/disk hits", True), ("compile ms", True), ("original ran: compiling / budget / other", True),
-                       ("time vs original", True), ("speed trials", False), ("tracker unfolded", False)):
+                       ("time vs original", True), ("speed trials", False), ("checks", False),
+                       ("tracker unfolded", False)):
         t.add_column(col, justify="right" if right else "left", overflow="fold")
     for r in rows:
         share = f"{100.0 * r['specialized'] / r['launches']:.1f}%" if r["launches"] else "-"
         other = r["fallbacks"] - r["while_compiling"] - r["budget_refusals"]
         t.add_row(r["kernel"], f"{r['launches']:,}", share, str(r["compiled"]), f"{r['memory_hits']}/{r['disk_hits']}",
                   f"{r['compile_ms']:.1f}", f"{r['while_compiling']:,} / {r['budget_refusals']:,} / {max(other, 0):,}",
-                  f"{r['time_vs_original']:.2f}x" if r["time_vs_original"] else "-", r["verdict"],
+                  f"{r['time_vs_original']:.2f}x" if r["time_vs_original"] else "-", r["verdict"], r["checks"],
                   ", ".join(map(str, r["unfolded_by_tracker"])) or "-")
     Console(highlight=False, width=None if sys.stdout.isatty() else 200).print(t)
     for r in rows:

@@ -26,9 +26,9 @@ PACKAGED = Path(__file__).resolve().parent.parent / "_shim" / SHIM_NAME
 
 # The shim's translation units (shim/shim.h says what each holds, and in which layer; the
 # platform files are cuda*.c and hip.c); none needs CUDA or HIP headers.
-SOURCES = ("tables.c", "python.c", "jobs.c", "trial.c", "lifecycle.c", "cuda.c", "cuda_warm.c", "cuda_attrs.c",
+SOURCES = ("tables.c", "python.c", "jobs.c", "trial.c", "check.c", "lifecycle.c", "cuda.c", "cuda_warm.c", "cuda_attrs.c",
            "cuda_capture.c", "cuda_graph.c", "cuda_validate.c", "hip.c", "nvtx.c")
-HEADERS = ("shim.h", "platform.h", "tables.h", "hitpath.h", "protocol.h", "cuda_api.h", "hip_api.h", "nvtx3/nvToolsExt.h")
+HEADERS = ("shim.h", "platform.h", "tables.h", "hitpath.h", "protocol.h", "compare_ptx.h", "cuda_api.h", "hip_api.h", "nvtx3/nvToolsExt.h")
 
 
 def source_dir() -> Path:
@@ -53,7 +53,8 @@ def build(output: str | os.PathLike, shim_dir: str | os.PathLike | None = None, 
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         Path(tmp).unlink(missing_ok=True)
-        first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
+        lines = proc.stderr.strip().splitlines() or ["(no output)"]
+        first = next((line for line in lines if "error" in line), lines[0])  # not a warning before it
         raise InjectError(f"building the shim failed: {first}", src)
     os.chmod(tmp, 0o755)
     os.replace(tmp, out)

@@ -16,8 +16,9 @@
     finish(counters, trials)                  at exit: the speed trials' verdicts, and whether this run
                                               compiled (the next run's guess)
     write_report(path, counters, unknown, waits)  at exit, for PROTEUS_REPORT
-    validated(kid, args, ranges, variant, original, ms) -> 1 to deny   PROTEUS_VALIDATE's check of a variant
-    validate_skipped(kid, reason)             a variant PROTEUS_VALIDATE could not check
+    checked(kid, vid, args, allocations, size, ms)  a variant's check found its results equal (on the GPU)
+    validated(kid, vid, args, ranges, variant, original, shadow, ms) -> 1 to deny   a check found them not
+    validate_skipped(kid, vid, reason)        a variant PROTEUS_VALIDATE could not check
     validate_refusal(kid) -> bytes            why a kernel's variants must not be checked (b"" if they may)
 
 These are entry.py's, each a thin wrapper that hands the process's one Session (made by init) to
@@ -41,6 +42,7 @@ and a None, never an exception into C.
 """
 
 from .entry import (
+    checked,
     compiled_this_run,
     finish,
     init,
@@ -61,6 +63,6 @@ from .entry import (
 )
 from .lifecycle import WARM_UP_ARCH
 
-__all__ = ["WARM_UP_ARCH", "compiled_this_run", "finish", "init", "kernel_info", "load_failed", "miss",
+__all__ = ["WARM_UP_ARCH", "checked", "compiled_this_run", "finish", "init", "kernel_info", "load_failed", "miss",
            "prepare_compiler", "reset", "specialize", "state", "track", "track_deferred", "validate_refusal", "validate_skipped",
            "validated", "warm_set", "write_report"]

@@ -113,12 +113,17 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
     report.write_report(state(), path, counters, unknown_launches, waits)
 
 
-def validated(kid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes, shadow: bytes, ms: float) -> int:
-    return validate.validated(state(), kid, args, ranges, variant, original, shadow, ms)
+def checked(kid: int, vid: int, args: bytes, allocations: int, size: int, ms: float) -> None:
+    validate.checked(state(), kid, vid, args, allocations, size, ms)
 
 
-def validate_skipped(kid: int, reason: str) -> None:
-    validate.skipped(state(), kid, reason)
+def validated(kid: int, vid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes, shadow: bytes,
+              ms: float) -> int:
+    return validate.validated(state(), kid, vid, args, ranges, variant, original, shadow, ms)
+
+
+def validate_skipped(kid: int, vid: int, reason: str) -> None:
+    validate.skipped(state(), kid, vid, reason)
 
 
 def validate_refusal(kid: int) -> bytes:

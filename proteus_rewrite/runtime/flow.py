@@ -100,7 +100,7 @@ def decode(session: Session, miss: Miss) -> None:
 def budget(session: Session, miss: Miss) -> None:
     miss.may_compile = _within_budget(session, miss)
     if not miss.target.validates and validate.requested():
-        raise ProteusError("PROTEUS_VALIDATE checks CUDA variants only: under it, HIP kernels run as built")
+        raise ProteusError("PROTEUS_VALIDATE=1 checks CUDA variants only: under it, HIP kernels run as built")
     if (why := validate.denied(session, miss.record.name)) is not None:
         raise ProteusError(f"denied by validation ({why.get('reason', 'no reason recorded')})")
 
@@ -237,13 +237,16 @@ def _count(session: Session, miss: Miss) -> int:
     stats.variants.append(variant)
     if miss.cached_only == protocol.CACHED_AHEAD:  # before any launch of it (runtime/warm.py)
         variant["loaded_ahead"] = True
+    check = validate.check_flag(session, result.key, miss.target.validates)  # its first launch compared first
+    if check:
+        variant["check"] = {"verdict": "pending"}
     if miss.remembered is not None:
         variant["speed"] = {**miss.remembered, "remembered": True}
-        return 0
+        return check
     if session.config.speed_check and miss.target.speed_trials:  # a speed trial (shim/trial.c): no run has judged it
         variant["trial"] = True  # speed.received takes it off with the outcome
-        return miss.trial_flags
-    return 0
+        return miss.trial_flags | check
+    return check
 
 
 def _trace(session: Session, miss: Miss) -> None:

@@ -40,11 +40,14 @@ MISS_POLICY_CHANGED, MISS_IMAGE, MISS_ORIGINAL = 0, 1, 2
 # A variant's image, as specialize and miss answer it: u32 length of its entry point's name, u32
 # variant (its index in the kernel's report + 1: the shim reports it back under it, see
 # VARIANT), u32 flags (IMAGE_TRIAL: time it against the original first; IMAGE_ORIGINAL_FIRST: its
-# trial's first turn runs the original, which earlier runs timed less), the name (no NUL), then
+# trial's first turn runs the original, which earlier runs timed less; IMAGE_CHECK: compare its
+# first launch's results with the original's before it serves any, PROTEUS_VALIDATE), the name
+# (no NUL), then
 # the image (cubin, PTX or code object). An empty answer has no header: it needs compiling.
 IMAGE_HEADER = struct.Struct("<III")
 IMAGE_TRIAL = 1
 IMAGE_ORIGINAL_FIRST = 2
+IMAGE_CHECK = 4
 
 
 def image_answer(entry: str, image: bytes, variant: int = 0, flags: int = 0) -> bytes:
@@ -114,11 +117,12 @@ def pack_variant(kid: int, variant: int, verdict: str, original: list[float], va
 # table hits, fallbacks, launch errors, launches while its variant compiled, launches into a
 # stream capture (recorded into a graph: what its node runs is decided at instantiation),
 # launches that ran the original to time a variant against it (TRIAL), sampled GPU
-# microseconds, kernel nodes of instantiated graphs pointed at a variant; then the kernel's
-# name, NUL-terminated.
-COUNTERS = struct.Struct("<iQQQQQQQQQ")
+# microseconds, kernel nodes of instantiated graphs pointed at a variant, launches that ran the
+# original while their variant waited for its check (IMAGE_CHECK: the run's budget spent, or
+# another thread checking it); then the kernel's name, NUL-terminated.
+COUNTERS = struct.Struct("<iQQQQQQQQQQ")
 COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "compiling", "captured", "timing", "gpu_us",
-                  "graph_nodes")
+                  "graph_nodes", "awaiting_check")
 
 # The shim's report figures, in the order it passes them (ns, counts, CLOCK_MONOTONIC times).
 WAIT_FIELDS = ("python_start", "misses", "miss_count", "prepare_compiler", "exit", "prestart", "compiling",
@@ -156,9 +160,10 @@ CALLS = (
     Call("warm_set", "y#"),                                # the registered fat binaries (IMAGE_ADDRESS each)
     Call("finish", "y#y#"),                                # the per-kernel counters (COUNTERS), the variants (VARIANT each)
     Call("write_report", "sy#K(" + "K" * len(WAIT_FIELDS) + ")"),  # path, counters, unknown launches, WAIT_FIELDS
-    Call("validated", "iy#y#y#y#y#d"),                     # kid, args, ranges (VALIDATE_RANGE each), the variant's results,
-                                                           # the original's, the original's shadow run's (b"": none), ms
-    Call("validate_skipped", "is"),                        # kid, why the variant was not checked
+    Call("checked", "iiy#iKd"),                            # kid, variant, args, allocations, bytes, ms: results equal
+    Call("validated", "iiy#y#y#y#y#d"),                    # kid, variant, args, ranges (VALIDATE_RANGE each), the variant's
+                                                           # results, the original's, its shadow run's (b"": none), ms
+    Call("validate_skipped", "iis"),                       # kid, variant, why it was not checked
     Call("validate_refusal", "i"),                         # kid -> why its variants cannot be checked ("" if they can)
 )
 
@@ -168,7 +173,7 @@ VALIDATE_RANGE = struct.Struct("<QQ")
 # The shim's own PROTEUS_* variables (it reads them before Python runs, or without it).
 SHIM_ENV = ("PROTEUS_DISABLE", "PROTEUS_TRACE_OUTPUT", "PROTEUS_PRESTART", "PROTEUS_STORE_DIR",
             "PROTEUS_ASYNC_COMPILATION", "PROTEUS_ASYNC_THREADS", "PROTEUS_REPORT", "PROTEUS_FAULT_INJECT",
-            "PROTEUS_VALIDATE", "PROTEUS_VALIDATE_MAX_MB", "PROTEUS_PRELOAD")
+            "PROTEUS_VALIDATE", "PROTEUS_VALIDATE_MAX_MB", "PROTEUS_VALIDATE_BUDGET", "PROTEUS_PRELOAD")
 
 
 # ---------------------------------------------------------------- the C header
@@ -210,6 +215,7 @@ def header() -> str:
         "#define PROTO_IMAGE_FLAGS_AT 8",
         f"#define PROTO_IMAGE_TRIAL {IMAGE_TRIAL}",
         f"#define PROTO_IMAGE_ORIGINAL_FIRST {IMAGE_ORIGINAL_FIRST}",
+        f"#define PROTO_IMAGE_CHECK {IMAGE_CHECK}",
         "",
         "/* a variant followed, at exit: i32 kid, u32 variant, verdict, timed launches of the original and",
         " * of the variant; f32 us of each (TRIAL_RUNS a side); u64 launches */",

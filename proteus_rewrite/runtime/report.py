@@ -154,23 +154,25 @@ def write_report(session: Session, path: str, counters: bytes, unknown_launches:
             print(f"proteus: warning: {os.environ['PROTEUS_PROFILE']}: cannot write the profile: {exc.strerror or exc}",
                   file=sys.stderr, flush=True)
     kernels = []
-    for kid, launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us, graph_nodes, name in \
+    for kid, launches, hits, fallbacks, launch_errors, compiling, captured, timing, gpu_us, graph_nodes, awaiting, name in \
             parse_counters(counters):
         # a launch into a stream capture ran nothing: its graph's node runs what the
         # instantiation chose for it (graph_nodes_specialized counts the nodes given a variant)
         entry = {"name": name, "launches": launches,
-                 "fallback_launches": fallbacks + launch_errors + compiling + timing,
+                 "fallback_launches": fallbacks + launch_errors + compiling + timing + awaiting,
                  "launch_errors": launch_errors, "launches_while_compiling": compiling, "launches_captured": captured,
                  "graph_nodes_specialized": graph_nodes,
                  # the original's turns in the speed trials of new variants (runtime/speed.py)
                  "launches_timing_original": timing,
+                 # the original ran while a new variant waited for its check (PROTEUS_VALIDATE's budget)
+                 "launches_awaiting_check": awaiting,
                  "gpu_ms_estimate": round(gpu_us / 1000.0, 3)}
         if kid >= 0:
             s = session.stats[kid]
             entry.update(
                 demangled=s.demangled,
                 globals=list(session.kernels[kid][1].globals),
-                specialized_launches=launches - fallbacks - launch_errors - compiling - captured - timing,
+                specialized_launches=launches - fallbacks - launch_errors - compiling - captured - timing - awaiting,
                 table_hits=hits,
                 specializations=s.specializations,
                 memory_cache_hits=s.memory_hits,
@@ -261,6 +263,7 @@ class KernelRow:
     time_vs_original: float | None = None  # speed trials: the variants' GPU time over the original's
     slower: int = 0  # variants found slower than the original (this run or an earlier one)
     verdict: str = "-"  # speed trials, in words: faster, slower (dropped) or not yet judged, and why
+    checks: str = "-"  # PROTEUS_VALIDATE's checks, in words: same, denied, unchecked (why), waiting
 
 
 def read_report(path: str) -> dict:
@@ -292,10 +295,39 @@ def kernel_rows(doc: dict, path: str) -> list[KernelRow]:
                 time_vs_original=k.get("kernel_time_vs_original"),
                 slower=len(k.get("slower_declined") or []) + sum(
                     1 for v in k.get("variants") or [] if (v.get("speed") or {}).get("verdict") == "slower"),
-                verdict=trial_verdict(k)))
+                verdict=trial_verdict(k), checks=check_verdict(k)))
         return rows
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InputError(f"not a PROTEUS_REPORT file ({type(exc).__name__}: {exc})", path) from None
+
+
+def check_verdict(kernel: dict) -> str:
+    """What PROTEUS_VALIDATE's checks said of a kernel's variants, in words: how many matched the
+    original, how many ran unchecked and why (it could not be compared), how many waited (the
+    run's budget, or the run ended first: a later run checks them), and a denial."""
+    counts: dict[str, int] = {}
+    reasons: list[str] = []
+    for v in kernel.get("variants") or []:
+        check = v.get("check") if isinstance(v.get("check"), dict) else None
+        if check is None:
+            continue
+        verdict = str(check.get("verdict"))
+        counts[verdict] = counts.get(verdict, 0) + 1
+        if verdict == "unchecked" and check.get("reason") and check["reason"] not in reasons:
+            reasons.append(str(check["reason"]))
+    parts = [f"{counts[k]} {word}" for k, word in (("same", "matched"), ("within-ulps", "within the ULPs allowed"))
+             if counts.get(k)]
+    if counts.get("unchecked"):
+        parts.append(f"{counts['unchecked']} ran unchecked ({'; '.join(reasons)})" if reasons
+                     else f"{counts['unchecked']} ran unchecked")
+    waiting = counts.get("pending", 0)
+    if waiting or kernel.get("launches_awaiting_check"):
+        n = kernel.get("launches_awaiting_check", 0)
+        parts.append(f"{waiting} not checked yet (a later run checks them)" + (f", {n:,} launches ran the original meanwhile"
+                                                                               if n else ""))
+    if counts.get("differs"):
+        parts.append("denied: a variant wrote different results")
+    return "; ".join(parts) or "-"
 
 
 def trial_verdict(kernel: dict) -> str:

@@ -1,12 +1,24 @@
-"""PROTEUS_VALIDATE: each variant's first launch checked against the original kernel.
+"""PROTEUS_VALIDATE: a variant's first launch checked against the original kernel.
+
+Three modes. By default (`once`) each new variant is checked once ever: its image answer asks
+the shim for a check (protocol.IMAGE_CHECK) until a run has stored the check's verdict beside it
+in the cache, so a warm run checks nothing; a run spends a bounded share of its time checking
+(PROTEUS_VALIDATE_BUDGET), and a variant waiting for its check runs the original meanwhile.
+`PROTEUS_VALIDATE=1` (full, for CI and `proteus-rewrite validate`) checks every variant's first
+launch in every run, with no budget. `PROTEUS_VALIDATE=0` checks nothing (upstream Proteus's
+behaviour).
 
 The shim (shim/cuda_validate.c) snapshots every allocation the launch's arguments point into
-(and the kernel's device variables), runs the variant, keeps what it wrote, restores the
-snapshot and lets the app's own launch run the original. The two results come here: equal, and
-the variant serves the rest of the run; different, and the kernel is denied: it runs the
-original from then on, in this run and (the deny list in the cache directory, and in a store
-written with `proteus-rewrite APP --validate`) in every later one. The memory the app goes on
-with is always the original's, so a run under validation prints the native output.
+(and the kernel's device variables), runs the variant and the original on the snapshot, keeps
+what each wrote on the GPU, restores the snapshot and lets the app's own launch run the original.
+A compare kernel tells equal from different; equal, the variant serves the rest of the run
+(checked); different, the results come here: the kernel is denied, and runs the original from
+then on, in this run and (the deny list in the cache directory, and in a store written with
+`proteus-rewrite APP --validate`) in every later one. The memory the app goes on with is always
+the original's, so a checked launch prints the native output. A check that cannot be made (too
+large, a launch that cannot be repeated, a printf module, an original whose own results vary)
+leaves the variant unchecked: by default it runs as it would without the check, and the report
+says why; in full mode the original runs for the rest of the run.
 
 What it cannot see is in docs/user/validate.md: one input, one run, memory outside the
 allocations the arguments point into.
@@ -32,6 +44,7 @@ from .session import Session
 DENY_FILE = "validate-deny.json"  # the single list earlier versions rewrote: read, no longer written
 DENY_DIR = "validate-deny.d"  # one file per denial, <deny_key(name)>.json
 DENY_KIND = "deny"  # the cache entry kind of a denial (the chain's tiers, the shared one included)
+CHECKED_KIND = "checked"  # the cache entry kind of a variant's check verdict (once mode: never checked again)
 RANGE = protocol.VALIDATE_RANGE
 
 
@@ -236,10 +249,54 @@ def _persist(session: Session, name: str, record: dict) -> None:
             pass
 
 
+def mode() -> str:
+    """PROTEUS_VALIDATE, read as the shim reads it: "once" (unset or empty, the default), "off"
+    (0, false, no) or "full" (1 or any other nonzero number, true, yes)."""
+    v = os.environ.get("PROTEUS_VALIDATE", "").strip()
+    if not v or v.lower() == "once":
+        return "once"
+    if v[:1] in ("t", "T", "y", "Y") or (v.lstrip("-").isdigit() and int(v) != 0):
+        return "full"
+    return "off"
+
+
 def requested() -> bool:
-    """PROTEUS_VALIDATE, read as the shim reads it."""
-    v = os.environ.get("PROTEUS_VALIDATE", "")
-    return v[:1] in ("t", "T", "y", "Y") or (v.lstrip("-").isdigit() and int(v) != 0)
+    """Every variant checked in every run (PROTEUS_VALIDATE=1)."""
+    return mode() == "full"
+
+
+def _checked_key(variant_key: str) -> str:
+    return hashlib.sha256(f"checked:{variant_key}".encode()).hexdigest()
+
+
+def check_flag(session: Session, variant_key: str, validates: bool) -> int:
+    """protocol.IMAGE_CHECK where the shim must check the variant before it serves a launch: in
+    full mode always; by default until a run has stored the check's verdict."""
+    m = mode()
+    if not validates or m == "off":
+        return 0
+    if m == "full":
+        return protocol.IMAGE_CHECK
+    hit = session.cache.get(_checked_key(variant_key), counted=False)
+    return 0 if hit is not None and hit[0].kind == CHECKED_KIND else protocol.IMAGE_CHECK
+
+
+def _remember(session: Session, kid: int, vid: int, verdict: str, reason: str = "") -> None:
+    """A check's verdict into the variant's report entry and, by default, beside the variant in
+    the cache, so that no later run checks it again."""
+    from ..cache import Entry
+
+    try:
+        variant = session.stats[kid].variants[vid]
+        record = session.kernels[kid][1]
+        doc = {"verdict": verdict, **({"reason": reason} if reason else {})}
+        variant["check"] = doc
+        if mode() != "once" or verdict == "differs":  # (a difference denies the kernel: the deny list keeps it)
+            return
+        session.cache.put(Entry(_checked_key(variant["cache_key"]), CHECKED_KIND, record.arch, json.dumps(doc).encode(),
+                                {"kernel": record.demangled}), enforce_cap=False)
+    except (IndexError, KeyError):
+        pass
 
 
 def _tolerance(session: Session) -> float:
@@ -267,10 +324,24 @@ def _folded(session: Session, kid: int, args: bytes) -> dict[str, object]:
     return out
 
 
-def validated(session: Session, kid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes, shadow: bytes, ms: float) -> int:
-    """The shim's check of one variant: 0 keeps the variant; 1 denies the kernel (its results
-    differ); 2 runs the original for the rest of this run without denying it (the original's
-    own two runs, `shadow` and `original`, disagree: nothing to compare against)."""
+def checked(session: Session, kid: int, vid: int, args: bytes, allocations: int, size: int, ms: float) -> None:
+    """The shim compared the variant's results with the original's on the GPU: equal."""
+    try:
+        record = session.kernels[kid][1]
+        session.validation.append(Outcome(record.demangled, _folded(session, kid, args), "same", allocations=allocations,
+                                          bytes_compared=size, ms=round(ms, 2)))
+        session.trace("variants", f"{record.demangled}: validated (same, {allocations} allocations, {size} bytes)")
+        _remember(session, kid, vid, "same")
+    except Exception as exc:  # noqa: BLE001  never an exception into C: the variant stays checked this run
+        print(f"proteus: validation: internal error ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+
+
+def validated(session: Session, kid: int, vid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes,
+              shadow: bytes, ms: float) -> int:
+    """The shim's check of one variant whose results differ from the original's, or that the
+    GPU could not compare: 0 keeps the variant; 1 denies the kernel (its results differ); 2 the
+    original's own two runs, `shadow` and `original`, disagree: nothing to compare against (in
+    full mode the original runs for the rest of this run; by default the variant runs unchecked)."""
     try:
         record = session.kernels[kid][1]
         outcome = Outcome(record.demangled, _folded(session, kid, args), "same", ms=round(ms, 2))
@@ -282,8 +353,10 @@ def validated(session: Session, kid: int, args: bytes, ranges: bytes, variant: b
             outcome.allocations = len(ranges) // RANGE.size
             outcome.bytes_compared = len(original)
             session.validation.append(outcome)
+            runs = "the original kernel runs in this run" if requested() else "its variant runs unchecked"
             session.warn_once(f"validate-varies:{record.name}", f"{record.demangled}: not validated ({outcome.reason}); "
-                              "the original kernel runs in this run")
+                              f"{runs}")
+            _remember(session, kid, vid, "unchecked", outcome.reason)
             return 2
         off = 0
         for i in range(0, len(ranges), RANGE.size):
@@ -306,6 +379,7 @@ def validated(session: Session, kid: int, args: bytes, ranges: bytes, variant: b
         if outcome.verdict != "differs":
             session.trace("variants", f"{record.demangled}: validated ({outcome.verdict}, {outcome.allocations} "
                           f"allocations, {outcome.bytes_compared} bytes)")
+            _remember(session, kid, vid, outcome.verdict)
             return 0
         worst = max(outcome.differences, key=lambda d: d.max_ulps)
         reason = (f"its variant wrote different results: {sum(d.bytes_differing for d in outcome.differences)} bytes in "
@@ -317,6 +391,7 @@ def validated(session: Session, kid: int, args: bytes, ranges: bytes, variant: b
                  "modules": [session.kernels[kid][0].modules[record.module].sha256] if record.module is not None else []}
         if session.deny is not None:
             session.deny[record.name] = entry
+        _remember(session, kid, vid, "differs", reason)
         _persist(session, record.name, entry)
         print(f"proteus: validation: {record.demangled}: {reason}; denied (the original kernel runs, in this run and "
               f"later ones)", file=sys.stderr, flush=True)
@@ -338,13 +413,18 @@ def refusal(session: Session, kid: int) -> bytes:
     return b""
 
 
-def skipped(session: Session, kid: int, reason: str) -> None:
-    """The shim could not check a variant (too large, a launch it cannot repeat, ...): the
-    kernel runs the original for the rest of this run, and the report says why."""
+def skipped(session: Session, kid: int, vid: int, reason: str) -> None:
+    """The shim could not check a variant (too large, a launch it cannot repeat, ...): in full
+    mode the kernel runs the original for the rest of this run; by default the variant runs
+    unchecked, as without the check, and is not tried again. The report says why."""
     record = session.kernels[kid][1]
     session.validation.append(Outcome(record.demangled, {}, "skipped", reason))
-    session.warn_once(f"validate-skip:{record.name}", f"{record.demangled}: not validated ({reason}); the original "
-                      "kernel runs")
+    if requested():
+        session.warn_once(f"validate-skip:{record.name}", f"{record.demangled}: not validated ({reason}); the original "
+                          "kernel runs")
+    else:
+        session.trace("variants", f"{record.demangled}: not validated ({reason}); its variant runs unchecked")
+        _remember(session, kid, vid, "unchecked", reason)
 
 
 def _ulps_text(u: float) -> str:

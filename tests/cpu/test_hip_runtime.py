@@ -300,7 +300,7 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     assert again[:2] == (entry, image) and again[2] == 2  # from memory: the report's second entry
     runtime.load_failed(kid, 200)
     assert "hipModuleLoadData/hipModuleGetFunction failed with HIP error 200" in capsys.readouterr().err
-    counters = protocol.COUNTERS.pack(kid, 3, 1, 0, 1, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
+    counters = protocol.COUNTERS.pack(kid, 3, 1, 0, 1, 0, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
     runtime.write_report(str(tmp_path / "report.json"), counters, 0, (60_000_000, 90_500_000, 2, 0, 1_250_000, 1, 7_500_000, 3,
                                                                        500_000, 20_000_000, 1_000_000, 69_000_000, 0,
                                                                        250_000, 3_000_000, 2_000_000, 400, 700_250_000, 48_000_000,
@@ -336,7 +336,7 @@ def test_a_cache_only_request_says_when_a_variant_needs_compiling(hip_runtime, t
     (queued,) = stats.queued.values()
     assert queued["args"] == {"0": struct.pack("<i", 1 << 20).hex(), "1": struct.pack("<i", 8).hex(),
                               "2": struct.pack("<f", 0.5).hex()} and queued["block"] == [256, 1, 1]
-    counters = protocol.COUNTERS.pack(kid, 1, 0, 0, 0, 1, 0, 0, 0, 0) + AXPY.encode() + b"\0"
+    counters = protocol.COUNTERS.pack(kid, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
     runtime.write_report(str(tmp_path / "early.json"), counters)
     (k,) = json.loads((tmp_path / "early.json").read_text())["kernels"]
     assert k["not_compiled"] == [queued] and k["launches_while_compiling"] == 1
@@ -485,7 +485,7 @@ def test_what_the_tracker_learned_is_where_the_next_run_starts(hip_runtime, tmp_
     runtime.init(str(tmp_path), 0)
     kid, _, _, _, _, fold = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a:sramecc+:xnack-"))
     assert fold[:3] == b"\x01\x00\x01"
-    counters = protocol.COUNTERS.pack(kid, 1, 0, 0, 0, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
+    counters = protocol.COUNTERS.pack(kid, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
     runtime.write_report(str(tmp_path / "report.json"), counters)
     (k,) = json.loads((tmp_path / "report.json").read_text())["kernels"]
     assert k["tracker"]["learned_from_earlier_runs"] == ["1"] and k["tracker"]["folded_now"] == [0, 2]
@@ -519,7 +519,7 @@ def test_the_compiler_is_warmed_up_ahead_unless_the_last_run_compiled_nothing(hi
         assert runtime.specialize(kid, args, (4096, 1, 1), (256, 1, 1), b"", "gfx90a")
         compiled = runtime.compiled_this_run()
         runtime.finish()
-        counters = protocol.COUNTERS.pack(kid, 1, 0, 0, 0, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
+        counters = protocol.COUNTERS.pack(kid, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0"
         runtime.write_report(str(tmp_path / "r.json"), counters, 0, (0,) * len(protocol.WAIT_FIELDS))
         prestart = json.loads((tmp_path / "r.json").read_text())["prestart"]
         notes = [describe(p) for p, _ in StorageCache(tmp_path / "cache").entries()]
@@ -573,7 +573,7 @@ def test_upstream_trace_lines_go_to_stdout_and_ours_to_stderr(hip_runtime, tmp_p
     runtime.init(str(tmp_path), 0)
     kid = _info(runtime.kernel_info(ctypes.addressof(hip_runtime), AXPY, "gfx90a"))[0]
     assert runtime.specialize(kid, struct.pack("<iif", 1 << 20, 8, 0.5) + bytes(16), (4096, 1, 1), (256, 1, 1), b"", "gfx90a")
-    runtime.finish(protocol.COUNTERS.pack(kid, 5, 4, 0, 0, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0")
+    runtime.finish(protocol.COUNTERS.pack(kid, 5, 4, 0, 0, 0, 0, 0, 0, 0, 0) + AXPY.encode() + b"\0")
     out, err = capfd.readouterr()
     assert f"[KernelConfig] ID:{AXPY} CG:RTC SA:1 LB:1 SD:1 SDR:0 OL:3 CGL:3 TMT:-1 BPSM:0 \n" in out  # upstream's defaults
     assert f"[ArgSpec] Replaced Function {AXPY} ArgNo 1 with value i32 8" in out

@@ -41,7 +41,7 @@ def job(samples, tmp_path_factory):
                 assert runtime.specialize(0, args, (4, 1, 1), (256, 1, 1), b"", 90) is not None
             st.cache.claim_stats = CLAIMS[rank]
             # 100 launches, 10 of them the original's (while compiling)
-            counters = protocol.COUNTERS.pack(0, 100, 90, 0, 0, 10, 0, 0, 1000, 0) + k.name.encode() + b"\0"
+            counters = protocol.COUNTERS.pack(0, 100, 90, 0, 0, 10, 0, 0, 1000, 0, 0) + k.name.encode() + b"\0"
             runtime.write_report(str(tmp / "run.%r.json"), counters)
     finally:
         runtime.reset()

@@ -23,6 +23,7 @@ def state(samples, tmp_path, monkeypatch):
     assert run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "out")).returncode == 0
     monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
+    monkeypatch.setenv("PROTEUS_VALIDATE", "0")  # the trials' flags alone (test_validate.py has the check's)
 
     def again():
         st, _t, k = runtime_over(tmp_path / "out", "axpy_loop")
@@ -77,7 +78,7 @@ def test_the_report_shows_each_kernels_time_against_the_original(state, tmp_path
     _specialize(k, "3")
     _specialize(k, "4")
     runtime.finish(b"", _trial(0, "kept", 100.0, 50.0) + _trial(1, "kept", 100.0, 200.0))
-    counters = protocol.COUNTERS.pack(0, 40, 30, 2, 0, 0, 0, 6, 1000, 0) + k.name.encode() + b"\0"
+    counters = protocol.COUNTERS.pack(0, 40, 30, 2, 0, 0, 0, 6, 1000, 0, 0) + k.name.encode() + b"\0"
     runtime.write_report(str(tmp_path / "r.json"), counters)
     entry = json.loads((tmp_path / "r.json").read_text())["kernels"][0]
     assert entry["kernel_time_vs_original"] == 1.0  # the geometric mean of 0.5 and 2.0
@@ -94,7 +95,7 @@ def test_the_report_says_in_words_what_the_trials_found_and_why_one_is_open(stat
     runtime.finish(b"", _trial(0, "kept", 100.0, 80.0) + _trial(1, "slower", 100.0, 130.0)
                    + protocol.pack_variant(0, 2, "undecided", [100.0, 101.0], [99.5])
                    + protocol.pack_variant(0, 3, "undecided", [], []))
-    counters = protocol.COUNTERS.pack(0, 40, 30, 4, 0, 0, 0, 6, 1000, 0) + k.name.encode() + b"\0"
+    counters = protocol.COUNTERS.pack(0, 40, 30, 4, 0, 0, 0, 6, 1000, 0, 0) + k.name.encode() + b"\0"
     runtime.write_report(str(tmp_path / "r.json"), counters)
     rows = json.loads(run_cli("report", "--json", str(tmp_path / "r.json")).stdout)["kernels"]
     assert rows[0]["verdict"] == ("1 kept (0.80x); 1 slower, dropped; 1 not judged yet: 3 timed launches so far, "
@@ -105,12 +106,13 @@ def test_a_kernel_launched_once_a_run_is_judged_over_runs(state):
     """One launch a run: the first run times the variant, the next starts with the original and
     judges from the two (a long kernel needs one launch a side); the third runs it untimed."""
     st, k = state()
-    flags = protocol.split_image_answer(_specialize(k, "3"))[3]
+    trial_bits = protocol.IMAGE_TRIAL | protocol.IMAGE_ORIGINAL_FIRST
+    flags = protocol.split_image_answer(_specialize(k, "3"))[3] & trial_bits
     assert flags == protocol.IMAGE_TRIAL  # the variant first
     runtime.finish(b"", protocol.pack_variant(0, 0, "undecided", [], [40_000.0]))
     assert st.stats[0].variants[0]["speed"]["verdict"] == "undecided"
     st, k = state()
-    flags = protocol.split_image_answer(_specialize(k, "3"))[3]
+    flags = protocol.split_image_answer(_specialize(k, "3"))[3] & trial_bits
     assert flags == protocol.IMAGE_TRIAL | protocol.IMAGE_ORIGINAL_FIRST  # the side the first run did not time
     runtime.finish(b"", protocol.pack_variant(0, 0, "undecided", [50_000.0], []))
     doc = st.stats[0].variants[0]["speed"]
@@ -157,7 +159,7 @@ def test_cache_stats_prints_upstreams_line_per_variant_with_its_launches(state, 
     st, k = state()
     _specialize(k, "3")
     _specialize(k, "4")
-    counters = protocol.COUNTERS.pack(0, 12, 10, 0, 0, 0, 0, 0, 0, 0) + k.name.encode() + b"\0"
+    counters = protocol.COUNTERS.pack(0, 12, 10, 0, 0, 0, 0, 0, 0, 0, 0) + k.name.encode() + b"\0"
     runtime.finish(counters, _trial(0, "undecided", 0, 0, launches=10) + _trial(1, "undecided", 0, 0, launches=2))
     out = capfd.readouterr().out
     h0, h1 = (int(st.stats[0].variants[i]["cache_key"][:16], 16) for i in (0, 1))

@@ -44,12 +44,73 @@ def test_compare_counts_bytes_and_reads_floats_in_ulps():
 
 @pytest.fixture
 def state(samples, table, tmp_path, monkeypatch):
-    """The run time initialized over loop_count's store, with axpy_loop as kernel 0."""
+    """The run time initialized over loop_count's store, with axpy_loop as kernel 0, under
+    PROTEUS_VALIDATE=1 (every variant checked; once_state has the default)."""
     assert run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "out")).returncode == 0
     monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
+    monkeypatch.setenv("PROTEUS_VALIDATE", "1")
     yield runtime_over(tmp_path / "out", "axpy_loop")
     runtime.reset()
+
+
+@pytest.fixture
+def once_state(samples, tmp_path, monkeypatch):
+    """The default (PROTEUS_VALIDATE unset): `again()` starts a run over the same cache."""
+    assert run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "out")).returncode == 0
+    monkeypatch.setenv("PROTEUS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PROTEUS_COMPILE_PROCESS", "0")
+    monkeypatch.delenv("PROTEUS_VALIDATE", raising=False)
+
+    def again():
+        st, _t, k = runtime_over(tmp_path / "out", "axpy_loop")
+        return st, k
+
+    yield again
+    runtime.reset()
+
+
+def _asks_check(k, n: str) -> bool:
+    answer = runtime.specialize(0, _args(k, {1: n}), (4, 1, 1), (256, 1, 1), b"", 90)
+    return bool(protocol.split_image_answer(answer)[3] & protocol.IMAGE_CHECK)
+
+
+def test_by_default_each_variant_is_checked_once_ever(once_state):
+    """The default: a new variant's answer asks the shim to check it; once a run has found its
+    results equal, later runs load it unchecked, and a variant that could not be compared is not
+    tried again either. A difference denies the kernel, as in full mode."""
+    st, k = once_state()
+    assert validate.mode() == "once"
+    assert _asks_check(k, "3") and _asks_check(k, "4") and _asks_check(k, "5")
+    runtime.checked(0, 0, _args(k, {1: "3"}), 2, 4096, 0.8)  # equal, on the GPU
+    runtime.validate_skipped(0, 1, "its allocations hold 3000 MB, more than PROTEUS_VALIDATE_MAX_MB (2048)")
+    assert [o.verdict for o in st.validation] == ["same", "skipped"]
+    assert st.stats[0].variants[0]["check"] == {"verdict": "same"}
+    assert st.stats[0].variants[1]["check"]["verdict"] == "unchecked"
+    assert st.stats[0].variants[2]["check"] == {"verdict": "pending"}  # the run ended before its check
+    st, k = once_state()
+    assert not _asks_check(k, "3") and not _asks_check(k, "4")
+    assert _asks_check(k, "5")
+
+
+def test_by_default_an_uncheckable_variant_runs_and_is_not_warned_about(once_state, capfd):
+    st, k = once_state()
+    _asks_check(k, "3")
+    assert runtime.validated(0, 0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(2.0), f64(3.0), 1.0) == 2
+    assert "its variant runs unchecked" in capfd.readouterr().err
+    assert st.stats[0].variants[0]["check"]["verdict"] == "unchecked"
+
+
+def test_full_mode_checks_every_variant_every_run_and_off_checks_none(once_state, monkeypatch):
+    st, k = once_state()
+    _asks_check(k, "3")
+    runtime.checked(0, 0, _args(k, {1: "3"}), 1, 8, 0.1)
+    monkeypatch.setenv("PROTEUS_VALIDATE", "1")
+    st, k = once_state()
+    assert _asks_check(k, "3")  # its stored verdict does not count
+    monkeypatch.setenv("PROTEUS_VALIDATE", "0")
+    st, k = once_state()
+    assert not _asks_check(k, "4") and validate.mode() == "off"
 
 
 def _args(k, values: dict[int, str]) -> bytes:
@@ -62,14 +123,14 @@ def _ranges(*sizes: int) -> bytes:
 
 def test_equal_results_keep_the_variant(state):
     st, _t, k = state
-    assert runtime.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(1.0), f64(1.0), 1.5) == 0
+    assert runtime.validated(0, 0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(1.0), f64(1.0), 1.5) == 0
     assert st.validation[0].verdict == "same" and st.validation[0].allocations == 1
     assert validate.denied(st, k.name) is None
 
 
 def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, capfd):
     st, t, k = state
-    assert runtime.validated(0, _args(k, {1: "3"}), _ranges(8, 16), f64(1.0) + f64(0.0, 0.0),
+    assert runtime.validated(0, 0, _args(k, {1: "3"}), _ranges(8, 16), f64(1.0) + f64(0.0, 0.0),
                               f64(1.0) + f64(0.0, 5.0), b"", 2.0) == 1
     err = capfd.readouterr().err
     assert f"proteus: validation: {k.demangled}: its variant wrote different results" in err and "denied" in err
@@ -155,20 +216,20 @@ def test_a_denial_reaches_other_nodes_through_the_shared_tier(tmp_path):
 def test_a_tolerance_in_ulps_accepts_small_float_differences(state, monkeypatch):
     st, _t, k = state
     # none: bit for bit, even where the numbers are equal
-    assert runtime.validated(0, _args(k, {}), _ranges(8), f64(-0.0), f64(0.0), b"", 1.0) == 1
+    assert runtime.validated(0, 0, _args(k, {}), _ranges(8), f64(-0.0), f64(0.0), b"", 1.0) == 1
     st.deny = {}
     bits = struct.unpack("<Q", f64(2.0))[0]
     monkeypatch.setenv("PROTEUS_VALIDATE_ULPS", "2")
-    assert runtime.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 2), f64(2.0), b"", 1.0) == 0
+    assert runtime.validated(0, 0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 2), f64(2.0), b"", 1.0) == 0
     assert st.validation[-1].verdict == "within-ulps"
-    assert runtime.validated(0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 3), f64(2.0), b"", 1.0) == 1
+    assert runtime.validated(0, 0, _args(k, {}), _ranges(8), struct.pack("<Q", bits + 3), f64(2.0), b"", 1.0) == 1
 
 
 def test_an_original_whose_results_vary_is_reported_not_denied(state, tmp_path, capfd):
     """Two runs of the original on the same memory disagree (atomics, races): nothing to hold
     the variant to. This run keeps the original (2), the cache directory denies nothing."""
     st, _t, k = state
-    assert runtime.validated(0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(2.0), f64(3.0), 1.0) == 2
+    assert runtime.validated(0, 0, _args(k, {1: "3"}), _ranges(8), f64(1.0), f64(2.0), f64(3.0), 1.0) == 2
     assert st.validation[0].verdict == "varies" and "vary from run to run" in st.validation[0].reason
     assert "not validated (the original kernel's own results vary" in capfd.readouterr().err
     assert validate.read_deny(tmp_path / "cache") == {} and validate.denied(st, k.name) is None
@@ -187,8 +248,8 @@ def test_kernels_that_print_are_not_run_in_the_shadow(state):
 
 def test_a_skipped_check_is_reported_once(state, capfd):
     st, _t, k = state
-    runtime.validate_skipped(0, "a cooperative launch, which validation does not repeat")
-    runtime.validate_skipped(0, "a cooperative launch, which validation does not repeat")
+    runtime.validate_skipped(0, 0, "a cooperative launch, which validation does not repeat")
+    runtime.validate_skipped(0, 0, "a cooperative launch, which validation does not repeat")
     assert capfd.readouterr().err.count("not validated (a cooperative launch") == 1
     assert [o.verdict for o in st.validation] == ["skipped", "skipped"]
 

@@ -17,7 +17,7 @@ from ..support.apps import run_app
 pytestmark = pytest.mark.gpu
 
 APP, ARGS = "launch_overhead", ["20000"]  # 20,100 launches of one kernel with one key
-SAMPLES = ["loop_count", "warp_reduce", "device_globals", "multi_kernel", "templates", "annotated", "driver_api",
+SAMPLES = ["loop_count", "warp_reduce", "warp_sync", "device_globals", "multi_kernel", "templates", "annotated", "driver_api",
            "launch_paths", "two_tu", "changing_scalars", "launch_overhead", "launch_overhead_dynamic"]
 
 

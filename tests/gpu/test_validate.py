@@ -98,3 +98,47 @@ def test_validation_skips_what_exceeds_its_size_cap_and_runs_the_original(sample
     assert p.returncode == 0, p.stderr
     assert "not validated (its allocations hold" in p.stderr and "PROTEUS_VALIDATE_MAX_MB (1)" in p.stderr
     assert checksums(p.stdout) == checksums(run(samples / app).stdout)
+
+
+def test_by_default_a_wrong_variant_is_caught_at_its_first_launch_and_denied(samples, tmp_path, kernel_trace):
+    """The default mode (PROTEUS_VALIDATE unset): the variant made to differ is compared with the
+    original on its first launch, denied, and the output stays native; the next run, fault gone,
+    runs the original (the deny list)."""
+    app = "annotated"
+    assert run_cli(str(samples / app), "-o", str(tmp_path / "dir")).returncode == 0
+    native = checksums(run(samples / app).stdout)
+    env = {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), **SYNC}
+    p = run(tmp_path / "dir" / app, {**env, "PROTEUS_FAULT_INJECT": "wrong-code", "PROTEUS_REPORT": str(tmp_path / "r.json"),
+                                     **kernel_trace(tmp_path / "ran")})
+    assert p.returncode == 0 and checksums(p.stdout) == native != {}, p.stderr
+    assert "its variant wrote different results" in p.stderr and "denied" in p.stderr
+    (k,) = json.loads((tmp_path / "r.json").read_text())["kernels"]
+    assert [v["check"]["verdict"] for v in k["variants"]] == ["differs"], k["variants"]
+    names = cupti.kernels_run(tmp_path / "ran")
+    assert len(cupti.variants(names)) == 1, names  # it ran once, in the original's shadow
+    assert k["specialized_launches"] == 0, k
+    later = run(tmp_path / "dir" / app, {**env, **kernel_trace(tmp_path / "ran2")})
+    assert checksums(later.stdout) == native
+    names = cupti.kernels_run(tmp_path / "ran2")
+    assert names and cupti.originals(names) == names, names
+
+
+@pytest.mark.parametrize("app", ["loop_count", "warp_sync"])
+def test_by_default_each_variant_is_checked_once_and_a_warm_run_checks_nothing(samples, tmp_path, kernel_trace, app):
+    assert run_cli(str(samples / app), "-o", str(tmp_path / "dir")).returncode == 0
+    native = checksums(run(samples / app).stdout)
+    env = {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), **SYNC}
+    for label in ("cold", "warm"):
+        report = tmp_path / f"{label}.json"
+        p = run(tmp_path / "dir" / app, {**env, "PROTEUS_REPORT": str(report), **kernel_trace(tmp_path / f"{label}.ran")})
+        assert p.returncode == 0 and checksums(p.stdout) == native != {}, (label, p.stderr)
+        doc = json.loads(report.read_text())
+        checks = doc.get("validation", [])
+        names = cupti.kernels_run(tmp_path / f"{label}.ran")
+        specialized = sum(k.get("specialized_launches", 0) for k in doc["kernels"])
+        if label == "cold":  # every new variant compared once: matched, or denied with its reason
+            assert checks and all(c["verdict"] in ("same", "differs", "varies", "skipped") for c in checks), checks
+            assert len(cupti.variants(names)) >= specialized + sum(c["verdict"] != "skipped" for c in checks)
+        else:  # its verdicts are in the cache: nothing is checked again
+            assert checks == [], checks
+            assert len(cupti.variants(names)) == specialized

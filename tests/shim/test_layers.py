@@ -4,7 +4,7 @@ Python.
 
     layer 0  tables.c, nvtx.c           the tables, hashing, counters, clocks; NVTX ranges
     layer 1  python.c                   the embedded interpreter: every call into Python
-    layer 2  trial.c                    speed trials (events through the table)
+    layer 2  trial.c, check.c           speed trials (events through the table); a new variant's check
     layer 3  jobs.c, lifecycle.c        the miss path and compile threads; start-up, exit, report
     layer 4  cuda*.c | hip.c            the platforms, each filling `struct gpu_ops`
 
@@ -26,9 +26,9 @@ from proteus_rewrite.inject import shim
 
 SHIM = Path(__file__).resolve().parents[2] / "shim"
 
-CORE = ("shim.h", "platform.h", "tables.h", "hitpath.h", "tables.c", "nvtx.c", "python.c", "trial.c", "jobs.c",
+CORE = ("shim.h", "platform.h", "tables.h", "hitpath.h", "tables.c", "nvtx.c", "python.c", "trial.c", "check.c", "jobs.c",
         "lifecycle.c")
-LAYERS = {"tables.c": 0, "nvtx.c": 0, "python.c": 1, "trial.c": 2, "jobs.c": 3, "lifecycle.c": 3}
+LAYERS = {"tables.c": 0, "nvtx.c": 0, "python.c": 1, "trial.c": 2, "check.c": 2, "jobs.c": 3, "lifecycle.c": 3}
 PLATFORM = 4
 
 # A driver or runtime function: cuLaunchKernel, cudaLaunchKernel, hipModuleLoadData,

@@ -821,10 +821,10 @@ static void test_graphs(void) {
   knode p7 = {(CUfunction)0xf10, 4, 1, 1, 128, 1, 1, 0, args7, NULL, NULL, NULL};
   EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &p7) == CUDA_SUCCESS);
   EXPECT(nsets == 3 && sets[2].p.func == (CUfunction)0xbe7 && sets[2].p.params == args7);
-  /* with PROTEUS_VALIDATE nothing of a graph is touched */
-  g_validate = 1;
+  /* with PROTEUS_VALIDATE=1 (every variant checked) nothing of a graph is touched */
+  g_validate = VALIDATE_FULL;
   EXPECT(w_cuGraphExecKernelNodeSetParams_v2(EXEC, NODES[0], &p7) == CUDA_SUCCESS && sets[3].p.func == (CUfunction)0xf10);
-  g_validate = 0;
+  g_validate = VALIDATE_OFF;
   nsets = 0;
 
   /* an update: the exec takes a copy of the app's graph with its kernel nodes on their variants */
@@ -939,6 +939,62 @@ static void test_warm_scan(void) {
   EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* A variant's check (check.c): one whose answer asks for a check is held aside, serves no
+ * launch until its check; one launch claims the check, others meanwhile run the original and are
+ * counted; the outcome publishes it (same; uncheckable by default) or not (differs; uncheckable
+ * in full mode); a check put off frees the claim; past the run's budget the original runs. */
+static void test_variant_check(void) {
+  static kinfo ki;
+  atomic_store(&ki.state, K_ACTIVE);
+  int saved = g_validate;
+  g_validate = VALIDATE_ONCE;
+  uint8_t k1[8] = {21}, k2[8] = {22}, k3[8] = {23}, k4[8] = {24}, k5[8] = {25};
+  sentry *e = new_entry(&ki, NULL, k1, 8, NULL, 0);
+  publish(e, (CUfunction)0xc1, 3, PROTO_IMAGE_CHECK | PROTO_IMAGE_TRIAL);
+  EXPECT(atomic_load(&e->fn) == NULL && atomic_load(&e->check) && atomic_load(&e->check)->vid == 2);
+  EXPECT(check_pick(&ki, e) == (CUfunction)0xc1 && check_entry == e);
+  check_entry = NULL;
+  EXPECT(check_pick(&ki, e) == NULL && atomic_load(&ki.awaiting_check) == 1); /* claimed by the first */
+  check_done(e, CHECKED_SAME, 1000);
+  EXPECT(atomic_load(&e->fn) == (CUfunction)0xc1 && atomic_load(&e->check) == NULL);
+  EXPECT(check_pick(&ki, e) == (CUfunction)0xc1 && check_entry == NULL); /* published: a plain hit's function */
+  sentry *u = new_entry(&ki, NULL, k2, 8, NULL, 0);
+  publish(u, (CUfunction)0xc2, 1, PROTO_IMAGE_CHECK);
+  EXPECT(check_pick(&ki, u) == (CUfunction)0xc2);
+  check_entry = NULL;
+  check_done(u, CHECKED_LATER, 0); /* put off (a stream capture): the next launch claims it */
+  EXPECT(check_pick(&ki, u) == (CUfunction)0xc2);
+  check_entry = NULL;
+  check_done(u, CHECKED_UNCHECKABLE, 0); /* by default it runs unchecked */
+  EXPECT(atomic_load(&u->fn) == (CUfunction)0xc2);
+  sentry *d = new_entry(&ki, NULL, k3, 8, NULL, 0);
+  publish(d, (CUfunction)0xc3, 1, PROTO_IMAGE_CHECK);
+  check_pick(&ki, d);
+  check_entry = NULL;
+  check_done(d, CHECKED_DIFFERS, 0);
+  EXPECT(atomic_load(&d->fn) == NULL && atomic_load(&d->check) == NULL);
+  g_validate = VALIDATE_FULL; /* uncheckable in full mode: never published */
+  sentry *f = new_entry(&ki, NULL, k4, 8, NULL, 0);
+  publish(f, (CUfunction)0xc4, 1, PROTO_IMAGE_CHECK);
+  check_pick(&ki, f);
+  check_entry = NULL;
+  check_done(f, CHECKED_UNCHECKABLE, 0);
+  EXPECT(atomic_load(&f->fn) == NULL);
+  g_validate = VALIDATE_OFF; /* off: published at once, flag or not */
+  sentry *o = new_entry(&ki, NULL, k5, 8, NULL, 0);
+  publish(o, (CUfunction)0xc5, 1, PROTO_IMAGE_CHECK);
+  EXPECT(atomic_load(&o->fn) == (CUfunction)0xc5 && atomic_load(&o->check) == NULL);
+  /* the budget: checks that took far longer than the run's share so far put the next off */
+  g_validate = VALIDATE_ONCE;
+  atomic_store(&t_loaded_ns, now_ns());
+  sentry *b = new_entry(&ki, NULL, (uint8_t[8]){26}, 8, NULL, 0);
+  publish(b, (CUfunction)0xc6, 1, PROTO_IMAGE_CHECK);
+  check_done(o, CHECKED_LATER, 10ull * 1000000000ull); /* (o has no check: only the time counts) */
+  uint64_t waited = atomic_load(&ki.awaiting_check);
+  EXPECT(check_pick(&ki, b) == NULL && atomic_load(&ki.awaiting_check) == waited + 1 && check_entry == NULL);
+  g_validate = saved;
+}
+
 int main(void) {
   test_hash();
   test_handles();
@@ -951,6 +1007,7 @@ int main(void) {
   test_await_variant();
   test_gpu_time_samples();
   test_speed_trial();
+  test_variant_check();
   test_stream_capture();
   test_graphs();
   test_exit_from_main_times_main();
