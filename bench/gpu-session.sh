@@ -9,7 +9,8 @@
 #   bench/gpu-session.sh nvcc      the nvcc corpora under the PTX route, CUPTI-traced: the
 #                                  cuda-samples (.gpu/cuda-samples.tar.xz) and a SHARD (I/N) of
 #                                  HeCBench's nvcc builds (.gpu/hecbench-nvcc.tar.xz) in three
-#                                  modes; SPEED=N instead times N native/warm pairs per program
+#                                  modes; SPEED=N instead times N native/warm pairs per program;
+#                                  CHECK_COST=1 adds a cold run without the default check
 #   bench/gpu-session.sh compare   the paper's six programs: plain, ours, Proteus
 #                                  (bench/proteus_compare.py), alone on the GPU; PHASE=cold, then
 #                                  PHASE=warm with one CACHE_DIR, for a program that outlasts a call
@@ -62,6 +63,7 @@ nvcc)
   if [ "${SPEED:-0}" -gt 0 ]; then speed=(-j 1 --modes default-cold,default-warm --speed-reps "$SPEED"); else speed=(-j 5); fi
   (cd /tmp/hb && timeout "${HEC_S:-480}" python3 -m bench.corpora.hecbench.run --recipes nvcc "${speed[@]}" --timeout 120 \
      --tool "$root/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace "$lib"} --shard "${SHARD:-1/1}" ${ONLY:+--only "$ONLY"} \
+     ${CHECK_COST:+--check-cost} ${MODES:+--modes "$MODES"} \
      --out "$OUT/hecbench-nvcc" > "$OUT/hecbench-nvcc.log" 2>&1)
   rm -rf "$OUT/hecbench-nvcc/scratch"
   tail -3 "$OUT/cuda-samples.log" 2>/dev/null; grep -E "^- nvcc" "$OUT/hecbench-nvcc/hecbench-corpus.md"

@@ -103,7 +103,7 @@ echo "args: $*"
 echo "Average kernel execution time: $$ (us)"
 echo "checksum 3.25"
 echo PASS
-if [ -n "$PROTEUS_VALIDATE" ]; then
+if [ -n "$PROTEUS_REPORT" ] && [ "$PROTEUS_VALIDATE" != "0" ]; then   # checked: the default, or every variant
   echo '{"kernels": [{"name": "k", "launches": 4, "specialized_launches": 3, "fallback_launches": 1, "failures": {}}],
          "validation": [{"kernel": "k(int)", "verdict": "same", "ms": 2.5},
                         {"kernel": "g(int)", "verdict": "differs", "ms": 1.0}]}' > "$PROTEUS_REPORT"
@@ -183,6 +183,25 @@ def test_run_py_validate_mode_counts_what_validation_found(tmp_path, doc):
     assert env["PROTEUS_VALIDATE"] == "1" and env["PROTEUS_ASYNC_COMPILATION"] == "0"
     md = (out / "hecbench-corpus.md").read_text()
     assert "## Under validation" in md and f"| {name} | recommended | ok | 1 | 1 | 0 | 3.5 |" in md
+
+
+def test_run_py_check_cost_runs_cold_without_the_check_and_tables_what_it_found(tmp_path, doc):
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = _one_build(tmp_path, name)
+    app, tool = _script(tmp_path / "app.sh", FAKE_APP), _script(tmp_path / "tool.sh", FAKE_TOOL)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", RUN, "--work", str(work), "--out", str(out), "--only", name,
+                           "--exe", str(app), "--tool", str(tool), "--nvidia-smi", "/nonexistent",
+                           "--modes", "default-cold", "--check-cost"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    (prog,) = json.loads((out / "hecbench-corpus.json").read_text())["programs"]
+    assert set(prog["verdicts"]["recommended"]) == {"default-cold", "nocheck-cold"}
+    env = prog["tool"]["recommended"]["nocheck-cold"]["env"]
+    assert env["PROTEUS_VALIDATE"] == "0" and env["PROTEUS_CACHE_DIR"].endswith("cache-nocheck")
+    assert "PROTEUS_VALIDATE" not in prog["tool"]["recommended"]["default-cold"]["env"]
+    md = (out / "hecbench-corpus.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith(f"| {name} | recommended | 1 | g(int) |"))
+    assert row.rstrip(" |").split("|")[-1].count(" / ") == 1, row  # the checked cold run's seconds, the unchecked one's
 
 
 def test_run_py_dry_run_prints_the_commands_and_runs_nothing(tmp_path, doc):

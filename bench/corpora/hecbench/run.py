@@ -54,6 +54,7 @@ HERE = Path(__file__).resolve().parent
 # its first launch; runtime/validate.py), in a fresh cache of its own
 VALIDATE = "validate"
 EXTRA_MODES: tuple[str, ...] = ()
+NOCHECK = "nocheck-cold"  # --check-cost: default-cold again with PROTEUS_VALIDATE=0, in a cache of its own
 TOOL_RECIPES = ("recommended", "exact-fp", "fembed-bitcode", "shared-lib", "nvcc")
 # recipes run natively twice, and the second run's name: the lines where the two disagree are
 # ignored when their tool runs are compared
@@ -108,7 +109,8 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
     """Rewrite one build and run it in the three modes; returns {"rewrite": ..., MODE: ...}."""
     folder = ctx.work / "build" / recipe / program["name"]
     tool_dir = scratch / recipe / "tool"
-    for d in (tool_dir, scratch / recipe / "cache-sync", scratch / recipe / "cache", scratch / recipe / "cache-validate"):
+    for d in (tool_dir, scratch / recipe / "cache-sync", scratch / recipe / "cache", scratch / recipe / "cache-validate",
+              scratch / recipe / "cache-nocheck"):
         if not ctx.dry_run:
             shutil.rmtree(d, ignore_errors=True)  # cold means cold, also on a second run.py run
             d.mkdir(parents=True)
@@ -127,7 +129,7 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
         if ctx.kernel_trace:
             run["kernels_run"] = kernels_run(trace)
         run["report"] = harness.read_report(report)
-        if mode == VALIDATE:
+        if mode != "default-warm":  # what the check found (PROTEUS_VALIDATE: the default, or every variant)
             run["validation"] = validation_counts(report)
         result[mode] = run
     return result
@@ -136,6 +138,9 @@ def tool_runs(program: dict, recipe: str, scratch: Path, ctx: Context) -> dict:
 def tool_env(scratch: Path, recipe: str, mode: str, report: Path) -> dict[str, str]:
     """The environment additions of a run under the tool in `mode` (rewritten into scratch/RECIPE/tool)."""
     env = {"LD_PRELOAD": str(scratch / recipe / "tool" / "libproteus.so")}
+    if mode == NOCHECK:  # the default cold run without its check, for the check's cost
+        return {**env, "PROTEUS_CACHE_DIR": str(scratch / recipe / "cache-nocheck"), "PROTEUS_REPORT": str(report),
+                "PROTEUS_VALIDATE": "0"}
     if mode != VALIDATE:
         return {**env, **harness.mode_env(mode, scratch / recipe, report)}
     return {**env, "PROTEUS_CACHE_DIR": str(scratch / recipe / "cache-validate"), "PROTEUS_REPORT": str(report),
@@ -306,10 +311,11 @@ def run_program(program: dict, ctx: Context) -> dict:
             continue
         res["verdicts"][recipe] = {m: {**compare_runs(program, res["native"][recipe], again.get(recipe), runs[m], ctx),
                                        "report": runs[m]["report"]} for m in MODES + EXTRA_MODES}
-        if VALIDATE in runs:
-            v = res["verdicts"][recipe][VALIDATE]
-            v["validation"] = runs[VALIDATE].get("validation")
-            v["seconds"], v["native_seconds"] = runs[VALIDATE]["seconds"], res["native"][recipe]["seconds"]
+        for m in MODES + EXTRA_MODES:  # what the check found, and the run's time against native
+            v = res["verdicts"][recipe][m]
+            if runs[m].get("validation") is not None:
+                v["validation"] = runs[m]["validation"]
+            v["seconds"], v["native_seconds"] = runs[m].get("seconds"), res["native"][recipe]["seconds"]
         if ctx.speed_reps:
             res.setdefault("speed", {})[recipe] = measure_speed(program, recipe, scratch, res, again.get(recipe), ctx)
     res["seconds"] = round(time.monotonic() - t0, 1)
@@ -413,6 +419,7 @@ def markdown(results: list[dict], header: dict) -> str:
                  share_text((r["verdicts"].get("nvcc") or {}).get("sync-cold")), r["note"].replace("|", "\\|")]
         lines.append("| " + " | ".join(cells) + " |")
     lines += kernels_table(results)
+    lines += check_table(results)
     lines += validation_table(results)
     lines += speed_table(results)
     return "\n".join(lines) + "\n"
@@ -440,6 +447,39 @@ def kernels_table(results: list[dict]) -> list[str]:
     return ["", "## What the GPU ran (CUPTI)", "",
             "Kernel launches executed as variants / as originals, from CUPTI's activity records (--kernel-trace).", "",
             "| program | recipe | " + " | ".join(MODES) + " |", "|---|---|" + "---|" * len(MODES), *rows]
+
+
+def check_table(results: list[dict]) -> list[str]:
+    """The default check: per program and recipe, what it found in the cold runs (variants
+    matched, denied kernels, not compared and why) and, with --check-cost, the default cold run's
+    wall time against the same run without the check."""
+    rows = []
+    for r in results:
+        for recipe, verdicts in r["verdicts"].items():
+            if not isinstance(verdicts, dict):
+                continue
+            cold, off = verdicts.get("default-cold") or {}, verdicts.get(NOCHECK) or {}
+            counts = [(verdicts.get(m) or {}).get("validation") for m in ("sync-cold", "default-cold")]
+            counts = [c for c in counts if isinstance(c, dict)]
+            if not counts and not off:
+                continue
+            matched = max((c["same"] + c["within-ulps"] for c in counts), default=0)
+            denied = sorted({k for c in counts for k in c["differing_kernels"]})
+            unchecked = sorted({x for c in counts for x in c["skip_reasons"] + [f"varies: {k}" for k in c["varying_kernels"]]})
+            cost = "-"
+            if cold.get("seconds") is not None and off.get("seconds") is not None:
+                cost = f"{cold['seconds']:.2f} / {off['seconds']:.2f}" + (f" ({cold['seconds'] / off['seconds']:.2f}x)"
+                                                                         if off["seconds"] > 0 else "")
+            rows.append(f"| {r['name']} | {recipe} | {matched} | {'; '.join(denied) or '-'} | "
+                        + ("; ".join(unchecked).replace("|", "\\|")[:160] or "-") + f" | {cost} |")
+    if not rows:
+        return []
+    return ["", "## The default check", "",
+            "Variants whose first launch matched the original's (the most over the two cold modes), kernels the check "
+            "denied, variants it could not compare and why; with --check-cost, the default cold run's wall seconds "
+            f"against the same cold run with PROTEUS_VALIDATE=0 ({NOCHECK}; one run each, beside the other programs).", "",
+            "| program | recipe | matched | denied | not compared | cold s: checked / unchecked |", "|---|---|---|---|---|---|",
+            *rows]
 
 
 def validation_table(results: list[dict]) -> list[str]:
@@ -580,6 +620,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run each build under PROTEUS_VALIDATE (a fourth mode, 'validate')")
     parser.add_argument("--modes", default=",".join(MODES),
                         help="the tool's modes to run, comma-separated (default: all three)")
+    parser.add_argument("--check-cost", action="store_true",
+                        help="also run each program cold without the default check (PROTEUS_VALIDATE=0): its cost")
     parser.add_argument("--kernel-trace", metavar="LIB",
                         help="CUPTI injection library (bench/lib/kernel_trace.c, built): each tool run records the "
                              "kernels the GPU ran, variants and originals")
@@ -593,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = tuple(m for m in args.modes.split(",") if m)
     if not set(modes) <= set(MODES):
         parser.error(f"--modes: from {', '.join(MODES)}")
-    MODES, EXTRA_MODES = modes, (VALIDATE,) if args.validate else ()
+    MODES, EXTRA_MODES = modes, ((VALIDATE,) if args.validate else ()) + ((NOCHECK,) if args.check_cost else ())
     if args.speed_reps < 0 or (args.speed_reps and not args.kernel_trace):
         parser.error("--speed-reps N: N >= 0, and it needs --kernel-trace LIB (the GPU times come from CUPTI)")
 
