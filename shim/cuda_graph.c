@@ -151,6 +151,16 @@ static void trace_node(const knode *p, const kinfo *ki, const char *what) {
             p->gy, p->gz, p->bx, p->by, p->bz, what);
 }
 
+/* An entry's variant for a graph node: its published function, or one held for its check
+ * (PROTEUS_VALIDATE, check.c). A graph's launches are not checked (a check repeats a stream
+ * launch), so a node runs a held variant unchecked, as without the check; a kernel launched on
+ * streams too gets its variant checked there. */
+static CUfunction node_variant(sentry *e) {
+  CUfunction fn = atomic_load_explicit(&e->fn, memory_order_acquire);
+  vcheck *c = fn ? NULL : atomic_load_explicit(&e->check, memory_order_acquire);
+  return fn ? fn : c ? c->fn : NULL;
+}
+
 /* The variant for a node's parameters: 1 with *out pointed at it; 0 to leave the node as it
  * is, with *wait set where that variant is compiling. */
 static int choose(const knode *in, knode *out, kinfo **kio, sentry **wait) {
@@ -175,7 +185,7 @@ static int choose(const knode *in, knode *out, kinfo **kio, sentry **wait) {
     int len = stable_key(ki, in->params, grid, block, key);
     if (len == -1) return 0;
     if (len >= 0 && (e = find_variant(ki, ki->ctx_free ? NULL : ctx, key, len))) {
-      if (!(fn = atomic_load_explicit(&e->fn, memory_order_acquire))) {
+      if (!(fn = node_variant(e))) {
         if (atomic_load_explicit(&e->pending, memory_order_acquire)) *wait = e;
         trace_node(in, ki, *wait ? "the original while its variant compiles" : "the original");
         return 0;
@@ -293,7 +303,7 @@ static void land(void *exec) {
       p = &w->next;
       continue;
     }
-    CUfunction fn = atomic_load_explicit(&w->e->fn, memory_order_acquire), f = fn ? node_function(w->ki, fn) : NULL;
+    CUfunction fn = node_variant(w->e), f = fn ? node_function(w->ki, fn) : NULL;
     if (f) {
       knode out = w->p;
       out.func = f;

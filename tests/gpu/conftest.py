@@ -24,3 +24,12 @@ def _speed_check_off(request, monkeypatch):
     test_speed.py tests the trials, and runs the samples with the defaults."""
     if request.node.path.name != "test_speed.py":
         monkeypatch.setenv("PROTEUS_SPEED_CHECK", "0")
+
+
+@pytest.fixture(autouse=True)
+def _check_off(monkeypatch):
+    """The default check (PROTEUS_VALIDATE) off in every GPU test but those that ask for it
+    ("once", or "1"): a variant's first launch runs the original and the variant once more in its
+    shadow, so the exact launch counts the other tests assert, by CUPTI, would move by the checks.
+    test_validate.py runs the default mode over the samples and tests what it catches."""
+    monkeypatch.setenv("PROTEUS_VALIDATE", "0")
