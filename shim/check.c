@@ -55,6 +55,8 @@ gpu_fn check_pick(kinfo *ki, sentry *e) {
     atomic_fetch_add_explicit(&ki->awaiting_check, 1, memory_order_relaxed);
     return NULL;
   }
+  /* the app's own launch runs the original (validate_begin): counted so, not as a hit */
+  atomic_fetch_add_explicit(&ki->awaiting_check, 1, memory_order_relaxed);
   check_entry = e;
   return c->fn;
 }

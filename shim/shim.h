@@ -123,7 +123,7 @@ typedef struct __attribute__((aligned(64))) kinfo {
   int nattrs;
   _Atomic uint64_t timing;   /* launches that ran the original to time a variant against it */
   _Atomic uint64_t graph_nodes;   /* kernel nodes of instantiated graphs pointed at a variant (cuda_graph.c) */
-  _Atomic uint64_t awaiting_check;   /* launches that ran the original while their variant waited for its check */
+  _Atomic uint64_t awaiting_check;   /* launches that ran the original while their variant waited for, or had, its check */
 } kinfo;
 _Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cache line");
 
