@@ -118,8 +118,9 @@ def pack_variant(kid: int, variant: int, verdict: str, original: list[float], va
 # stream capture (recorded into a graph: what its node runs is decided at instantiation),
 # launches that ran the original to time a variant against it (TRIAL), sampled GPU
 # microseconds, kernel nodes of instantiated graphs pointed at a variant, launches that ran the
-# original while their variant waited for its check (IMAGE_CHECK: the run's budget spent, or
-# another thread checking it); then the kernel's name, NUL-terminated.
+# original while their variant waited for its check or had it (IMAGE_CHECK: the checked launch
+# itself, the run's budget spent, another thread checking it); then the kernel's name,
+# NUL-terminated.
 COUNTERS = struct.Struct("<iQQQQQQQQQQ")
 COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "compiling", "captured", "timing", "gpu_us",
                   "graph_nodes", "awaiting_check")
