@@ -17,7 +17,7 @@ from ..support.apps import run_app
 
 pytestmark = pytest.mark.gpu
 
-APPS = ["loop_count", "loop_count_dynamic", "loop_count_multi_arch", "loop_count_fembed", "warp_reduce", "warp_sync",
+APPS = ["loop_count", "loop_count_dynamic", "loop_count_multi_arch", "loop_count_fembed", "warp_reduce",
         "device_globals", "multi_kernel", "two_tu",
         "two_tu_rdc", "mixed_nvcc", "templates", "annotated", "driver_api", "launch_overhead", "launch_overhead_dynamic",
         "launch_paths",

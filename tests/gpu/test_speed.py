@@ -17,7 +17,7 @@ from ..support.apps import run_app
 pytestmark = pytest.mark.gpu
 
 APP, ARGS = "launch_overhead", ["20000"]  # 20,100 launches of one kernel with one key
-SAMPLES = ["loop_count", "warp_reduce", "warp_sync", "device_globals", "multi_kernel", "templates", "annotated", "driver_api",
+SAMPLES = ["loop_count", "warp_reduce", "device_globals", "multi_kernel", "templates", "annotated", "driver_api",
            "launch_paths", "two_tu", "changing_scalars", "launch_overhead", "launch_overhead_dynamic"]
 
 
@@ -121,12 +121,10 @@ def test_samples_keep_their_native_output_with_speed_trials(samples, tmp_path, k
         kernels = json.loads(report.read_text())["kernels"]
         ran = cupti.kernels_run(tmp_path / f"{label}.ran")
         assert len(cupti.variants(ran)) == sum(k.get("specialized_launches", 0) for k in kernels), (label, kernels)
-        if label == "warm":  # judged variants are not timed again; one still open adds to earlier runs' times
+        if label == "warm":  # judged variants are not timed again (one launched too few times still adds times)
             for k in kernels:
                 judged = all((v.get("speed") or {}).get("remembered") for v in k.get("variants", []))
                 assert not judged or k.get("launches_timing_original", 0) == 0, k
-                assert judged or all((v.get("speed") or {}).get("runs", 0) >= 2 or (v.get("speed") or {}).get("remembered")
-                                     for v in k["variants"]), k
 
 
 @pytest.mark.parametrize("preload", ["1", "0"])
