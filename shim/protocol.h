@@ -138,7 +138,7 @@ enum {
 #define FMT_WARM_SET "y#"
 #define FMT_FINISH "y#y#"
 #define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKKKK)"
-#define FMT_CHECKED "iiy#iKd"
+#define FMT_CHECKED "iisy#iKd"
 #define FMT_VALIDATED "iiy#y#y#y#y#d"
 #define FMT_VALIDATE_SKIPPED "iis"
 #define FMT_VALIDATE_REFUSAL "i"

@@ -473,9 +473,10 @@ char *py_validate_refusal(int kid) {
   return text;
 }
 
-void py_checked(int kid, uint32_t vid, const uint8_t *args, size_t nargs, int allocations, uint64_t size, double ms) {
+void py_checked(int kid, uint32_t vid, const char *verdict, const uint8_t *args, size_t nargs, int allocations, uint64_t size,
+                double ms) {
   int g = py.GILStateEnsure();
-  done_with(py.CallFunction(f_checked, FMT_CHECKED, kid, (int)vid, (const char *)args, (ssize_t)nargs, allocations,
+  done_with(py.CallFunction(f_checked, FMT_CHECKED, kid, (int)vid, verdict, (const char *)args, (ssize_t)nargs, allocations,
                             (unsigned long long)size, ms));
   py.GILStateRelease(g);
 }

@@ -280,7 +280,8 @@ HIDDEN int py_prepare_compiler_ahead(void);   /* 0: declined (the last run compi
 HIDDEN uint8_t *py_warm_set(const uint64_t *images, int n, ssize_t *len);
 HIDDEN void py_validate_skipped(int kid, uint32_t vid, const char *why);
 HIDDEN char *py_validate_refusal(int kid);   /* why its variants must not be checked (malloc'd), or NULL */
-HIDDEN void py_checked(int kid, uint32_t vid, const uint8_t *args, size_t nargs, int allocations, uint64_t size, double ms);
+HIDDEN void py_checked(int kid, uint32_t vid, const char *verdict, const uint8_t *args, size_t nargs, int allocations,
+                       uint64_t size, double ms);
 HIDDEN int py_validated(int kid, uint32_t vid, const uint8_t *args, size_t nargs, const uint8_t *ranges, size_t nranges,
                         const uint8_t *variant, const uint8_t *original, const uint8_t *shadow, size_t total, double ms);
 HIDDEN void py_finish(const uint8_t *counters, size_t n, const uint8_t *trials, size_t ntrials);

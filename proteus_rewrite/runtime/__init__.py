@@ -16,7 +16,7 @@
     finish(counters, trials)                  at exit: the speed trials' verdicts, and whether this run
                                               compiled (the next run's guess)
     write_report(path, counters, unknown, waits)  at exit, for PROTEUS_REPORT
-    checked(kid, vid, args, allocations, size, ms)  a variant's check found its results equal (on the GPU)
+    checked(kid, vid, verdict, args, allocations, size, ms)  a variant's check, told on the GPU: same or varies
     validated(kid, vid, args, ranges, variant, original, shadow, ms) -> 1 to deny   a check found them not
     validate_skipped(kid, vid, reason)        a variant PROTEUS_VALIDATE could not check
     validate_refusal(kid) -> bytes            why a kernel's variants must not be checked (b"" if they may)

@@ -113,8 +113,8 @@ def write_report(path: str, counters: bytes, unknown_launches: int = 0, waits: t
     report.write_report(state(), path, counters, unknown_launches, waits)
 
 
-def checked(kid: int, vid: int, args: bytes, allocations: int, size: int, ms: float) -> None:
-    validate.checked(state(), kid, vid, args, allocations, size, ms)
+def checked(kid: int, vid: int, verdict: str, args: bytes, allocations: int, size: int, ms: float) -> None:
+    validate.checked(state(), kid, vid, verdict, args, allocations, size, ms)
 
 
 def validated(kid: int, vid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes, shadow: bytes,

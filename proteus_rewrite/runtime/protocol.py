@@ -161,7 +161,8 @@ CALLS = (
     Call("warm_set", "y#"),                                # the registered fat binaries (IMAGE_ADDRESS each)
     Call("finish", "y#y#"),                                # the per-kernel counters (COUNTERS), the variants (VARIANT each)
     Call("write_report", "sy#K(" + "K" * len(WAIT_FIELDS) + ")"),  # path, counters, unknown launches, WAIT_FIELDS
-    Call("checked", "iiy#iKd"),                            # kid, variant, args, allocations, bytes, ms: results equal
+    Call("checked", "iisy#iKd"),                           # kid, variant, verdict (same, varies: told on the GPU), args,
+                                                           # allocations, bytes, ms
     Call("validated", "iiy#y#y#y#y#d"),                    # kid, variant, args, ranges (VALIDATE_RANGE each), the variant's
                                                            # results, the original's, its shadow run's (b"": none), ms
     Call("validate_skipped", "iis"),                       # kid, variant, why it was not checked

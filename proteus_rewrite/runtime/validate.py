@@ -324,12 +324,27 @@ def _folded(session: Session, kid: int, args: bytes) -> dict[str, object]:
     return out
 
 
-def checked(session: Session, kid: int, vid: int, args: bytes, allocations: int, size: int, ms: float) -> None:
-    """The shim compared the variant's results with the original's on the GPU: equal."""
+VARIES = ("the original kernel's own results vary from run to run ({} on the same memory: atomics or races), so its "
+          "variant cannot be compared")
+
+
+def checked(session: Session, kid: int, vid: int, verdict: str, args: bytes, allocations: int, size: int,
+            ms: float) -> None:
+    """The shim compared the results on the GPU: the variant's equal the original's ("same"), or
+    the original's two runs disagree ("varies": in full mode the original runs for the rest of
+    the run, by default the variant runs unchecked)."""
     try:
         record = session.kernels[kid][1]
-        session.validation.append(Outcome(record.demangled, _folded(session, kid, args), "same", allocations=allocations,
-                                          bytes_compared=size, ms=round(ms, 2)))
+        outcome = Outcome(record.demangled, _folded(session, kid, args), verdict, allocations=allocations,
+                          bytes_compared=size, ms=round(ms, 2))
+        session.validation.append(outcome)
+        if verdict == "varies":
+            outcome.reason = VARIES.format("its two runs differ")
+            runs = "the original kernel runs in this run" if requested() else "its variant runs unchecked"
+            session.warn_once(f"validate-varies:{record.name}", f"{record.demangled}: not validated ({outcome.reason}); "
+                              f"{runs}")
+            _remember(session, kid, vid, "unchecked", outcome.reason)
+            return
         session.trace("variants", f"{record.demangled}: validated (same, {allocations} allocations, {size} bytes)")
         _remember(session, kid, vid, "same")
     except Exception as exc:  # noqa: BLE001  never an exception into C: the variant stays checked this run
@@ -348,8 +363,7 @@ def validated(session: Session, kid: int, vid: int, args: bytes, ranges: bytes, 
         if shadow and shadow != original:
             count = compare(shadow, original)[0]
             outcome.verdict = "varies"
-            outcome.reason = (f"the original kernel's own results vary from run to run ({count} bytes differ between two "
-                              "runs on the same memory: atomics or races), so its variant cannot be compared")
+            outcome.reason = VARIES.format(f"{count} bytes differ between two runs")
             outcome.allocations = len(ranges) // RANGE.size
             outcome.bytes_compared = len(original)
             session.validation.append(outcome)

@@ -82,7 +82,7 @@ def test_by_default_each_variant_is_checked_once_ever(once_state):
     st, k = once_state()
     assert validate.mode() == "once"
     assert _asks_check(k, "3") and _asks_check(k, "4") and _asks_check(k, "5")
-    runtime.checked(0, 0, _args(k, {1: "3"}), 2, 4096, 0.8)  # equal, on the GPU
+    runtime.checked(0, 0, "same", _args(k, {1: "3"}), 2, 4096, 0.8)  # equal, on the GPU
     runtime.validate_skipped(0, 1, "its allocations hold 3000 MB, more than PROTEUS_VALIDATE_MAX_MB (2048)")
     assert [o.verdict for o in st.validation] == ["same", "skipped"]
     assert st.stats[0].variants[0]["check"] == {"verdict": "same"}
@@ -101,10 +101,22 @@ def test_by_default_an_uncheckable_variant_runs_and_is_not_warned_about(once_sta
     assert st.stats[0].variants[0]["check"]["verdict"] == "unchecked"
 
 
+def test_an_original_that_varies_told_on_the_gpu_leaves_the_variant_unchecked(once_state, capfd):
+    """The compare kernel found the original's own two runs different: nothing read back, the
+    variant runs unchecked by default and is not tried again."""
+    st, k = once_state()
+    _asks_check(k, "3")
+    runtime.checked(0, 0, "varies", _args(k, {1: "3"}), 1, 8, 0.4)
+    assert st.validation[0].verdict == "varies" and "its two runs differ" in st.validation[0].reason
+    assert "its variant runs unchecked" in capfd.readouterr().err
+    st, k = once_state()
+    assert not _asks_check(k, "3")
+
+
 def test_full_mode_checks_every_variant_every_run_and_off_checks_none(once_state, monkeypatch):
     st, k = once_state()
     _asks_check(k, "3")
-    runtime.checked(0, 0, _args(k, {1: "3"}), 1, 8, 0.1)
+    runtime.checked(0, 0, "same", _args(k, {1: "3"}), 1, 8, 0.1)
     monkeypatch.setenv("PROTEUS_VALIDATE", "1")
     st, k = once_state()
     assert _asks_check(k, "3")  # its stored verdict does not count
