@@ -42,7 +42,7 @@ tests)
        --tool "$PWD/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace-lib "$lib"} \
        --out "$OUT/upstream-tests" > "$OUT/upstream-tests.log" 2>&1) &
   fi
-  timeout 400 python -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest-gpu.log" 2>&1
+  timeout 500 python -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/pytest-gpu.log" 2>&1
   echo "pytest exit $?" >> "$OUT/pytest-gpu.log"
   wait
   tail -25 "$OUT/pytest-gpu.log"; tail -5 "$OUT/upstream-tests.log" 2>/dev/null
