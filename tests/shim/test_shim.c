@@ -984,6 +984,17 @@ static void test_variant_check(void) {
   sentry *o = new_entry(&ki, NULL, k5, 8, NULL, 0);
   publish(o, (CUfunction)0xc5, 1, PROTO_IMAGE_CHECK);
   EXPECT(atomic_load(&o->fn) == (CUfunction)0xc5 && atomic_load(&o->check) == NULL);
+  /* compiled in the background (a worker publishes it held, then the entry stops pending): the
+   * next launch, through pick_compiling, claims its check */
+  g_validate = VALIDATE_ONCE;
+  int saved_async = g_async;
+  g_async = ASYNC_AUTO;
+  sentry *w = new_entry(&ki, NULL, (uint8_t[8]){27}, 8, NULL, 1);
+  publish(w, (CUfunction)0xc7, 1, PROTO_IMAGE_CHECK);
+  atomic_store(&w->pending, 0);
+  EXPECT(pick_compiling(&ki, w, (CUstream)0x5, 0) == (CUfunction)0xc7 && check_entry == w);
+  check_entry = NULL;
+  g_async = saved_async;
   /* the budget: checks that took far longer than the run's share so far put the next off */
   g_validate = VALIDATE_ONCE;
   atomic_store(&t_loaded_ns, now_ns());
