@@ -35,6 +35,14 @@ typedef struct {
 
 HIDDEN extern const struct gpu_ops cuda_ops;   /* cuda.c */
 
+/* The runtime's own function, found on first use (these are only called when it is loaded). */
+#define RUNTIME_REAL(n) \
+  (*({ \
+    if (!real_##n) *(void **)&real_##n = dlsym(RTLD_NEXT, #n); \
+    &real_##n; \
+  }))
+
+
 typedef struct {   /* CUDA_KERNEL_NODE_PARAMS_v2 (_v3: the same fields) */
   CUfunction func;
   unsigned gx, gy, gz, bx, by, bz, shmem;
@@ -187,6 +195,17 @@ HIDDEN CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction origi
                                  unsigned shmem, CUstream stream, launch_fn launch);
 HIDDEN void validate_end(void);
 HIDDEN CUfunction validate_refuse(kinfo *ki, const char *why);
+/* the launch wrappers (cuda_launch.c), handed out by cuda.c's cuGetProcAddress */
+HIDDEN CUresult w_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                 unsigned shmem, CUstream s, void **params, void **extra);
+HIDDEN CUresult w_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                      unsigned shmem, CUstream s, void **params, void **extra);
+HIDDEN CUresult w_cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e);
+HIDDEN CUresult w_cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e);
+HIDDEN CUresult w_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                            unsigned bz, unsigned shmem, CUstream s, void **params);
+HIDDEN CUresult w_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                                 unsigned bz, unsigned shmem, CUstream s, void **params);
 HIDDEN CUresult w_cuStreamBeginCapture_v2(CUstream s, int mode);
 HIDDEN CUresult w_cuStreamBeginCapture_ptsz(CUstream s, int mode);
 HIDDEN CUresult w_cuStreamBeginCaptureToGraph(CUstream s, void *g, const void *deps, const void *edges, size_t n, int mode);

@@ -26,7 +26,7 @@ PACKAGED = Path(__file__).resolve().parent.parent / "_shim" / SHIM_NAME
 
 # The shim's translation units (shim/shim.h says what each holds, and in which layer; the
 # platform files are cuda*.c and hip.c); none needs CUDA or HIP headers.
-SOURCES = ("tables.c", "python.c", "jobs.c", "trial.c", "check.c", "lifecycle.c", "cuda.c", "cuda_warm.c", "cuda_attrs.c",
+SOURCES = ("tables.c", "python.c", "jobs.c", "trial.c", "check.c", "lifecycle.c", "cuda.c", "cuda_launch.c", "cuda_warm.c", "cuda_attrs.c",
            "cuda_capture.c", "cuda_graph.c", "cuda_validate.c", "hip.c", "nvtx.c")
 HEADERS = ("shim.h", "platform.h", "tables.h", "hitpath.h", "protocol.h", "compare_ptx.h", "cuda_api.h", "hip_api.h", "nvtx3/nvToolsExt.h")
 
