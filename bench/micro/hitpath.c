@@ -1,6 +1,6 @@
 /* The shim's hit path on the CPU: what pick() costs for a launch its table serves, apart from
  * the driver (a fake cuCtxGetCurrent; no launch). Built with the shim's sources as the shim
- * is (-O2) by bench/micro/hitpath_bench.py, which runs it and records the results. It includes cuda.c
+ * is (-O2) by bench/micro/hitpath_bench.py, which runs it and records the results. It includes cuda_launch.c
  * itself, so that pick() and the launch wrapper are the inlined code an app runs.
  *   hitpath ITERATIONS FOLDED_ARGS ARG_BYTES DIMS_IN_KEY [EVICT_KB [COMPILING]]
  * One kernel of FOLDED_ARGS folded arguments of ARG_BYTES each (plus one unfolded pointer),
@@ -16,7 +16,11 @@
  * what is counted. With COMPILING=1 the launches' variant is still compiling in the background
  * (PROTEUS_ASYNC_COMPILATION=auto, the default): each runs the original, through what a cold
  * run's launches go through until the variant arrives (await_variant; the stream never busy). */
-#include "cuda.c"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_launch.c"
 
 static CUresult fake_ctx(CUcontext *c) {
   *c = (CUcontext)0x77;

@@ -59,9 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = {}
     with tempfile.TemporaryDirectory(prefix="proteus-hitpath-") as tmp:
         exe = Path(tmp) / "hitpath"
-        from proteus_rewrite.inject.shim import SOURCES  # the shim's own list: hitpath.c includes cuda.c
+        from proteus_rewrite.inject.shim import SOURCES  # the shim's own list: hitpath.c includes cuda_launch.c
 
-        others = [str(args.shim / n) for n in SOURCES if n not in ("cuda.c", "hip.c")]
+        others = [str(args.shim / n) for n in SOURCES if n not in ("cuda_launch.c", "hip.c")]
         build = subprocess.run([cc, "-std=gnu11", "-O2", "-Wall", "-I", str(args.shim), str(HERE / "hitpath.c"),
                                 *others, "-o", str(exe), "-ldl", "-lpthread"], capture_output=True, text=True)
         if build.returncode != 0:
