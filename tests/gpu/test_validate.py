@@ -151,3 +151,21 @@ def test_by_default_each_variant_is_checked_once_and_a_warm_run_checks_nothing(s
         else:  # its verdicts are in the cache: nothing is checked again (a variant first landing now is)
             assert all(c["verdict"] != "same" or mode == "auto" for c in checks), checks
             assert len(cupti.variants(names)) == specialized + sum(c["verdict"] != "skipped" for c in checks)
+
+
+@pytest.mark.xfail(strict=True, reason="open: a default-mode cold run checks nothing when its variants compile in the "
+                                       "background (docs/dev/findings/validation.md, 'Open: default-mode cold runs')")
+def test_by_default_a_variant_compiled_in_the_background_is_checked_and_then_serves(samples, tmp_path, kernel_trace):
+    """changing_scalars, 4,000 launches queued deep ahead of the host, cold, the defaults: its
+    variant compiles on a compile thread while the original runs; the launches after it lands
+    check it once and then run it."""
+    app, args = "changing_scalars", ["4000", "1", "1", str(1 << 26), "65536"]
+    assert run_cli(str(samples / app), "-o", str(tmp_path / "dir")).returncode == 0
+    native = checksums(run_app(samples / app, args).stdout)
+    report = tmp_path / "r.json"
+    p = run_app(tmp_path / "dir" / app, args, {"PROTEUS_CACHE_DIR": str(tmp_path / "c"), "PROTEUS_VALIDATE": "once",
+                                                "PROTEUS_REPORT": str(report), **kernel_trace(tmp_path / "ran")})
+    assert p.returncode == 0 and checksums(p.stdout) == native != {}, p.stderr
+    doc = json.loads(report.read_text())
+    assert [c["verdict"] for c in doc.get("validation", [])] == ["same"], doc.get("validation")
+    assert len(cupti.variants(cupti.kernels_run(tmp_path / "ran"))) > 1000
