@@ -107,7 +107,7 @@ def received(session: Session, records: bytes) -> None:
         verdict = shim if shim != "undecided" else judge(
             original, timed, len(original) >= protocol.TRIAL_RUNS and len(timed) >= protocol.TRIAL_RUNS)
         doc = {"verdict": verdict, **_figures(original, timed),
-               "runs": int(earlier.get("runs") or 0) + 1 if isinstance(earlier.get("runs", 0), int) else 1,
+               "runs": (earlier["runs"] if isinstance(earlier.get("runs"), int) else 0) + 1,
                "original_us": [round(x, 2) for x in original], "variant_us": [round(x, 2) for x in timed]}
         if earlier and shim == "undecided" and verdict != "undecided":
             doc["judged_over_runs"] = True

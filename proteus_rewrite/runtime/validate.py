@@ -328,6 +328,18 @@ VARIES = ("the original kernel's own results vary from run to run ({} on the sam
           "variant cannot be compared")
 
 
+def _varies(session: Session, kid: int, vid: int, outcome: Outcome, how: str) -> None:
+    """The original's own two runs disagree: nothing to hold the variant to (reported; by default
+    the variant runs unchecked and is not tried again)."""
+    outcome.verdict = "varies"
+    outcome.reason = VARIES.format(how)
+    session.validation.append(outcome)
+    runs = "the original kernel runs in this run" if requested() else "its variant runs unchecked"
+    session.warn_once(f"validate-varies:{session.kernels[kid][1].name}",
+                      f"{outcome.kernel}: not validated ({outcome.reason}); {runs}")
+    _remember(session, kid, vid, "unchecked", outcome.reason)
+
+
 def checked(session: Session, kid: int, vid: int, verdict: str, args: bytes, allocations: int, size: int,
             ms: float) -> None:
     """The shim compared the results on the GPU: the variant's equal the original's ("same"), or
@@ -337,14 +349,10 @@ def checked(session: Session, kid: int, vid: int, verdict: str, args: bytes, all
         record = session.kernels[kid][1]
         outcome = Outcome(record.demangled, _folded(session, kid, args), verdict, allocations=allocations,
                           bytes_compared=size, ms=round(ms, 2))
-        session.validation.append(outcome)
         if verdict == "varies":
-            outcome.reason = VARIES.format("its two runs differ")
-            runs = "the original kernel runs in this run" if requested() else "its variant runs unchecked"
-            session.warn_once(f"validate-varies:{record.name}", f"{record.demangled}: not validated ({outcome.reason}); "
-                              f"{runs}")
-            _remember(session, kid, vid, "unchecked", outcome.reason)
+            _varies(session, kid, vid, outcome, "its two runs differ")
             return
+        session.validation.append(outcome)
         session.trace("variants", f"{record.demangled}: validated (same, {allocations} allocations, {size} bytes)")
         _remember(session, kid, vid, "same")
     except Exception as exc:  # noqa: BLE001  never an exception into C: the variant stays checked this run
@@ -361,16 +369,9 @@ def validated(session: Session, kid: int, vid: int, args: bytes, ranges: bytes, 
         record = session.kernels[kid][1]
         outcome = Outcome(record.demangled, _folded(session, kid, args), "same", ms=round(ms, 2))
         if shadow and shadow != original:
-            count = compare(shadow, original)[0]
-            outcome.verdict = "varies"
-            outcome.reason = VARIES.format(f"{count} bytes differ between two runs")
             outcome.allocations = len(ranges) // RANGE.size
             outcome.bytes_compared = len(original)
-            session.validation.append(outcome)
-            runs = "the original kernel runs in this run" if requested() else "its variant runs unchecked"
-            session.warn_once(f"validate-varies:{record.name}", f"{record.demangled}: not validated ({outcome.reason}); "
-                              f"{runs}")
-            _remember(session, kid, vid, "unchecked", outcome.reason)
+            _varies(session, kid, vid, outcome, f"{compare(shadow, original)[0]} bytes differ between two runs")
             return 2
         off = 0
         for i in range(0, len(ranges), RANGE.size):

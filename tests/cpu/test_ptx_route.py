@@ -216,14 +216,20 @@ def test_a_product_with_two_uses_or_a_rounding_mode_is_left_alone():
     assert ptx_contract.keep_contraction(redefined)[1] == 0
 
 
+def _rewrite_body(ptx: str, rewrite) -> tuple[str, int]:
+    """`ptx` with its one function's body rewritten, and the rewrite's count."""
+    head, rest = ptx.split("{", 1)
+    body, tail = rest.rsplit("}", 1)
+    out, n = rewrite(body)
+    return head + "{" + out + "}" + tail, n
+
+
 @needs_ptxas
 def test_ptxas_assembles_the_kept_contraction(tmp_path):
     from proteus_rewrite.jit import ptx_contract
 
-    head, rest = FMA_PTX.split("{", 1)
-    body, tail = rest.rsplit("}", 1)
-    out, n = ptx_contract.keep_contraction(body)
-    assert n == 1 and _sass(head + "{" + out + "}" + tail, tmp_path)
+    text, n = _rewrite_body(FMA_PTX, ptx_contract.keep_contraction)
+    assert n == 1 and _sass(text, tmp_path)
 
 
 @needs_ptxas
@@ -309,10 +315,8 @@ def test_an_approximate_instruction_of_constants_is_left_to_the_hardware():
 def test_ptxas_assembles_the_approximations_left_to_the_hardware(tmp_path):
     from proteus_rewrite.jit import ptx_contract
 
-    head, rest = APPROX_PTX.split("{", 1)
-    body, tail = rest.rsplit("}", 1)
-    out, n = ptx_contract.keep_approximations(body)
-    assert n == 3 and _sass(head + "{" + out + "}" + tail, tmp_path)
+    text, n = _rewrite_body(APPROX_PTX, ptx_contract.keep_approximations)
+    assert n == 3 and _sass(text, tmp_path)
 
 
 INDIRECT_PTX = """.version 9.0
@@ -466,12 +470,10 @@ def test_half_precision_products_and_approximations_are_kept_too(tmp_path):
            ".reg .b64 %rd<4>;\nld.param.u64 %rd1, [p];\ncvta.to.global.u64 %rd2, %rd1;\nmov.b16 %rs1, 0x3C66;\n"
            "mov.b16 %rs2, 0x3CCD;\nld.global.b16 %rs5, [%rd2];\nmul.f16 %rs3, %rs1, %rs2;\nsub.f16 %rs4, %rs5, %rs3;\n"
            "ex2.approx.f16 %rs6, %rs1;\nst.global.b16 [%rd2], %rs4;\nst.global.b16 [%rd2+2], %rs6;\nret;\n}\n")
-    head, rest = ptx.split("{", 1)
-    body, tail = rest.rsplit("}", 1)
-    body, n = ptx_contract.keep_contraction(body)
-    body, m = ptx_contract.keep_approximations(body)
-    assert (n, m) == (1, 1) and "fma.rn.f16 %rs4, %pfc0, %rs2, %rs5;" in body and "cvt.u16.u32 %pza0, %pza0z;" in body
-    assert _sass(head + "{" + body + "}" + tail, tmp_path)
+    text, n = _rewrite_body(ptx, ptx_contract.keep_contraction)
+    text, m = _rewrite_body(text, ptx_contract.keep_approximations)
+    assert (n, m) == (1, 1) and "fma.rn.f16 %rs4, %pfc0, %rs2, %rs5;" in text and "cvt.u16.u32 %pza0, %pza0z;" in text
+    assert _sass(text, tmp_path)
 
 
 def test_floats_are_folded_on_request_and_the_variant_assembles(table, tmp_path):
