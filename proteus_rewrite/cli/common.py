@@ -152,7 +152,9 @@ def write_atomic(path: str, data: bytes) -> None:
 def _prefer_ptx() -> bool:
     # PROTEUS_CODE_KIND=ptx (jit/config.py): kernels carrying both are recorded from their PTX,
     # so that the two routes can be compared on one binary
-    return (os.environ.get("PROTEUS_CODE_KIND") or "").strip().lower() == "ptx"
+    from ..jit.config import code_kind
+
+    return code_kind(os.environ) == "ptx"  # (a value it does not know: a one-line ConfigError)
 
 
 def extract(app: str, data: bytes) -> KernelTable:

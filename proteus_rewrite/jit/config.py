@@ -207,7 +207,7 @@ class Config:
             async_threads=threads,
             compile_process=_bool(env, "PROTEUS_COMPILE_PROCESS", True),
             speed_check=_bool(env, "PROTEUS_SPEED_CHECK", True),
-            code_kind=_code_kind(env),
+            code_kind=code_kind(env),
             codegen=codegen,
             tuned=tuned,
             disable=_bool(env, "PROTEUS_DISABLE", False),
@@ -256,7 +256,8 @@ def _codegen_from_env(env: Mapping[str, str]) -> CodegenConfig:
     )
 
 
-def _code_kind(env: Mapping[str, str]) -> str:
+def code_kind(env: Mapping[str, str]) -> str:
+    """PROTEUS_CODE_KIND, checked: auto, bitcode or ptx."""
     kind = (env.get("PROTEUS_CODE_KIND") or "auto").strip().lower()
     if kind not in ("auto", "bitcode", "ptx"):
         raise ConfigError(f"PROTEUS_CODE_KIND={env['PROTEUS_CODE_KIND']!r}: expected auto, bitcode or ptx")

@@ -506,3 +506,18 @@ def test_a_clang_build_is_recorded_from_its_ptx_on_request(samples, tmp_path, mo
     monkeypatch.setenv("PROTEUS_CODE_KIND", "ptx")
     out = run_cli(str(samples / "loop_count"), "-o", str(tmp_path / "p"))
     assert out.returncode == 0 and "0 with bitcode, 3 from PTX" in out.stdout, out.stdout
+
+
+def test_an_unknown_code_kind_is_one_line_and_exit_2(samples):
+    import os
+    import subprocess
+    import sys
+
+    from ..conftest import ROOT
+
+    code = "import sys; from proteus_rewrite.cli import run; sys.argv[0] = 'proteus-rewrite'; run()"
+    env = dict(os.environ, PROTEUS_CODE_KIND="bogus", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code, "inspect", str(samples / "loop_count")], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 2 and "PROTEUS_CODE_KIND='bogus': expected auto, bitcode or ptx" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
