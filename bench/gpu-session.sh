@@ -10,7 +10,8 @@
 #                                  cuda-samples (.gpu/cuda-samples.tar.xz) and a SHARD (I/N) of
 #                                  HeCBench's nvcc builds (.gpu/hecbench-nvcc.tar.xz) in three
 #                                  modes; SPEED=N instead times N native/warm pairs per program;
-#                                  CHECK_COST=1 adds a cold run without the default check
+#                                  CHECK_COST=1 adds a cold run without the default check;
+#                                  COST=N times the check instead (N cold runs a side, -j 1)
 #   bench/gpu-session.sh compare   the paper's six programs: plain, ours, Proteus
 #                                  (bench/proteus_compare.py), alone on the GPU; PHASE=cold, then
 #                                  PHASE=warm with one CACHE_DIR, for a program that outlasts a call
@@ -60,7 +61,15 @@ nvcc)
     rm -rf "$OUT/cuda-samples/scratch"
   fi
   tar -xJf .gpu/hecbench-nvcc.tar.xz -C /tmp/hb
+  # the runner as committed, over the one the tarball was packed with (the builds are what it is carried for)
+  cp bench/corpora/hecbench/run.py bench/corpora/hecbench/corpus.py /tmp/hb/bench/corpora/hecbench/
+  cp bench/lib/harness.py /tmp/hb/bench/lib/
   if [ "${SPEED:-0}" -gt 0 ]; then speed=(-j 1 --modes default-cold,default-warm --speed-reps "$SPEED"); else speed=(-j 5); fi
+  # COST=N: the default check's cost, N untraced cold runs a side, alone on the GPU (COST_WITH: a third side's settings)
+  if [ "${COST:-0}" -gt 0 ]; then
+    speed=(-j 1 --modes default-cold --check-cost-reps "$COST")
+    for kv in ${COST_WITH:-}; do speed+=(--check-cost-with "$kv"); done
+  fi
   (cd /tmp/hb && timeout "${HEC_S:-480}" python3 -m bench.corpora.hecbench.run --recipes nvcc "${speed[@]}" --timeout 120 \
      --tool "$root/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace "$lib"} --shard "${SHARD:-1/1}" ${ONLY:+--only "$ONLY"} \
      ${CHECK_COST:+--check-cost} ${MODES:+--modes "$MODES"} \

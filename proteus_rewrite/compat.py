@@ -107,6 +107,7 @@ OWN_ENV: Mapping[str, str] = {
     "PROTEUS_VALIDATE_ULPS": "float differences validation accepts, in ULPs",
     "PROTEUS_VALIDATE_MAX_MB": "the most memory a validated launch may snapshot",
     "PROTEUS_VALIDATE_BUDGET": "the share of a run's time its variants' checks may take (default 0.05)",
+    "PROTEUS_VALIDATE_GRACE_MS": "what checks may take beyond that share (default 250)",
     "PROTEUS_CACHE_MAX_MB": "size cap of the on-disk cache",
     "PROTEUS_CACHE_SHARED": "the job-wide shared cache tier: a file:// or redis:// URL",
     "PROTEUS_CACHE_SECRET": "the HMAC secret of the shared tier's entries",

@@ -5,9 +5,9 @@
  *
  * One thread checks a variant at a time (the claim); the launches of other threads meanwhile
  * run the original, counted (awaiting_check). By default a run spends at most
- * PROTEUS_VALIDATE_BUDGET of its time so far on checks, beyond a grace that lets the first ones
- * through; a variant past the budget runs the original in this run, and the next run checks it
- * (the run time asks again until a check's verdict is stored). In full mode there is no budget. */
+ * PROTEUS_VALIDATE_BUDGET of its time so far on checks, beyond a grace (PROTEUS_VALIDATE_GRACE_MS)
+ * that lets the first ones through; a variant past the budget runs the original in this run, and
+ * the next run checks it (the run time asks again until a check's verdict is stored). In full mode there is no budget. */
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -15,12 +15,12 @@
 #include "shim.h"
 
 #define BUDGET_DEFAULT 0.05
-#define BUDGET_GRACE_NS (250ull * 1000000ull)
+#define GRACE_MS_DEFAULT 250.0
 
 int g_validate = VALIDATE_ONCE;   /* PROTEUS_VALIDATE (lifecycle.c read_env) */
 __thread sentry *check_entry __attribute__((tls_model("initial-exec")));
 static _Atomic uint64_t check_spent_ns;
-static double budget = -1;
+static double budget = -1, grace_ns;
 
 void publish(sentry *e, gpu_fn fn, uint32_t vid, uint32_t flags) {
   vcheck *c = fn && (flags & PROTO_IMAGE_CHECK) && g_validate != VALIDATE_OFF && gpu->checks ? calloc(1, sizeof *c) : NULL;
@@ -40,10 +40,13 @@ static int within_budget(void) {
     const char *b = getenv(ENV_VALIDATE_BUDGET);
     double v = b && *b ? atof(b) : BUDGET_DEFAULT;
     budget = v >= 0 ? v : BUDGET_DEFAULT;
+    const char *g = getenv(ENV_VALIDATE_GRACE_MS);
+    double ms = g && *g ? atof(g) : GRACE_MS_DEFAULT;
+    grace_ns = (ms >= 0 ? ms : GRACE_MS_DEFAULT) * 1e6;
   }
   uint64_t loaded = atomic_load(&t_loaded_ns), now = now_ns();
   double elapsed = loaded && now > loaded ? (double)(now - loaded) : 0;
-  return (double)atomic_load(&check_spent_ns) <= budget * elapsed + (double)BUDGET_GRACE_NS;
+  return (double)atomic_load(&check_spent_ns) <= budget * elapsed + grace_ns;
 }
 
 gpu_fn check_pick(kinfo *ki, sentry *e) {

@@ -175,7 +175,8 @@ VALIDATE_RANGE = struct.Struct("<QQ")
 # The shim's own PROTEUS_* variables (it reads them before Python runs, or without it).
 SHIM_ENV = ("PROTEUS_DISABLE", "PROTEUS_TRACE_OUTPUT", "PROTEUS_PRESTART", "PROTEUS_STORE_DIR",
             "PROTEUS_ASYNC_COMPILATION", "PROTEUS_ASYNC_THREADS", "PROTEUS_REPORT", "PROTEUS_FAULT_INJECT",
-            "PROTEUS_VALIDATE", "PROTEUS_VALIDATE_MAX_MB", "PROTEUS_VALIDATE_BUDGET", "PROTEUS_PRELOAD")
+            "PROTEUS_VALIDATE", "PROTEUS_VALIDATE_MAX_MB", "PROTEUS_VALIDATE_BUDGET", "PROTEUS_VALIDATE_GRACE_MS",
+            "PROTEUS_PRELOAD")
 
 
 # ---------------------------------------------------------------- the C header

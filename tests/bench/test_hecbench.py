@@ -204,6 +204,40 @@ def test_run_py_check_cost_runs_cold_without_the_check_and_tables_what_it_found(
     assert row.rstrip(" |").split("|")[-1].count(" / ") == 1, row  # the checked cold run's seconds, the unchecked one's
 
 
+def test_check_cost_reps_alternate_cold_runs_with_and_without_the_check(tmp_path, doc):
+    """--check-cost-reps 3: three cold runs a side, each side first in turn, each from an empty
+    cache of its own; the checked side's checks and their time come from its reports."""
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = _one_build(tmp_path, name)
+    log = tmp_path / "runs.log"
+    app = _script(tmp_path / "app.sh", FAKE_APP.replace("#!/bin/sh\n", "#!/bin/sh\n"
+                  f'echo "${{PROTEUS_VALIDATE:-check}} $PROTEUS_CACHE_DIR $(ls $PROTEUS_CACHE_DIR 2>/dev/null | wc -l)" >> {log}\n'
+                  'mkdir -p "$PROTEUS_CACHE_DIR" && touch "$PROTEUS_CACHE_DIR/entry"\n', 1))
+    tool = _script(tmp_path / "tool.sh", FAKE_TOOL)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", RUN, "--work", str(work), "--out", str(out), "--only", name,
+                           "--exe", str(app), "--tool", str(tool), "--nvidia-smi", "/nonexistent",
+                           "--modes", "default-cold", "--check-cost-reps", "3",
+                           "--check-cost-with", "PROTEUS_VALIDATE_GRACE_MS=0"], capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    (prog,) = json.loads((out / "hecbench-corpus.json").read_text())["programs"]
+    cost = prog["cost"]["recommended"]
+    assert [(r["rep"], r["side"]) for r in cost["runs"]] == [
+        (0, "check"), (0, "nocheck"), (0, "check-with"), (1, "nocheck"), (1, "check-with"), (1, "check"),
+        (2, "check-with"), (2, "check"), (2, "nocheck")]
+    assert cost["checks"] == [2, 2, 2] and cost["check_ms"] == [3.5, 3.5, 3.5] and cost["checks_with"] == [2, 2, 2]
+    assert len(cost["check_s"]) == len(cost["nocheck_s"]) == len(cost["check-with_s"]) == 3
+    assert cost["ratio"] is not None and cost["ratio_with"] is not None and cost["with"] == {"PROTEUS_VALIDATE_GRACE_MS": "0"}
+    runs = [r for r in (line.split() for line in log.read_text().splitlines()) if len(r) == 3 and "cache-cost" in r[1]]
+    assert [r[0] for r in runs] == ["check", "0", "check", "0", "check", "check", "check", "check", "0"]
+    assert {r[1].rsplit("/", 1)[-1] for r in runs} == {"cache-cost-check", "cache-cost-nocheck", "cache-cost-check-with"}
+    assert all(r[2] == "0" for r in runs)  # every one of them cold
+    md = (out / "hecbench-corpus.md").read_text()
+    assert "## The default check's cost, cold" in md and f"| {name} | recommended | " in md.split("cost, cold")[1]
+    assert "- with PROTEUS_VALIDATE_GRACE_MS=0: 1 programs" in md
+
+
 def test_run_py_dry_run_prints_the_commands_and_runs_nothing(tmp_path, doc):
     name = next(p["name"] for p in doc["programs"] if p["suite"] == "paper")
     work = _one_build(tmp_path, name)

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.corpora.hecbench import corpus
@@ -77,6 +77,8 @@ class Context:
     manifest: dict
     kernel_trace: str | None = None  # a CUPTI injection library (bench/lib/kernel_trace.c) for the tool's runs
     speed_reps: int = 0  # --speed-reps: traced native / default-warm pairs timed by CUPTI after the checks
+    cost_reps: int = 0  # --check-cost-reps: untraced cold pairs, with and without the default check
+    cost_env: dict[str, str] = field(default_factory=dict)  # --check-cost-with: a third side, checked under these
 
 
 # --- running one command ------------------------------------------------------------------
@@ -254,6 +256,82 @@ def measure_speed(program: dict, recipe: str, scratch: Path, res: dict, again: d
     return speed_summary(speed_runs(program, recipe, scratch, res["native"][recipe], again, ctx), ctx.speed_reps)
 
 
+# --- the default check's cost (--check-cost-reps) ----------------------------------------------
+
+COST_SIDES = ("check", "nocheck")
+ALSO = "check-with"  # --check-cost-with K=V: the default check again under other settings
+
+
+def cost_sides(ctx: Context) -> tuple[str, ...]:
+    return COST_SIDES + ((ALSO,) if ctx.cost_env else ())
+
+
+def cost_runs(program: dict, recipe: str, scratch: Path, native: dict, again: dict | None, ctx: Context) -> list[dict]:
+    """--check-cost-reps N: N cold runs with the default check and N without it
+    (PROTEUS_VALIDATE=0) (and N checked under --check-cost-with's settings), in turn, each side
+    first in turn, each from an empty cache of
+    its own and untraced (CUPTI's own cost stays out of the wall time); every run's output is
+    compared with the native reference, and its report gives the checks it made and their time."""
+    cmd, cwd = app_command(program, recipe, ctx)
+    records, sides = [], cost_sides(ctx)
+    for rep in range(ctx.cost_reps):
+        for side in sides[rep % len(sides):] + sides[:rep % len(sides)]:
+            cache, report = scratch / recipe / f"cache-cost-{side}", scratch / recipe / f"report-cost-{side}-{rep}.json"
+            if not ctx.dry_run:
+                shutil.rmtree(cache, ignore_errors=True)
+                report.unlink(missing_ok=True)
+            env = {"LD_PRELOAD": str(scratch / recipe / "tool" / "libproteus.so"), "PROTEUS_CACHE_DIR": str(cache),
+                   "PROTEUS_REPORT": str(report), **({"PROTEUS_VALIDATE": "0"} if side == "nocheck" else {}),
+                   **(ctx.cost_env if side == ALSO else {})}
+            run = run_cmd(cmd, cwd, env, ctx)
+            rec = {"rep": rep, "side": side, "rc": run["rc"], "seconds": run["seconds"]}
+            if ctx.dry_run:
+                records.append({**rec, "excluded": "dry run"})
+                continue
+            cmp = compare_runs(program, native, again, run, ctx)
+            rec["verdict"] = cmp["verdict"]
+            counts = validation_counts(report) or {}
+            rec["checks"] = sum(counts.get(k, 0) for k in ("same", "within-ulps", "differs", "varies"))
+            rec["check_ms"] = counts.get("check_ms", 0)
+            if cmp["verdict"] not in MATCHED:
+                rec["excluded"] = f"output {cmp['verdict']}"
+            records.append(rec)
+    return records
+
+
+def cost_summary(records: list[dict], reps: int, env: dict[str, str]) -> dict:
+    """The kept runs' wall seconds per side: lists, medians, spread, checked / unchecked medians."""
+    out: dict = {"reps": reps, "runs": records, **({"with": env} if env else {})}
+    for side in COST_SIDES + ((ALSO,) if env else ()):
+        kept = [r for r in records if r["side"] == side and "excluded" not in r]
+        secs = [r["seconds"] for r in kept]
+        out[f"{side}_s"] = secs
+        out[f"{side}_median_s"] = round(statistics.median(secs), 3) if secs else None
+        out[f"{side}_min_s"], out[f"{side}_max_s"] = (min(secs), max(secs)) if secs else (None, None)
+        out[f"{side}_excluded"] = sum(r["side"] == side and "excluded" in r for r in records)
+    checked = [r for r in records if r["side"] == "check" and "excluded" not in r]
+    out["checks"] = [r["checks"] for r in checked]
+    out["check_ms"] = [r["check_ms"] for r in checked]
+    c, n = out["check_median_s"], out["nocheck_median_s"]
+    out["ratio"] = round(c / n, 4) if c and n else None  # > 1: the check cost that much of the cold run
+    if env:
+        a = out[f"{ALSO}_median_s"]
+        out["ratio_with"] = round(a / n, 4) if a and n else None
+        out["checks_with"] = [r["checks"] for r in records if r["side"] == ALSO and "excluded" not in r]
+    return out
+
+
+def measure_cost(program: dict, recipe: str, scratch: Path, res: dict, again: dict | None, ctx: Context) -> dict:
+    """res["cost"][recipe]: the cost runs when default-cold's output matched native, else why not."""
+    cold = res["verdicts"].get(recipe, {}).get("default-cold")
+    if cold is None:
+        return {"skipped": "no default-cold run (--modes)"}
+    if cold["verdict"] not in MATCHED:
+        return {"skipped": f"default-cold {cold['verdict']}"}
+    return cost_summary(cost_runs(program, recipe, scratch, res["native"][recipe], again, ctx), ctx.cost_reps,
+                        ctx.cost_env)
+
+
 def verdict(native: dict, run: dict, compare: corpus.Comparison | None) -> str:
     if run["rc"] == "timeout":
         return "TIMEOUT"
@@ -318,6 +396,8 @@ def run_program(program: dict, ctx: Context) -> dict:
             v["seconds"], v["native_seconds"] = runs[m].get("seconds"), res["native"][recipe]["seconds"]
         if ctx.speed_reps:
             res.setdefault("speed", {})[recipe] = measure_speed(program, recipe, scratch, res, again.get(recipe), ctx)
+        if ctx.cost_reps:
+            res.setdefault("cost", {})[recipe] = measure_cost(program, recipe, scratch, res, again.get(recipe), ctx)
     res["seconds"] = round(time.monotonic() - t0, 1)
     res["note"] = "; ".join(filter(None, [note(res), program.get("note", "")]))
     for runs in [res["native"], *res["tool"].values()]:  # keep the JSON readable: ends only
@@ -422,6 +502,7 @@ def markdown(results: list[dict], header: dict) -> str:
     lines += check_table(results)
     lines += validation_table(results)
     lines += speed_table(results)
+    lines += cost_table(results)
     return "\n".join(lines) + "\n"
 
 
@@ -544,6 +625,50 @@ def speed_table(results: list[dict]) -> list[str]:
             "|---|---|---|---|---|---|---|", *rows]
 
 
+def cost_table(results: list[dict]) -> list[str]:
+    """--check-cost-reps: per program and recipe, the cold run's wall seconds with the default
+    check and without it, the checks made and their own time, and how many programs the check
+    costs more than 5%."""
+    rows, ratios, ratios_with, env = [], [], [], {}
+    for r in results:
+        for recipe, s in (r.get("cost") or {}).items():
+            if "skipped" in s:
+                rows.append(f"| {r['name']} | {recipe} | - | - | - | - | - | - | - | not measured: {s['skipped']} |")
+                continue
+            env = s.get("with") or env
+            if s.get("ratio_with") is not None:
+                ratios_with.append(s["ratio_with"])
+            excluded = [f"{x['side']} #{x['rep']}: {x['excluded']}" for x in s["runs"] if "excluded" in x]
+            excluded_cell = (f"{len(excluded)}: " + "; ".join(excluded))[:200].replace("|", "\\|") if excluded else ""
+            ratio = "-" if s["ratio"] is None else f"{s['ratio']:.3f}x"
+            if s["ratio"] is not None:
+                ratios.append(s["ratio"])
+            also = "- | -" if not s.get("with") else (f"{_s(s, ALSO)} | "
+                                                      + ("-" if s["ratio_with"] is None else f"{s['ratio_with']:.3f}x"))
+            rows.append(f"| {r['name']} | {recipe} | {_s(s, 'check')} | {_s(s, 'nocheck')} | {ratio} | {also} | "
+                        f"{_span(s['checks'])} | {_span(s['check_ms'])} | {excluded_cell} |")
+    if not rows:
+        return []
+    def summary(values: list[float]) -> str:
+        return (f"{len(values)} programs: median ratio {statistics.median(values):.3f}x, "
+                f"{sum(x > 1.05 for x in values)} above 1.05x, worst {max(values):.3f}x") if values else "no program measured"
+    settings = " ".join(f"{k}={v}" for k, v in env.items())
+    return ["", "## The default check's cost, cold (wall seconds)", "",
+            "Per program, cold runs from an empty cache with the default check and with PROTEUS_VALIDATE=0, "
+            "alternating, untraced. Median [min-max] over the runs whose output matched native; ratio = checked "
+            "median / unchecked median (> 1: what the check cost); checks made and their own milliseconds (the "
+            "report's), over the checked runs." + (f" Beside them, checked with {settings} (its ratio to the "
+                                                   "unchecked median)." if env else ""), "",
+            f"- default: {summary(ratios)}", *([f"- with {settings}: {summary(ratios_with)}"] if env else []), "",
+            "| program | recipe | checked s | unchecked s | ratio | with s | ratio with | checks | check ms | excluded |",
+            "|---|---|---|---|---|---|---|---|---|---|", *rows]
+
+
+def _s(s: dict, side: str) -> str:
+    m = s[f"{side}_median_s"]
+    return "-" if m is None else f"{m:.2f} [{s[f'{side}_min_s']:.2f}-{s[f'{side}_max_s']:.2f}]"
+
+
 def speed_summary_lines(results: list[dict]) -> list[str]:
     """Per recipe: the geometric mean of the speed-ups, how many are below 0.99 and at or above
     1.10, and the five worst."""
@@ -629,6 +754,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="after a build's checks, where default-warm matched native: N native and N default-warm "
                              "runs, alternating, each timed by CUPTI (needs --kernel-trace); the summed GPU kernel "
                              "times, medians and native/warm speed-up go to the results (default 0: off)")
+    parser.add_argument("--check-cost-reps", type=int, default=0, metavar="N",
+                        help="after a build's checks, where default-cold matched native: N cold runs with the default "
+                             "check and N without it, alternating, untraced; wall seconds, medians and the ratio go to "
+                             "the results (default 0: off)")
+    parser.add_argument("--check-cost-with", action="append", default=[], metavar="PROTEUS_NAME=VALUE",
+                        help="with --check-cost-reps: a third side, the default check under these settings (repeatable)")
     parser.add_argument("--native-only", action="store_true",
                         help="native runs only: check the programs themselves (time, stability) without the tool")
     args = parser.parse_args(argv)
@@ -636,6 +767,11 @@ def main(argv: list[str] | None = None) -> int:
     if not set(modes) <= set(MODES):
         parser.error(f"--modes: from {', '.join(MODES)}")
     MODES, EXTRA_MODES = modes, ((VALIDATE,) if args.validate else ()) + ((NOCHECK,) if args.check_cost else ())
+    if args.check_cost_reps < 0:
+        parser.error("--check-cost-reps N: N >= 0")
+    if any(not kv.startswith("PROTEUS_") or "=" not in kv for kv in args.check_cost_with):
+        parser.error("--check-cost-with: PROTEUS_NAME=VALUE")
+    cost_env = dict(kv.split("=", 1) for kv in args.check_cost_with)
     if args.speed_reps < 0 or (args.speed_reps and not args.kernel_trace):
         parser.error("--speed-reps N: N >= 0, and it needs --kernel-trace LIB (the GPU times come from CUPTI)")
 
@@ -650,7 +786,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     ctx = Context(work, out, tool, str(Path(args.exe).resolve()) if args.exe else None, args.timeout,
                   args.dry_run, args.native_only, recipes, doc, manifest,
-                  str(Path(args.kernel_trace).resolve()) if args.kernel_trace else None, args.speed_reps)
+                  str(Path(args.kernel_trace).resolve()) if args.kernel_trace else None, args.speed_reps,
+                  args.check_cost_reps, cost_env)
     runnable = [p for p in programs if any(built(ctx, p["name"], r) for r in corpus.RECIPES)]
     skipped = sorted(set(p["name"] for p in programs) - set(p["name"] for p in runnable))
     if skipped:
