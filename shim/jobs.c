@@ -1,8 +1,8 @@
 /* What happens on a miss, one code for every platform: the kernel resolved, the key built, the
  * variant found, compiled on the launching thread or queued for a compile thread
  * (PROTEUS_ASYNC_COMPILATION), launches kept for the value tracker, waiting for a variant that
- * is compiling, and loading an answer's image. What it needs of the GPU it asks of `gpu`
- * (platform.h); Python it asks through python.c. */
+ * is compiling, loading an answer's image, and the compiler's warm-up that compiling waits for.
+ * What it needs of the GPU it asks of `gpu` (platform.h); Python it asks through python.c. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -139,6 +139,34 @@ gpu_fn run_job(job *j, int cached_only, int *uncached, answer_meta *m) {
   py_answer a;
   py_specialize(j, cached_only, &a, NULL);
   return take_answer(j->ki, &a, uncached, NULL, m);
+}
+
+
+/* ---- the compiler's warm-up, shared with lifecycle.c's prestart thread, which may run it ahead
+ * and whose before_exit waits for it. Defined here, not there, because the compile threads
+ * need it and lifecycle.c calls into this file (stop_workers): a call back would make the two
+ * files a loop (tests/unit/test_architecture.py). */
+pthread_mutex_t pre_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t pre_cond = PTHREAD_COND_INITIALIZER;
+int pre_state;                 /* pre_lock */
+int compiler_prepared;         /* pre_lock */
+int main_wrapped;              /* lifecycle.c's __libc_start_main runs the app's main: exit is guarded */
+
+/* The compiler warm-up, once, from whichever thread comes first (the prestart thread, a compile
+ * thread, or the first compile request); a caller that finds it running waits for it. Counted
+ * as the app's wait when an app thread runs it. Only where the run time warms this platform's
+ * code generation up (gpu_ops.compiler_warm_up): elsewhere the first job goes at once. */
+void prepare_compiler(int sm, int app_thread) {
+  if (!gpu->compiler_warm_up) return;
+  pthread_mutex_lock(&pre_lock);
+  while (pre_state == PRE_COMPILER) pthread_cond_wait(&pre_cond, &pre_lock);
+  int todo = !compiler_prepared;
+  compiler_prepared = 1;
+  pthread_mutex_unlock(&pre_lock);
+  if (!todo) return;
+  uint64_t t0 = now_ns();
+  py_prepare_compiler(sm);
+  if (app_thread) atomic_fetch_add(&t_prepare_ns, now_ns() - t0);
 }
 
 

@@ -47,31 +47,13 @@ void read_env(void) {
  *
  * The compiler step runs only where exit is guarded: our __libc_start_main wrapper and exit()
  * call before_exit() before any exit handler, and it waits for that step; otherwise a thread
- * inside LLVM could meet LLVM's static destructors (see stop_workers). */
-pthread_mutex_t pre_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t pre_cond = PTHREAD_COND_INITIALIZER;
-int pre_state;                 /* pre_lock */
+ * inside LLVM could meet LLVM's static destructors (see stop_workers).
+ *
+ * The state the compile threads share with this thread (pre_lock, pre_state, the warm-up) is
+ * jobs.c's, with prepare_compiler: this file calls into jobs.c (stop_workers), so jobs.c must
+ * not call back into it. */
 int exiting;                   /* pre_lock: before_exit() has run */
-static int compiler_prepared;         /* pre_lock */
-int main_wrapped;              /* our __libc_start_main runs the app's main */
 _Atomic int pre_did;           /* for the report: bit 0 Python, bit 1 the compiler, started ahead */
-
-/* The compiler warm-up, once, from whichever thread comes first (the prestart thread, a compile
- * thread, or the first compile request); a caller that finds it running waits for it. Counted
- * as the app's wait when an app thread runs it. Only where the run time warms this platform's
- * code generation up (gpu_ops.compiler_warm_up): elsewhere the first job goes at once. */
-void prepare_compiler(int sm, int app_thread) {
-  if (!gpu->compiler_warm_up) return;
-  pthread_mutex_lock(&pre_lock);
-  while (pre_state == PRE_COMPILER) pthread_cond_wait(&pre_cond, &pre_lock);
-  int todo = !compiler_prepared;
-  compiler_prepared = 1;
-  pthread_mutex_unlock(&pre_lock);
-  if (!todo) return;
-  uint64_t t0 = now_ns();
-  py_prepare_compiler(sm);
-  if (app_thread) atomic_fetch_add(&t_prepare_ns, now_ns() - t0);
-}
 
 static void *prestart_main(void *arg) {
   (void)arg;

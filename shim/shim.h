@@ -330,11 +330,8 @@ HIDDEN void check_done(sentry *e, int outcome, uint64_t ns);
 HIDDEN extern int g_disable;
 HIDDEN void read_env(void);
 HIDDEN void prestart(const struct gpu_ops *platform);   /* Python (and the compiler's warm-up) on a thread of their own */
-HIDDEN void prepare_compiler(int sm, int app_thread);
 HIDDEN void before_exit(void);
-enum { PRE_NONE, PRE_PYTHON, PRE_COMPILER, PRE_DONE };
-HIDDEN extern pthread_mutex_t pre_lock;
-HIDDEN extern int pre_state, main_wrapped, exiting;
+HIDDEN extern int exiting;
 HIDDEN extern _Atomic int pre_did;
 
 /* ------------------------------------------------------------------ jobs.c (layer 3): the miss path */
@@ -352,6 +349,12 @@ HIDDEN extern pthread_mutex_t q_lock;
 HIDDEN extern pthread_cond_t q_cond;
 HIDDEN extern job *q_head, *q_tail;
 HIDDEN extern int q_stop, q_busy, q_workers;
+/* The compiler's warm-up and the prestart thread's state: jobs.c's, since lifecycle.c calls into jobs.c and not the reverse */
+enum { PRE_NONE, PRE_PYTHON, PRE_COMPILER, PRE_DONE };
+HIDDEN extern pthread_mutex_t pre_lock;
+HIDDEN extern pthread_cond_t pre_cond;
+HIDDEN extern int pre_state, compiler_prepared, main_wrapped;
+HIDDEN void prepare_compiler(int sm, int app_thread);
 HIDDEN double gpu_ms(kinfo *ki);
 HIDDEN job *make_job(kinfo *ki, void *owner, gpu_ctx ctx, void **params, dim3 grid, dim3 block);
 HIDDEN void free_job(job *j);

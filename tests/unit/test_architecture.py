@@ -20,6 +20,11 @@
   headed "step" names one file in its second cell (`shim/jobs.c`, `proteus_rewrite/jit/ir.py`)
   and, in its third, functions defined in that file (`Class.method` for a method); and the
   section's "runs through **N files**" counts the distinct files of those rows.
+- The shim's core files (every `.c` in shim/ but the platforms' `cuda*.c` and `hip.c`) call each
+  other in one direction only: files in a call loop can be neither read nor layered apart.
+  This reads the tree, not the page. tests/shim/test_layers.py checks the page's layers, and
+  lets two files of one layer (`jobs.c`, `lifecycle.c`) use each other, so a loop between them
+  would pass there.
 
 The checks take the page's text, so they can be run against another version of it:
     python -c "from tests.unit import test_architecture as t; print(t.problems(open(PATH).read()))"
@@ -144,6 +149,54 @@ def defines(path: Path, name: str) -> bool:
     if not path.is_file():
         return False
     return name in _py_names(path) if path.suffix == ".py" else c_defines(path, name)
+
+
+# A top-level function definition in comment-blanked C: at the start of a line, words and `*`
+# (the type; attributes taken out first), the name, a parameter list (one level of nested
+# parentheses, as in a function pointer parameter) and a body.
+_C_DEFINITION = re.compile(r"^((?:[A-Za-z_]\w*[ \t*]+)+)([A-Za-z_]\w*)\s*\((?:[^;{}()]|\([^()]*\))*\)\s*\{", re.M)
+_C_ATTRIBUTE = re.compile(r"__attribute__\s*\(\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)\)\s*")
+_C_LITERAL = re.compile(r"'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"")
+
+
+def core_sources() -> dict[str, str]:
+    """The shim's core .c files (all but the platforms') by name, with comments and literals blanked."""
+    return {p.name: _C_LITERAL.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), _c_code(p))
+            for p in sorted(SHIM.glob("*.c")) if not p.name.startswith(("cuda", "hip"))}
+
+
+def call_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """file -> the other files whose functions it calls: a call is `name(` anywhere in its code,
+    of a function it does not define itself and another file defines without `static`."""
+    owner: dict[str, str] = {}
+    own: dict[str, set[str]] = {}
+    for name, code in sources.items():
+        for m in _C_DEFINITION.finditer(_C_ATTRIBUTE.sub("", code)):
+            own.setdefault(name, set()).add(m.group(2))
+            if "static" not in m.group(1).split():
+                owner[m.group(2)] = name
+    return {name: {owner[f] for f in re.findall(r"\b([A-Za-z_]\w*)\s*\(", code) if f in owner and f not in own.get(name, ())}
+            for name, code in sources.items()}
+
+
+def call_loop(graph: dict[str, set[str]]) -> list[str]:
+    """One loop of the graph as the files along it, the first repeated at the end; [] if none."""
+    state: dict[str, int] = {}   # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        path, state[node] = path + [node], 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (loop := visit(nxt, path)):
+                return loop
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (loop := visit(node, [])):
+            return loop
+    return []
 
 
 # ---------------------------------------------------------------- the checks
@@ -276,3 +329,20 @@ def test_the_checks_see_what_goes_missing():
     assert any("init's format" in p for p in call_problems(text.replace("| `init` | `si` |", "| `init` | `is` |")))
     renamed = text.replace("| `pick_miss`, `miss_variant`", "| `pick_miss`, `miss_variants`")
     assert "scalar path, row 5: miss_variants is not defined in shim/jobs.c" in scalar_problems(renamed)
+
+
+def test_the_shim_core_calls_in_one_direction():
+    loop = call_loop(call_graph(core_sources()))
+    assert not loop, f"shim files call each other in a loop: {' -> '.join(loop)} (move what both need into the lower file)"
+
+
+def test_the_call_graph_sees_calls_and_loops():
+    graph = call_graph(core_sources())
+    assert "jobs.c" in graph["lifecycle.c"] and "python.c" in graph["jobs.c"]   # stop_workers; py_miss
+    assert "lifecycle.c" not in graph["tables.c"]
+    sources = {"a.c": "static int g(void) { return 0; }\nint f(int x) {\n  return h(x);\n}\n",
+               "b.c": "__attribute__((noinline)) int h(int x) { return x ? f(x - 1) : g(); }\n",
+               "c.c": "void k(void (*cb)(void),\n       int n) { h(n); }\nint g(void) { return 1; }\n"}
+    assert call_graph(sources) == {"a.c": {"b.c"}, "b.c": {"a.c", "c.c"}, "c.c": {"b.c"}}
+    assert call_loop(call_graph(sources))[0] == call_loop(call_graph(sources))[-1]
+    assert call_loop({"a.c": {"b.c"}, "b.c": {"c.c"}, "c.c": set()}) == []
