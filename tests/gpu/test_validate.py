@@ -153,8 +153,6 @@ def test_by_default_each_variant_is_checked_once_and_a_warm_run_checks_nothing(s
             assert len(cupti.variants(names)) == specialized + sum(c["verdict"] != "skipped" for c in checks)
 
 
-@pytest.mark.xfail(strict=True, reason="open: a default-mode cold run checks nothing when its variants compile in the "
-                                       "background (docs/dev/findings/validation.md, 'Open: default-mode cold runs')")
 def test_by_default_a_variant_compiled_in_the_background_is_checked_and_then_serves(samples, tmp_path, kernel_trace):
     """changing_scalars, 4,000 launches queued deep ahead of the host, cold, the defaults: its
     variant compiles on a compile thread while the original runs; the launches after it lands
