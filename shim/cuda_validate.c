@@ -10,9 +10,11 @@
  * the app's own launch then runs the original kernel (validate_begin answers NULL). After that
  * launch, validate_end compares on the GPU (compare.cu: a kernel that only tells equal from
  * different, so nothing the size of the app's memory crosses to the host when they are equal).
- * Equal, the variant is published and serves every later launch of its key. Different, all three
- * results are read back for the run time (runtime/validate.py), which says how they differ and
- * denies the kernel: it then runs the original for good. The app always goes on from the
+ * Equal, the variant is published and serves every later launch of its key. Different, the
+ * allocations where they differ (the compare answers per allocation) are read back for the run
+ * time (runtime/validate.py), which says how they differ and denies the kernel: it then runs the
+ * original for good (only those: a difference confined to a few allocations must not bring the
+ * whole of the app's memory across, three times). The app always goes on from the
  * original's results, so a checked launch prints what the native run prints.
  *
  * Not a hit-path concern: all of it runs once per variant, and takes a lock, allocates and
@@ -258,41 +260,49 @@ static CUfunction compare_fn(void) {
   return fn;
 }
 
-/* On the GPU: does any range of the variant's (out[0]) or the shadow run's (out[1]) results
- * differ from what the app's launch of the original left? 1 answered, 0 could not tell. */
-static int gpu_compare(check *c, int *variant_differs, int *shadow_differs) {
+/* On the GPU, range by range: do the variant's results (differs[i]) or the shadow run's
+ * (*shadow_differs, any range) differ from what the app's launch of the original left? A pair
+ * of flags per range, so that only the ranges that differ are read back. 1 answered, 0 could
+ * not tell. */
+static int gpu_compare(check *c, uint8_t *differs, int *shadow_differs) {
   CUfunction fn = compare_fn();
   CUdeviceptr flags = 0;
-  if (!fn || mem_alloc(&flags, 8) != CUDA_SUCCESS) return 0;
-  int ok = memset_d32(flags, 0, 2) == CUDA_SUCCESS;
+  unsigned out[2 * MAX_RANGES];
+  size_t pairs = c->n ? (size_t)c->n : 1;   /* (a launch that reaches no memory: nothing differs) */
+  if (!fn || mem_alloc(&flags, 8 * pairs) != CUDA_SUCCESS) return 0;
+  int ok = memset_d32(flags, 0, 2 * pairs) == CUDA_SUCCESS;
   for (int i = 0; ok && i < c->n; i++) {
     unsigned long long words = c->r[i].size / 8;
     unsigned tail = (unsigned)(c->r[i].size % 8);
-    CUdeviceptr a = c->r[i].after_variant, b = c->r[i].base, s = c->r[i].after_shadow;
+    CUdeviceptr a = c->r[i].after_variant, b = c->r[i].base, s = c->r[i].after_shadow, f = flags + 8 * (CUdeviceptr)i;
     CUdeviceptr ta = a + words * 8, tb = b + words * 8, ts = s ? s + words * 8 : 0;
-    void *args[] = {&a, &b, &s, &words, &ta, &tb, &ts, &tail, &flags};
+    void *args[] = {&a, &b, &s, &words, &ta, &tb, &ts, &tail, &f};
     unsigned blocks = (unsigned)((words + 255) / 256);
     blocks = blocks < 1 ? 1 : blocks > 4096 ? 4096 : blocks;
     ok = real_cuLaunchKernel(fn, blocks, 1, 1, 256, 1, 1, 0, NULL, args, NULL) == CUDA_SUCCESS;
   }
-  unsigned out[2] = {0, 0};
-  ok = ok && ctx_sync() == CUDA_SUCCESS && copy_dtoh(out, flags, sizeof out) == CUDA_SUCCESS;
+  ok = ok && ctx_sync() == CUDA_SUCCESS && copy_dtoh(out, flags, 8 * pairs) == CUDA_SUCCESS;
   mem_free(flags);
-  *variant_differs = out[0] != 0;
-  *shadow_differs = out[1] != 0;
+  *shadow_differs = 0;
+  for (int i = 0; ok && i < c->n; i++) {
+    differs[i] = out[2 * i] != 0;
+    *shadow_differs |= out[2 * i + 1] != 0;
+  }
   return ok;
 }
 
-/* Every range's bytes of one side, back to back, on the host (NULL: failed). */
-static uint8_t *read_back(check *c, int side) {
-  uint8_t *buf = malloc(c->total ? c->total : 1);
+/* The bytes of one side's ranges marked in `read`, back to back, on the host (NULL: failed). */
+static uint8_t *read_back(check *c, int side, const uint8_t *read, size_t total) {
+  uint8_t *buf = malloc(total ? total : 1);
   size_t off = 0;
-  for (int i = 0; buf && i < c->n; off += c->r[i].size, i++) {
+  for (int i = 0; buf && i < c->n; i++) {
+    if (!read[i]) continue;
     CUdeviceptr from = side == 0 ? c->r[i].base : side == 1 ? c->r[i].after_variant : c->r[i].after_shadow;
     if (copy_dtoh(buf + off, from, c->r[i].size) != CUDA_SUCCESS) {
       free(buf);
       buf = NULL;
     }
+    off += c->r[i].size;
   }
   return buf;
 }
@@ -309,8 +319,14 @@ void validate_end(void) {
     give_up(ki, e, c, c->t0, "the original kernel's launch failed");
     return;
   }
-  int differs = 1, varies = c->shadow;
-  if (gpu_compare(c, &differs, &varies) && (!differs || varies)) {
+  uint8_t read[MAX_RANGES];
+  int varies = c->shadow, differs = 0;
+  int told = gpu_compare(c, read, &varies);
+  for (int i = 0; i < c->n; i++) {
+    if (!told) read[i] = 1;   /* not compared on the GPU: the run time compares it all */
+    differs |= read[i];
+  }
+  if (told && (!differs || varies)) {
     /* equal; or the original's own two runs disagree, and there is nothing to hold the variant to */
     py_checked(ki->kid, vid, varies ? "varies" : "same", c->args, c->nargs, c->n, c->total, c->ms + (now_ms() - m0));
     if (varies && g_validate == VALIDATE_FULL) atomic_store(&ki->state, K_DISABLED);
@@ -318,14 +334,20 @@ void validate_end(void) {
     free_check(c);
     return;
   }
-  /* different, or not comparable on the GPU: the run time compares the bytes and says how */
+  /* different, or not comparable on the GPU: the run time compares the bytes of the ranges that
+   * differ (all, where the GPU could not tell) and says how. The shadow run's bytes go along
+   * only where the GPU could not tell: otherwise it matched the original's everywhere. */
   uint8_t *ranges = malloc((size_t)c->n * PROTO_VALIDATE_RANGE + 1);
+  size_t total = 0;
   for (int i = 0; ranges && i < c->n; i++) {
-    uint64_t desc[2] = {c->r[i].base, c->r[i].size};
+    uint64_t desc[3] = {c->r[i].base, c->r[i].size, read[i]};
     memcpy(ranges + (size_t)i * PROTO_VALIDATE_RANGE, desc, PROTO_VALIDATE_RANGE);
+    total += read[i] ? c->r[i].size : 0;
   }
-  uint8_t *original = read_back(c, 0), *variant = read_back(c, 1), *shadow = c->shadow ? read_back(c, 2) : NULL;
-  if (!ranges || !original || !variant || (c->shadow && !shadow)) {
+  int send_shadow = c->shadow && !told;
+  uint8_t *original = read_back(c, 0, read, total), *variant = read_back(c, 1, read, total);
+  uint8_t *shadow = send_shadow ? read_back(c, 2, read, total) : NULL;
+  if (!ranges || !original || !variant || (send_shadow && !shadow)) {
     free(ranges);
     free(original);
     free(variant);
@@ -334,7 +356,7 @@ void validate_end(void) {
     return;
   }
   int verdict = py_validated(ki->kid, vid, c->args, c->nargs, ranges, (size_t)c->n * PROTO_VALIDATE_RANGE, variant, original,
-                             shadow, c->total, c->ms + (now_ms() - m0));
+                             shadow, total, c->ms + (now_ms() - m0));
   if (verdict == 1 || (verdict == 2 && g_validate == VALIDATE_FULL)) atomic_store(&ki->state, K_DISABLED);
   check_done(e, verdict == 0 ? CHECKED_SAME : verdict == 2 ? CHECKED_UNCHECKABLE : CHECKED_DIFFERS, now_ns() - c->t0);
   free(ranges);

@@ -60,7 +60,7 @@
 #define CACHED_AHEAD 2
 
 /* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size */
-#define PROTO_VALIDATE_RANGE 16
+#define PROTO_VALIDATE_RANGE 24
 
 /* the shim's report figures, in write_report's order */
 enum {

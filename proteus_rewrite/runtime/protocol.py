@@ -164,13 +164,15 @@ CALLS = (
     Call("checked", "iisy#iKd"),                           # kid, variant, verdict (same, varies: told on the GPU), args,
                                                            # allocations, bytes, ms
     Call("validated", "iiy#y#y#y#y#d"),                    # kid, variant, args, ranges (VALIDATE_RANGE each), the variant's
-                                                           # results, the original's, its shadow run's (b"": none), ms
+                                                           # results, the original's, its shadow run's (b"": none), ms;
+                                                           # results of the ranges read back only, back to back
     Call("validate_skipped", "iis"),                       # kid, variant, why it was not checked
     Call("validate_refusal", "i"),                         # kid -> why its variants cannot be checked ("" if they can)
 )
 
-# PROTEUS_VALIDATE: one allocation the check compared, as the shim describes it (u64 base, u64 size)
-VALIDATE_RANGE = struct.Struct("<QQ")
+# PROTEUS_VALIDATE: one allocation the check compared, as the shim describes it (u64 base, u64 size,
+# u64 read: 1 where its bytes follow in the results, 0 where the GPU found both sides equal there)
+VALIDATE_RANGE = struct.Struct("<QQQ")
 
 # The shim's own PROTEUS_* variables (it reads them before Python runs, or without it).
 SHIM_ENV = ("PROTEUS_DISABLE", "PROTEUS_TRACE_OUTPUT", "PROTEUS_PRESTART", "PROTEUS_STORE_DIR",

@@ -362,7 +362,8 @@ def checked(session: Session, kid: int, vid: int, verdict: str, args: bytes, all
 def validated(session: Session, kid: int, vid: int, args: bytes, ranges: bytes, variant: bytes, original: bytes,
               shadow: bytes, ms: float) -> int:
     """The shim's check of one variant whose results differ from the original's, or that the
-    GPU could not compare: 0 keeps the variant; 1 denies the kernel (its results differ); 2 the
+    GPU could not compare (the results of the ranges read back, back to back: by the GPU's
+    compare, those where the variant's differ; without it, all): 0 keeps the variant; 1 denies the kernel (its results differ); 2 the
     original's own two runs, `shadow` and `original`, disagree: nothing to compare against (in
     full mode the original runs for the rest of this run; by default the variant runs unchecked)."""
     try:
@@ -375,11 +376,13 @@ def validated(session: Session, kid: int, vid: int, args: bytes, ranges: bytes, 
             return 2
         off = 0
         for i in range(0, len(ranges), RANGE.size):
-            base, size = RANGE.unpack_from(ranges, i)
-            a, b = original[off : off + size], variant[off : off + size]
-            off += size
+            base, size, read = RANGE.unpack_from(ranges, i)
             outcome.allocations += 1
             outcome.bytes_compared += size
+            if not read:  # equal on the GPU: not read back
+                continue
+            a, b = original[off : off + size], variant[off : off + size]
+            off += size
             count, first, ulps, sampled = compare(a, b)
             if count:
                 outcome.differences.append(Difference(base, size, count, first, ulps, sampled))

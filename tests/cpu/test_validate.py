@@ -129,8 +129,10 @@ def _args(k, values: dict[int, str]) -> bytes:
     return b"".join(parse_value(p, values[p.index]) if p.index in values else bytes(p.size) for p in k.params)
 
 
-def _ranges(*sizes: int) -> bytes:
-    return b"".join(protocol.VALIDATE_RANGE.pack(0x7F0000000000 + 0x100000 * i, n) for i, n in enumerate(sizes))
+def _ranges(*sizes: int, read: tuple[int, ...] = ()) -> bytes:
+    """Range descriptors; all read back unless `read` says which."""
+    return b"".join(protocol.VALIDATE_RANGE.pack(0x7F0000000000 + 0x100000 * i, n, read[i] if read else 1)
+                    for i, n in enumerate(sizes))
 
 
 def test_equal_results_keep_the_variant(state):
@@ -161,6 +163,20 @@ def test_a_difference_denies_the_kernel_now_and_in_later_runs(state, tmp_path, c
     runtime.write_report(str(tmp_path / "r.json"), b"")
     v = json.loads((tmp_path / "r.json").read_text())["validation"]
     assert v[0]["verdict"] == "differs" and v[0]["differences"][0]["bytes_differing"] > 0
+
+
+def test_ranges_the_gpu_found_equal_are_counted_but_not_sent(state, capfd):
+    """Only the ranges where the GPU saw the variant's results differ come back: the others
+    count among the allocations and bytes compared, and the offsets of the ones sent follow
+    each other."""
+    st, _t, k = state
+    ranges = _ranges(8, 1 << 20, 16, read=(0, 0, 1))
+    assert runtime.validated(0, 0, _args(k, {1: "3"}), ranges, f64(0.0, 5.0), f64(0.0, 0.0), b"", 2.0) == 1
+    outcome = st.validation[0]
+    assert outcome.allocations == 3 and outcome.bytes_compared == 8 + (1 << 20) + 16
+    (d,) = outcome.differences
+    assert d.base == 0x7F0000000000 + 0x200000 and d.size == 16 and d.first_offset == 14
+    assert "in 1 of 3 allocations" in capfd.readouterr().err
 
 
 class _Session:
