@@ -20,6 +20,15 @@
 int g_validate = VALIDATE_ONCE;   /* PROTEUS_VALIDATE (lifecycle.c read_env) */
 __thread sentry *check_entry __attribute__((tls_model("initial-exec")));
 static _Atomic uint64_t check_spent_ns;
+_Atomic uint64_t t_check_phase_ns[CHECK_PHASES], n_checks_made;
+
+void check_phase(int phase, uint64_t *since) {
+  uint64_t now = now_ns();
+  atomic_fetch_add_explicit(&t_check_phase_ns[phase], now - *since, memory_order_relaxed);
+  *since = now;
+}
+
+uint64_t check_spent(void) { return atomic_load(&check_spent_ns); }
 static double budget = -1, grace_ns;
 
 void publish(sentry *e, gpu_fn fn, uint32_t vid, uint32_t flags) {
@@ -67,6 +76,7 @@ gpu_fn check_pick(kinfo *ki, sentry *e) {
 void check_done(sentry *e, int outcome, uint64_t ns) {
   vcheck *c = atomic_load_explicit(&e->check, memory_order_acquire);
   atomic_fetch_add(&check_spent_ns, ns);
+  if (outcome != CHECKED_LATER) atomic_fetch_add_explicit(&n_checks_made, 1, memory_order_relaxed);
   if (!c) return;
   if (outcome == CHECKED_LATER) {
     atomic_store(&c->state, CHECK_IDLE);

@@ -54,7 +54,7 @@ typedef struct {
   size_t total;
   uint8_t *args;
   size_t nargs;
-  uint64_t t0;
+  uint64_t t0, mark;   /* the check's start; the end of its last phase (check_phase) */
   double ms;
 } check;
 
@@ -106,9 +106,12 @@ static uint32_t vid_of(sentry *e) {
  * for the rest of the run (the promise is native output); by default the variant runs
  * unchecked, as it would without the check (check_done). */
 static CUfunction give_up(kinfo *ki, sentry *e, check *c, uint64_t t0, const char *why) {
+  uint64_t t = now_ns();
   if (c) free_check(c);
+  check_phase(CHECK_FREE, &t);
   if (g_validate == VALIDATE_FULL) atomic_store(&ki->state, K_DISABLED);
   py_validate_skipped(ki->kid, vid_of(e), why);
+  check_phase(CHECK_PYTHON, &t);
   if (e) check_done(e, CHECKED_UNCHECKABLE, now_ns() - t0);
   return NULL;
 }
@@ -181,7 +184,9 @@ CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, vo
     return NULL;
   }
   if (!load_calls()) return give_up(ki, e, NULL, t0, "the driver lacks a call validation needs");
+  uint64_t t = t0;
   char *refused = py_validate_refusal(ki->kid);   /* why its variants must not run in the shadow */
+  check_phase(CHECK_PYTHON, &t);
   if (refused) {
     give_up(ki, e, NULL, t0, refused);
     free(refused);
@@ -205,6 +210,7 @@ static CUfunction check_variant(kinfo *ki, sentry *e, CUfunction variant, CUfunc
   c->ki = ki;
   c->e = e;
   c->t0 = t0;
+  c->mark = now_ns();
   c->shadow = original != NULL;
   if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, e, c, t0, "the context was in an error state before the launch");
   for (uint32_t i = 0; i < ki->nparams; i++)
@@ -232,9 +238,11 @@ static CUfunction check_variant(kinfo *ki, sentry *e, CUfunction variant, CUfunc
         copy_dtod(c->r[i].snap, c->r[i].base, c->r[i].size) != CUDA_SUCCESS)
       return give_up(ki, e, c, t0, "no device memory for the snapshot");
   if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, e, c, t0, "the snapshot failed");
+  check_phase(CHECK_PREPARE, &c->mark);
   const char *why = shadow_run(c, variant, params, grid, block, shmem, stream, launch, 0, "variant");
   if (!why && original) why = shadow_run(c, original, params, grid, block, shmem, stream, launch, 1, "original kernel");
   if (why) return give_up(ki, e, c, t0, why);
+  check_phase(CHECK_SHADOW, &c->mark);
   c->ms = now_ms() - m0;
   pending = c;
   return NULL;   /* the app's launch runs the original, on the memory as it was */
@@ -319,9 +327,11 @@ void validate_end(void) {
     give_up(ki, e, c, c->t0, "the original kernel's launch failed");
     return;
   }
+  check_phase(CHECK_APP, &c->mark);
   uint8_t read[MAX_RANGES];
   int varies = c->shadow, differs = 0;
   int told = gpu_compare(c, read, &varies);
+  check_phase(CHECK_COMPARE, &c->mark);
   for (int i = 0; i < c->n; i++) {
     if (!told) read[i] = 1;   /* not compared on the GPU: the run time compares it all */
     differs |= read[i];
@@ -329,9 +339,12 @@ void validate_end(void) {
   if (told && (!differs || varies)) {
     /* equal; or the original's own two runs disagree, and there is nothing to hold the variant to */
     py_checked(ki->kid, vid, varies ? "varies" : "same", c->args, c->nargs, c->n, c->total, c->ms + (now_ms() - m0));
+    check_phase(CHECK_PYTHON, &c->mark);
     if (varies && g_validate == VALIDATE_FULL) atomic_store(&ki->state, K_DISABLED);
-    check_done(e, varies ? CHECKED_UNCHECKABLE : CHECKED_SAME, now_ns() - c->t0);
+    uint64_t t = c->mark, t0 = c->t0;
     free_check(c);
+    check_phase(CHECK_FREE, &t);
+    check_done(e, varies ? CHECKED_UNCHECKABLE : CHECKED_SAME, now_ns() - t0);
     return;
   }
   /* different, or not comparable on the GPU: the run time compares the bytes of the ranges that
@@ -355,13 +368,17 @@ void validate_end(void) {
     give_up(ki, e, c, c->t0, "reading back the results failed");
     return;
   }
+  check_phase(CHECK_READBACK, &c->mark);
   int verdict = py_validated(ki->kid, vid, c->args, c->nargs, ranges, (size_t)c->n * PROTO_VALIDATE_RANGE, variant, original,
                              shadow, total, c->ms + (now_ms() - m0));
+  check_phase(CHECK_PYTHON, &c->mark);
   if (verdict == 1 || (verdict == 2 && g_validate == VALIDATE_FULL)) atomic_store(&ki->state, K_DISABLED);
-  check_done(e, verdict == 0 ? CHECKED_SAME : verdict == 2 ? CHECKED_UNCHECKABLE : CHECKED_DIFFERS, now_ns() - c->t0);
+  uint64_t t = c->mark, t0 = c->t0;
   free(ranges);
   free(original);
   free(variant);
   free(shadow);
   free_check(c);
+  check_phase(CHECK_FREE, &t);
+  check_done(e, verdict == 0 ? CHECKED_SAME : verdict == 2 ? CHECKED_UNCHECKABLE : CHECKED_DIFFERS, now_ns() - t0);
 }

@@ -321,7 +321,10 @@ static void report_at_exit(void) {
                                    [W_SHIM_LOADED] = timeline[0],
                                    [W_MAIN_START] = timeline[1],
                                    [W_MAIN_END] = timeline[2],
-                                   [W_REPORT] = timeline[3]};
+                                   [W_REPORT] = timeline[3],
+                                   [W_CHECKS] = check_spent(),
+                                   [W_CHECK_COUNT] = atomic_load(&n_checks_made)};
+  for (int p = 0; p < CHECK_PHASES; p++) w[W_CHECK_PREPARE + p] = atomic_load(&t_check_phase_ns[p]);
   int written = 0;
   int python = py_running();   /* a host Python may already have finalized */
   if (python && !no_gpu[0])   /* (without a GPU nothing ran that Python would have more to say of) */

@@ -59,7 +59,7 @@
 #define CACHED_ONLY 1
 #define CACHED_AHEAD 2
 
-/* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size */
+/* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size, u64 read back */
 #define PROTO_VALIDATE_RANGE 24
 
 /* the shim's report figures, in write_report's order */
@@ -90,6 +90,15 @@ enum {
   W_MAIN_START,
   W_MAIN_END,
   W_REPORT,
+  W_CHECKS,
+  W_CHECK_COUNT,
+  W_CHECK_PREPARE,
+  W_CHECK_SHADOW,
+  W_CHECK_APP,
+  W_CHECK_COMPARE,
+  W_CHECK_READBACK,
+  W_CHECK_PYTHON,
+  W_CHECK_FREE,
   W_COUNT
 };
 enum {
@@ -101,6 +110,16 @@ enum {
   MISS_GIL,
   MISS_LOAD,
   MISS_STAGES
+};
+enum {
+  CHECK_PREPARE,
+  CHECK_SHADOW,
+  CHECK_APP,
+  CHECK_COMPARE,
+  CHECK_READBACK,
+  CHECK_PYTHON,
+  CHECK_FREE,
+  CHECK_PHASES
 };
 
 /* runtime functions the shim calls: their names, and their arguments' formats */
@@ -137,7 +156,7 @@ enum {
 #define FMT_PREPARE_COMPILER_AHEAD "ii"
 #define FMT_WARM_SET "y#"
 #define FMT_FINISH "y#y#"
-#define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKKKK)"
+#define FMT_WRITE_REPORT "sy#K(KKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKKK)"
 #define FMT_CHECKED "iisy#iKd"
 #define FMT_VALIDATED "iiy#y#y#y#y#d"
 #define FMT_VALIDATE_SKIPPED "iis"

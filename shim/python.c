@@ -505,11 +505,12 @@ void py_finish(const uint8_t *counters, size_t n, const uint8_t *trials, size_t 
 
 int py_write_report(const char *path, const uint8_t *counters, size_t n, unsigned long long unknown,
                     const unsigned long long w[W_COUNT]) {
-  _Static_assert(W_COUNT == 26, "FMT_WRITE_REPORT passes 26 figures: keep the call below in step");
+  _Static_assert(W_COUNT == 35, "FMT_WRITE_REPORT passes 35 figures: keep the call below in step");
   int g = py.GILStateEnsure();
-  PyObject *r = py.CallFunction(f_write_report, FMT_WRITE_REPORT, path, (const char *)counters, (ssize_t)n, unknown, w[0], w[1],
-                                w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15], w[16],
-                                w[17], w[18], w[19], w[20], w[21], w[22], w[23], w[24], w[25]);
+  PyObject *r =
+      py.CallFunction(f_write_report, FMT_WRITE_REPORT, path, (const char *)counters, (ssize_t)n, unknown, w[0], w[1], w[2], w[3],
+                      w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15], w[16], w[17], w[18], w[19],
+                      w[20], w[21], w[22], w[23], w[24], w[25], w[26], w[27], w[28], w[29], w[30], w[31], w[32], w[33], w[34]);
   int written = r != NULL;
   done_with(r);
   py.GILStateRelease(g);

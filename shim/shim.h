@@ -324,6 +324,11 @@ HIDDEN extern __thread sentry *check_entry
 HIDDEN void publish(sentry *e, gpu_fn fn, uint32_t vid, uint32_t flags);   /* a loaded variant, or its check */
 HIDDEN gpu_fn check_pick(kinfo *ki, sentry *e);   /* a launch of a variant waiting for its check: it, or NULL */
 HIDDEN void check_done(sentry *e, int outcome, uint64_t ns);
+/* for the report: the time checks took (the budget's), how many ended, and by phase (CHECK_*,
+ * runtime/protocol.py CHECK_PHASES); check_phase adds the time since *since to a phase */
+HIDDEN uint64_t check_spent(void);
+HIDDEN extern _Atomic uint64_t t_check_phase_ns[CHECK_PHASES], n_checks_made;
+HIDDEN void check_phase(int phase, uint64_t *since);
 
 /* ------------------------------------------------------------------ lifecycle.c (layer 3) */
 

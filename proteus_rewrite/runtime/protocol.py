@@ -125,11 +125,17 @@ COUNTERS = struct.Struct("<iQQQQQQQQQQ")
 COUNTER_FIELDS = ("kid", "launches", "hits", "fallbacks", "launch_errors", "compiling", "captured", "timing", "gpu_us",
                   "graph_nodes", "awaiting_check")
 
+# Where a variant's check spends its time (shim/cuda_validate.c): the context's idle point,
+# the allocations and the snapshot; the variant's and the original's runs on it; waiting for the
+# app's own launch; the compare kernel; reading results back; the run time's calls; freeing
+CHECK_PHASES = ("prepare", "shadow", "app", "compare", "readback", "python", "free")
+
 # The shim's report figures, in the order it passes them (ns, counts, CLOCK_MONOTONIC times).
 WAIT_FIELDS = ("python_start", "misses", "miss_count", "prepare_compiler", "exit", "prestart", "compiling",
                "compiling_count", "lock", "resolve", "track", "specialize", "queue", "gil", "load", "compiling_checks",
                "compiling_check_count", "app_main_cpu", "compile_threads_cpu", "prestart_cpu", "deferred_count", "preloaded",
-               "shim_loaded", "main_start", "main_end", "report")
+               "shim_loaded", "main_start", "main_end", "report", "checks", "check_count",
+               *(f"check_{p}" for p in CHECK_PHASES))
 MISS_STAGES = ("lock", "resolve", "track", "specialize", "queue", "gil", "load")
 
 
@@ -243,7 +249,7 @@ def header() -> str:
         f"#define CACHED_ONLY {CACHED_ONLY}",
         f"#define CACHED_AHEAD {CACHED_AHEAD}",
         "",
-        "/* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size */",
+        "/* PROTEUS_VALIDATE: an allocation compared, u64 base, u64 size, u64 read back */",
         f"#define PROTO_VALIDATE_RANGE {VALIDATE_RANGE.size}",
         "",
         "/* the shim's report figures, in write_report's order */",
@@ -254,6 +260,10 @@ def header() -> str:
         "enum {",
         *[f"  MISS_{s.upper()}," for s in MISS_STAGES],
         "  MISS_STAGES",
+        "};",
+        "enum {",
+        *[f"  CHECK_{s.upper()}," for s in CHECK_PHASES],
+        "  CHECK_PHASES",
         "};",
         "",
         "/* runtime functions the shim calls: their names, and their arguments' formats */",

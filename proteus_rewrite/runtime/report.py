@@ -51,7 +51,11 @@ def _wait_sections(waits: tuple[int, ...]) -> dict:
                          "compiling_checks": ms(w["compiling_checks"]),
                          "compiling_check_count": w["compiling_check_count"],
                          # of miss_count, launches handed to the tracker later, with no Python call
-                         "deferred_count": w["deferred_count"]},
+                         "deferred_count": w["deferred_count"],
+                         # the variants' checks (PROTEUS_VALIDATE): their time as the budget counts it,
+                         # how many ended, and where it went (protocol.CHECK_PHASES)
+                         "checks": {"ms": ms(w["checks"]), "count": w["check_count"],
+                                    "phases": {p: ms(w[f"check_{p}"]) for p in protocol.CHECK_PHASES}}},
         # where the CPU went: the app's main() against the shim's own threads, and what came
         # between main's return and this report (exit handlers, destructors)
         "threads_ms": {"app_main_wall": ms(end - start) if start and end else 0.0, "app_main_cpu": ms(w["app_main_cpu"]),

@@ -106,7 +106,9 @@ echo PASS
 if [ -n "$PROTEUS_REPORT" ] && [ "$PROTEUS_VALIDATE" != "0" ]; then   # checked: the default, or every variant
   echo '{"kernels": [{"name": "k", "launches": 4, "specialized_launches": 3, "fallback_launches": 1, "failures": {}}],
          "validation": [{"kernel": "k(int)", "verdict": "same", "ms": 2.5},
-                        {"kernel": "g(int)", "verdict": "differs", "ms": 1.0}]}' > "$PROTEUS_REPORT"
+                        {"kernel": "g(int)", "verdict": "differs", "ms": 1.0}],
+         "shim_wait_ms": {"checks": {"ms": 6.0, "count": 2, "phases": {"prepare": 1.0, "shadow": 2.0, "app": 0.5,
+                                     "compare": 0.0, "readback": 1.5, "python": 1.0, "free": 0.0}}}}' > "$PROTEUS_REPORT"
 elif [ -n "$PROTEUS_REPORT" ]; then
   echo '{"kernels": [{"name": "k", "launches": 4, "specialized_launches": 3, "fallback_launches": 1, "failures": {}}]}' > "$PROTEUS_REPORT"
 fi
@@ -233,8 +235,10 @@ def test_check_cost_reps_alternate_cold_runs_with_and_without_the_check(tmp_path
     assert [r[0] for r in runs] == ["check", "0", "check", "0", "check", "check", "check", "check", "0"]
     assert {r[1].rsplit("/", 1)[-1] for r in runs} == {"cache-cost-check", "cache-cost-nocheck", "cache-cost-check-with"}
     assert all(r[2] == "0" for r in runs)  # every one of them cold
+    assert cost["shim_check_ms"] == [6.0, 6.0, 6.0] and cost["phases_ms"][0]["readback"] == 1.5
     md = (out / "hecbench-corpus.md").read_text()
     assert "## The default check's cost, cold" in md and f"| {name} | recommended | " in md.split("cost, cold")[1]
+    assert "| 2 | 3.5 | 6.0 | shadow 2.0, readback 1.5, python 1.0 |" in md
     assert "- with PROTEUS_VALIDATE_GRACE_MS=0: 1 programs" in md
 
 

@@ -304,7 +304,9 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
     runtime.write_report(str(tmp_path / "report.json"), counters, 0, (60_000_000, 90_500_000, 2, 0, 1_250_000, 1, 7_500_000, 3,
                                                                        500_000, 20_000_000, 1_000_000, 69_000_000, 0,
                                                                        250_000, 3_000_000, 2_000_000, 400, 700_250_000, 48_000_000,
-                                                                       300_000_000, 0, 2, 10, 20, 750_000_020, 753_500_020))
+                                                                       300_000_000, 0, 2, 10, 20, 750_000_020, 753_500_020,
+                                                                       48_500_000, 3, 4_000_000, 9_000_000, 30_000_000,
+                                                                       1_000_000, 0, 4_250_000, 250_000))
     doc = json.loads((tmp_path / "report.json").read_text())
     t = doc["threads_ms"]
     assert t.pop("report") >= 0
@@ -315,7 +317,10 @@ def test_specialize_returns_a_code_object_and_counts_it(hip_runtime, tmp_path, c
                                    "compiling": 7.5, "compiling_count": 3,
                                    "miss_stages": {"lock": 0.5, "resolve": 20.0, "track": 1.0, "specialize": 69.0, "queue": 0.0,
                                                   "gil": 0.25, "load": 3.0},
-                                   "compiling_checks": 2.0, "compiling_check_count": 400, "deferred_count": 0}
+                                   "compiling_checks": 2.0, "compiling_check_count": 400, "deferred_count": 0,
+                                   "checks": {"ms": 48.5, "count": 3,
+                                              "phases": {"prepare": 4.0, "shadow": 9.0, "app": 30.0, "compare": 1.0,
+                                                         "readback": 0.0, "python": 4.25, "free": 0.25}}}
     assert doc["async_compilation"] == "auto"
     assert doc["prestart"] == {"python": True, "compiler": False, "variants_loaded": 2, "compiler_skipped": False}
     (k,) = doc["kernels"]

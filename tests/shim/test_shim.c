@@ -1003,6 +1003,12 @@ static void test_variant_check(void) {
   check_done(o, CHECKED_LATER, 10ull * 1000000000ull); /* (o has no check: only the time counts) */
   uint64_t waited = atomic_load(&ki.awaiting_check);
   EXPECT(check_pick(&ki, b) == NULL && atomic_load(&ki.awaiting_check) == waited + 1 && check_entry == NULL);
+  /* for the report: checks that ended are counted, one put off is not; the budget's time is all
+   * of theirs; a phase gets the time since its caller's mark, and the mark moves on */
+  EXPECT(atomic_load(&n_checks_made) == 4 && check_spent() == 10ull * 1000000000ull + 1000);
+  uint64_t mark = now_ns() - 5000, before = atomic_load(&t_check_phase_ns[CHECK_SHADOW]);
+  check_phase(CHECK_SHADOW, &mark);
+  EXPECT(atomic_load(&t_check_phase_ns[CHECK_SHADOW]) - before >= 5000 && mark >= now_ns() - 1000000000ull);
   g_validate = saved;
 }
 

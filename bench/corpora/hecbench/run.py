@@ -158,9 +158,10 @@ def kernels_run(trace: Path) -> dict | None:
 def validation_counts(path: Path) -> dict | None:
     """A validated run's outcomes: variants that matched their original, differed, were not checked."""
     try:
-        outcomes = json.loads(path.read_text()).get("validation") or []
+        doc = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    outcomes = doc.get("validation") or []
     counts = {"same": 0, "within-ulps": 0, "differs": 0, "varies": 0, "skipped": 0}
     for o in outcomes:
         counts[o.get("verdict", "skipped")] = counts.get(o.get("verdict", "skipped"), 0) + 1
@@ -168,6 +169,8 @@ def validation_counts(path: Path) -> dict | None:
     counts["skip_reasons"] = sorted({o.get("reason", "") for o in outcomes if o.get("verdict") == "skipped"})
     counts["varying_kernels"] = sorted({o["kernel"] for o in outcomes if o.get("verdict") == "varies"})
     counts["check_ms"] = round(sum(float(o.get("ms") or 0) for o in outcomes), 1)
+    # the shim's own account: the checks' whole time as the budget counts it, and by phase
+    counts["shim_checks"] = (doc.get("shim_wait_ms") or {}).get("checks")
     return counts
 
 
@@ -293,6 +296,7 @@ def cost_runs(program: dict, recipe: str, scratch: Path, native: dict, again: di
             counts = validation_counts(report) or {}
             rec["checks"] = sum(counts.get(k, 0) for k in ("same", "within-ulps", "differs", "varies"))
             rec["check_ms"] = counts.get("check_ms", 0)
+            rec["shim_checks"] = counts.get("shim_checks")
             if cmp["verdict"] not in MATCHED:
                 rec["excluded"] = f"output {cmp['verdict']}"
             records.append(rec)
@@ -312,6 +316,8 @@ def cost_summary(records: list[dict], reps: int, env: dict[str, str]) -> dict:
     checked = [r for r in records if r["side"] == "check" and "excluded" not in r]
     out["checks"] = [r["checks"] for r in checked]
     out["check_ms"] = [r["check_ms"] for r in checked]
+    out["shim_check_ms"] = [(r.get("shim_checks") or {}).get("ms", 0) for r in checked]
+    out["phases_ms"] = [(r.get("shim_checks") or {}).get("phases") for r in checked]
     c, n = out["check_median_s"], out["nocheck_median_s"]
     out["ratio"] = round(c / n, 4) if c and n else None  # > 1: the check cost that much of the cold run
     if env:
@@ -633,7 +639,7 @@ def cost_table(results: list[dict]) -> list[str]:
     for r in results:
         for recipe, s in (r.get("cost") or {}).items():
             if "skipped" in s:
-                rows.append(f"| {r['name']} | {recipe} | - | - | - | - | - | - | - | not measured: {s['skipped']} |")
+                rows.append(f"| {r['name']} | {recipe} | - | - | - | - | - | - | - | - | - | not measured: {s['skipped']} |")
                 continue
             env = s.get("with") or env
             if s.get("ratio_with") is not None:
@@ -646,7 +652,8 @@ def cost_table(results: list[dict]) -> list[str]:
             also = "- | -" if not s.get("with") else (f"{_s(s, ALSO)} | "
                                                       + ("-" if s["ratio_with"] is None else f"{s['ratio_with']:.3f}x"))
             rows.append(f"| {r['name']} | {recipe} | {_s(s, 'check')} | {_s(s, 'nocheck')} | {ratio} | {also} | "
-                        f"{_span(s['checks'])} | {_span(s['check_ms'])} | {excluded_cell} |")
+                        f"{_span(s['checks'])} | {_span(s['check_ms'])} | {_span(s.get('shim_check_ms') or [])} | "
+                        f"{_phases(s.get('phases_ms') or [])} | {excluded_cell} |")
     if not rows:
         return []
     def summary(values: list[float]) -> str:
@@ -656,12 +663,23 @@ def cost_table(results: list[dict]) -> list[str]:
     return ["", "## The default check's cost, cold (wall seconds)", "",
             "Per program, cold runs from an empty cache with the default check and with PROTEUS_VALIDATE=0, "
             "alternating, untraced. Median [min-max] over the runs whose output matched native; ratio = checked "
-            "median / unchecked median (> 1: what the check cost); checks made and their own milliseconds (the "
-            "report's), over the checked runs." + (f" Beside them, checked with {settings} (its ratio to the "
+            "median / unchecked median (> 1: what the check cost); checks made and their milliseconds over the "
+            "checked runs: the report's per check, the shim's whole (as the budget counts it), and its largest phases "
+            "per run (ms, protocol.CHECK_PHASES)." + (f" Beside them, checked with {settings} (its ratio to the "
                                                    "unchecked median)." if env else ""), "",
             f"- default: {summary(ratios)}", *([f"- with {settings}: {summary(ratios_with)}"] if env else []), "",
-            "| program | recipe | checked s | unchecked s | ratio | with s | ratio with | checks | check ms | excluded |",
-            "|---|---|---|---|---|---|---|---|---|---|", *rows]
+            "| program | recipe | checked s | unchecked s | ratio | with s | ratio with | checks | check ms | shim ms | "
+            "phases | excluded |", "|---|---|---|---|---|---|---|---|---|---|---|---|", *rows]
+
+
+def _phases(runs: list[dict | None]) -> str:
+    """The phases of the checks (the shim's report) summed over the runs, largest first, the top three."""
+    total: dict[str, float] = {}
+    for phases in runs:
+        for k, v in (phases or {}).items():
+            total[k] = total.get(k, 0.0) + v
+    top = sorted(((v, k) for k, v in total.items() if v > 0), reverse=True)[:3]
+    return ", ".join(f"{k} {v / len(runs):.1f}" for v, k in top) if top else "-"
 
 
 def _s(s: dict, side: str) -> str:
