@@ -185,11 +185,19 @@ CUfunction validate_begin(kinfo *ki, CUfunction variant, CUfunction original, vo
   }
   if (!load_calls()) return give_up(ki, e, NULL, t0, "the driver lacks a call validation needs");
   uint64_t t = t0;
-  char *refused = py_validate_refusal(ki->kid);   /* why its variants must not run in the shadow */
+  char *refused = atomic_load(&ki->check_refusal);   /* why its variants must not run in the shadow */
+  if (!refused) {
+    char *asked = py_validate_refusal(ki->kid), *none = NULL;
+    if (!asked) asked = "";
+    if (!atomic_compare_exchange_strong(&ki->check_refusal, &none, asked)) {   /* another thread asked too */
+      if (*asked) free(asked);
+      asked = none;
+    }
+    refused = asked;
+  }
   check_phase(CHECK_PYTHON, &t);
-  if (refused) {
+  if (*refused) {
     give_up(ki, e, NULL, t0, refused);
-    free(refused);
     return NULL;
   }
   prof_push("proteus-rewrite validation: %s", ki->name ? ki->name : "?");

@@ -124,6 +124,10 @@ typedef struct __attribute__((aligned(64))) kinfo {
   _Atomic uint64_t timing;   /* launches that ran the original to time a variant against it */
   _Atomic uint64_t graph_nodes;   /* kernel nodes of instantiated graphs pointed at a variant (cuda_graph.c) */
   _Atomic uint64_t awaiting_check;   /* launches that ran the original while their variant waited for, or had, its check */
+  /* Why its variants cannot be checked, asked of the run time once (its module, not a launch,
+   * decides): NULL not asked yet, "" they can be. Asking takes the GIL, which a compile thread
+   * may hold for a while. */
+  _Atomic(char *) check_refusal;
 } kinfo;
 _Static_assert(offsetof(kinfo, fold) == 64, "a hit's scalars share the first cache line");
 
