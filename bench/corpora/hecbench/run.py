@@ -211,13 +211,10 @@ def speed_runs(program: dict, recipe: str, scratch: Path, native: dict, again: d
             report = scratch / recipe / f"report-speed-{rep}.json"
             env = {} if side == "native" else tool_env(scratch, recipe, SPEED_MODE, report)
             env = {**harness.traced(env, str(ctx.kernel_trace), trace, ctx.dry_run), "CUPTI_KERNEL_TRACE_TIMES": "1"}
-            run = run_cmd(cmd, cwd, env, ctx)
-            rec = {"rep": rep, "side": side, "rc": run["rc"], "seconds": run["seconds"]}
-            if ctx.dry_run:
-                records.append({**rec, "excluded": "dry run"})
+            rec, run, cmp = judged_run(program, cmd, cwd, env, native, again, ctx, rep, side)
+            records.append(rec)
+            if cmp is None:
                 continue
-            cmp = compare_runs(program, native, again, run, ctx)
-            rec["verdict"] = cmp["verdict"]
             if cmp["verdict"] not in MATCHED:
                 rec.update(excluded=f"output {cmp['verdict']}", diff=cmp["diff"], stderr_tail=run["stderr_tail"][-500:])
             else:
@@ -228,8 +225,21 @@ def speed_runs(program: dict, recipe: str, scratch: Path, native: dict, again: d
                 else:
                     rec.update(kernel_ms=round(sum(ns for _, ns in times) / 1e6, 4), launches=len(times),
                                variant_launches=sum(VARIANT_MARK in name for name, _ in times))
-            records.append(rec)
     return records
+
+
+def judged_run(program: dict, cmd: list[str], cwd: Path, env: dict[str, str], native: dict, again: dict | None,
+               ctx: Context, rep: int, side: str) -> tuple[dict, dict, dict | None]:
+    """One timed run of a series (--speed-reps, --check-cost-reps): its record, the run, and its
+    output compared with the native reference (None in a dry run, whose record says so)."""
+    run = run_cmd(cmd, cwd, env, ctx)
+    rec = {"rep": rep, "side": side, "rc": run["rc"], "seconds": run["seconds"]}
+    if ctx.dry_run:
+        rec["excluded"] = "dry run"
+        return rec, run, None
+    cmp = compare_runs(program, native, again, run, ctx)
+    rec["verdict"] = cmp["verdict"]
+    return rec, run, cmp
 
 
 def speed_summary(records: list[dict], reps: int) -> dict:
@@ -270,11 +280,11 @@ def cost_sides(ctx: Context) -> tuple[str, ...]:
 
 
 def cost_runs(program: dict, recipe: str, scratch: Path, native: dict, again: dict | None, ctx: Context) -> list[dict]:
-    """--check-cost-reps N: N cold runs with the default check and N without it
-    (PROTEUS_VALIDATE=0) (and N checked under --check-cost-with's settings), in turn, each side
-    first in turn, each from an empty cache of
-    its own and untraced (CUPTI's own cost stays out of the wall time); every run's output is
-    compared with the native reference, and its report gives the checks it made and their time."""
+    """--check-cost-reps N: N cold runs with the default check, N without it (PROTEUS_VALIDATE=0)
+    and N checked under --check-cost-with's settings if any, each side first in turn, each from
+    an empty cache of its own and untraced (CUPTI's own cost stays out of the wall time); every
+    run's output is compared with the native reference, and its report gives the checks it made
+    and their time."""
     cmd, cwd = app_command(program, recipe, ctx)
     records, sides = [], cost_sides(ctx)
     for rep in range(ctx.cost_reps):
@@ -286,20 +296,16 @@ def cost_runs(program: dict, recipe: str, scratch: Path, native: dict, again: di
             env = {"LD_PRELOAD": str(scratch / recipe / "tool" / "libproteus.so"), "PROTEUS_CACHE_DIR": str(cache),
                    "PROTEUS_REPORT": str(report), **({"PROTEUS_VALIDATE": "0"} if side == "nocheck" else {}),
                    **(ctx.cost_env if side == ALSO else {})}
-            run = run_cmd(cmd, cwd, env, ctx)
-            rec = {"rep": rep, "side": side, "rc": run["rc"], "seconds": run["seconds"]}
-            if ctx.dry_run:
-                records.append({**rec, "excluded": "dry run"})
+            rec, _run, cmp = judged_run(program, cmd, cwd, env, native, again, ctx, rep, side)
+            records.append(rec)
+            if cmp is None:
                 continue
-            cmp = compare_runs(program, native, again, run, ctx)
-            rec["verdict"] = cmp["verdict"]
             counts = validation_counts(report) or {}
             rec["checks"] = sum(counts.get(k, 0) for k in ("same", "within-ulps", "differs", "varies"))
             rec["check_ms"] = counts.get("check_ms", 0)
             rec["shim_checks"] = counts.get("shim_checks")
             if cmp["verdict"] not in MATCHED:
                 rec["excluded"] = f"output {cmp['verdict']}"
-            records.append(rec)
     return records
 
 
