@@ -77,7 +77,8 @@ nvcc)
   rm -rf "$OUT/hecbench-nvcc/scratch"
   tail -3 "$OUT/cuda-samples.log" 2>/dev/null; grep -E "^- nvcc" "$OUT/hecbench-nvcc/hecbench-corpus.md"
   ;;
-compare)   # NVCC=1: also the nvcc builds (hec/PROG/main_nvcc), natively and under the tool (--nvcc)
+compare)   # NVCC=1: also the nvcc builds (hec/PROG/main_nvcc), natively and under the tool (--nvcc);
+           # PTX=1: also main_all on the PTX route (PROTEUS_CODE_KIND=ptx when rewriting), beside ours (--ptx-route)
   export PATH="$PWD/.venv/bin:$PATH"
   mkdir -p /tmp/h /tmp/pu
   # unpacked again when the tarball differs from the one unpacked (a warm machine keeps /tmp)
@@ -90,7 +91,7 @@ compare)   # NVCC=1: also the nvcc builds (hec/PROG/main_nvcc), natively and und
     --out "$OUT/compare" --budget-s "${BUDGET_S:-330}" --grace-s "${GRACE_S:-90}" --timeout "${RUN_TIMEOUT:-90}" --hecbench-commit "${HECBENCH_COMMIT:-unknown}" \
     ${lib:+--kernel-trace-lib "$lib"} ${PROGRAMS:+--programs $PROGRAMS} ${ALT:+--alt $ALT} ${EXTRA:+--extra $EXTRA} \
     ${PHASE:+--phase $PHASE} ${CACHE_DIR:+--cache-dir $CACHE_DIR} ${REPS:+--reps $REPS} ${COLD_REPS:+--cold-reps $COLD_REPS} ${GPU_ROUNDS:+--gpu-time-rounds $GPU_ROUNDS} \
-    $([ "${NVCC:-0}" = 1 ] && echo --nvcc)
+    $([ "${NVCC:-0}" = 1 ] && echo --nvcc) $([ "${PTX:-0}" = 1 ] && echo --ptx-route)
   # KEEP_CACHE=1: both JITs' caches come back (their cubins, to compare the code offline)
   [ "${KEEP_CACHE:-0}" = 1 ] || rm -rf "$OUT/compare/cache"
   rm -rf "$OUT/compare/rewritten"

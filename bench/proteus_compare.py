@@ -16,12 +16,19 @@ only. --nvcc adds each program's nvcc build (hec/PROG/main_nvcc, as HeCBench's M
 natively ("nvcc AOT") and rewritten by the tool (the PTX route, its own cache), cold and warm in
 the same rounds, ours on it held to its native output, a table of its own in the report (ours on
 nvcc against nvcc AOT and against Proteus warm) and a CUPTI-traced warm run of its own.
+--ptx-route rewrites main_all a second time with PROTEUS_CODE_KIND=ptx (the tool records its
+kernels from the PTX the binary carries, not its bitcode: the PTX route on the clang build) and
+runs it like ours, cold from its own emptied cache and warm, in the same rounds: held to the
+native run of main_all, as ours is, against ours (the bitcode route on the same binary) and
+Proteus warm in a table of its own, cold end to end paired by round with ours', and a
+CUPTI-traced warm run of its own.
 Standard library only: it runs on the GPU host.
 
     python -m bench.proteus_compare --hec DIR --proteus DIR --tool .venv/bin/proteus-rewrite --out OUT
     python -m bench.proteus_compare --render OUT A.json B.json   # one report from several calls
     python -m bench.proteus_compare ... --phase cold --cache-dir /tmp/c   # then --phase warm, same cache
     python -m bench.proteus_compare ... --nvcc   # and the nvcc builds: natively, and under the tool
+    python -m bench.proteus_compare ... --ptx-route   # and main_all on the PTX route, beside the bitcode route
 """
 
 from __future__ import annotations
@@ -185,6 +192,7 @@ class Bench:
         cold.append(("proteus_cold", "proteus-cold", pexe, up / "src" / prog, penv, pcache, True))
         warm.append(("proteus_warm", "proteus-warm", pexe, up / "src" / prog, penv))
         ours_nvcc = self.nvcc(prog, res, warm, cold) if self.a.nvcc else None
+        ours_ptx = self.ptx_route(prog, res, warm, cold) if self.a.ptx_route else None
         # cold first, each beside a plain run; the last cold run of each JIT leaves its cache
         # to the warm rounds
         if phase != "warm":
@@ -195,10 +203,13 @@ class Bench:
                 res["speed_trials"] = speed_trials(self.out / f"{prog}.cold.json")
             if ours_nvcc is not None:
                 res["speed_trials_nvcc"] = speed_trials(self.out / f"{prog}.nvcc.cold.json")
+            if ours_ptx is not None:
+                res["speed_trials_ptx"] = speed_trials(self.out / f"{prog}.ptx.cold.json")
             self.save()
         if phase == "cold":
             judge(res)
             nvcc_ratios(prog, res)
+            ptx_ratios(prog, res)
             return
         if phase == "warm":   # a cache the cold call left on this machine, or one run to fill it
             for key, label, cmd, cwd, env, fresh, *make in (c for c in cold if len(c) > 5):
@@ -218,7 +229,7 @@ class Bench:
             res["alt"] = self.a.alt
         if self.a.kernel_trace_lib:
             # the evidence that variants ran: not left out for the time budget
-            for build, suffix, key in ((ours, "", "ours"), (ours_nvcc, ".nvcc", "ours_nvcc")):
+            for build, suffix, key in ((ours, "", "ours"), (ours_nvcc, ".nvcc", "ours_nvcc"), (ours_ptx, ".ptx", "ours_ptx")):
                 if build is None:
                     continue
                 exe, cwd, env = build
@@ -232,6 +243,7 @@ class Bench:
                     "variant_kernels": sorted({n for n in names if "$proteus$" in n})[:20]}
         judge(res)
         nvcc_ratios(prog, res)
+        ptx_ratios(prog, res)
         self.save()
 
     def nvcc(self, prog: str, res: dict, warm: list, cold: list) -> tuple | None:
@@ -262,6 +274,32 @@ class Bench:
         cold.append(("ours_nvcc_cold", "ours-nvcc-cold", cmd, rec,
                      {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.nvcc.cold.json")}, cache))
         warm.append(("ours_nvcc_warm", "ours-nvcc-warm", cmd, rec, env))
+        return cmd, rec, env
+
+    def ptx_route(self, prog: str, res: dict, warm: list, cold: list) -> tuple | None:
+        """--ptx-route: the recommended build (hec/PROG/main_all) rewritten again, with
+        PROTEUS_CODE_KIND=ptx for the rewrite (at record time: its kernels recorded from the PTX
+        it carries rather than its bitcode), so that the two routes run on one binary. Cold from
+        its own emptied cache and warm; adds their commands to the rounds; returns its
+        (cmd, cwd, env), or None."""
+        args, _, inputs = PROGRAMS[prog]
+        hec = Path(self.a.hec) / prog
+        rec = self.out / "rewritten" / f"{prog}-ptx"
+        p = subprocess.run([self.a.tool, str(hec / "main_all"), "-o", str(rec)], capture_output=True, text=True,
+                           env={**os.environ, "PROTEUS_CODE_KIND": "ptx"})
+        res["rewrite_ptx_rc"] = p.returncode
+        if p.returncode != 0:
+            res["ptx_error"] = "proteus-rewrite: " + (p.stderr.strip()[-300:] or f"exit {p.returncode}")
+            return None
+        for f in inputs:
+            shutil.copy(hec / f, rec / f)
+        cache = self.cache / "ours-ptx" / prog
+        # at run time too: a kernel recorded both ways would otherwise take its bitcode
+        env = {"PROTEUS_CACHE_DIR": str(cache), "PROTEUS_CODE_KIND": "ptx"}
+        cmd = [str(rec / "main_all"), *args]
+        cold.append(("ours_ptx_cold", "ours-ptx-cold", cmd, rec,
+                     {**env, "PROTEUS_REPORT": str(self.out / f"{prog}.ptx.cold.json")}, cache))
+        warm.append(("ours_ptx_warm", "ours-ptx-warm", cmd, rec, env))
         return cmd, rec, env
 
     def gpu_time(self, prog: str, res: dict, commands: list[tuple]) -> None:
@@ -385,8 +423,9 @@ def alt_env(settings: list[str]) -> dict[str, str]:
 
 def judge(res: dict) -> None:
     """Each run's output against its reference: ours against the native run of the same binary
-    (the tool's promise; ours on the nvcc build against that build's AOT run), the native runs
-    (bitcode and nvcc builds) and Proteus against the plain build's first run."""
+    (the tool's promise: ours on the PTX route of main_all too; ours on the nvcc build against
+    that build's AOT run), the native runs (bitcode and nvcc builds) and Proteus against the
+    plain build's first run."""
     def first(key: str) -> list[str] | None:
         runs = res.get(key, {}).get("runs") or []
         return masked("\n".join(runs[0]["output"])) if runs else None
@@ -397,7 +436,7 @@ def judge(res: dict) -> None:
             continue
         if key.startswith("ours_nvcc"):   # ours on the nvcc build: what that build prints natively
             ref = nvcc
-        elif key.startswith("ours"):
+        elif key.startswith("ours"):   # ours_ptx too: the PTX route of main_all prints what main_all does
             ref = native
         elif key == "native":  # an extra build has no plain run: its native run stands alone
             ref = plain if plain is not None else native
@@ -444,6 +483,27 @@ def nvcc_ratios(prog: str, res: dict) -> dict | None:
     return out
 
 
+def ptx_ratios(prog: str, res: dict) -> dict | None:
+    """--ptx-route: ours on the PTX route of main_all against ours on its bitcode route and
+    against Proteus warm, per metric: the ratio of medians, and the per-round ratios' summary
+    (the warm rounds interleave them); cold end to end paired by round with ours' cold run
+    beside it (>1: the PTX route is faster)."""
+    if not any(k in res for k in ("ours_ptx_cold", "ours_ptx_warm")):
+        return None
+    out: dict = {}
+    for name, _, better in PROGRAMS[prog][1]:
+        med = {k: ((res.get(k) or {}).get("metrics") or {}).get(name, {}) or {} for k in ("ours_ptx_warm", "ours_warm", "proteus_warm")}
+        got = {}
+        for label, ref in (("ours_ptx_vs_ours", "ours_warm"), ("ours_ptx_vs_proteus", "proteus_warm")):
+            if med["ours_ptx_warm"].get("median") and med[ref].get("median"):
+                got[label] = {"ratio": speedup(better, med["ours_ptx_warm"]["median"], med[ref]["median"]),
+                              "by_round": by_round(res, "ours_ptx_warm", ref, name, better)}
+        out[name] = got
+    out["cold_e2e_by_round"] = paired(res, "ours_cold", "ours_ptx_cold")
+    res["ptx_ratios"] = out
+    return out
+
+
 def render(paths: list[str], out: Path) -> int:
     """One report from the JSON of several calls (a program's runs are always from one call),
     judged again with today's masking."""
@@ -479,6 +539,7 @@ def render(paths: list[str], out: Path) -> int:
                 judge(res)
                 if section == "programs":
                     nvcc_ratios(name, res)
+                    ptx_ratios(name, res)
                 doc[section][name] = res
         doc.setdefault("skipped_for_time", []).extend(p for p in part.get("skipped_for_time", []) if p not in doc["programs"])
     doc["skipped_for_time"] = [p for p in doc["skipped_for_time"] if p not in doc["programs"]]
@@ -499,7 +560,7 @@ def stamp(a: argparse.Namespace) -> dict:
             "gpu": first(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"]),
             "reps": a.reps, "reps_for": getattr(a, "reps_for", {}), "cold_reps": getattr(a, "cold_reps", 0),
             "cold_reps_for": getattr(a, "cold_reps_for", {}), "phase": getattr(a, "phase", "both"),
-            "nvcc": getattr(a, "nvcc", False),
+            "nvcc": getattr(a, "nvcc", False), "ptx_route": getattr(a, "ptx_route", False),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             "hecbench": a.hecbench_commit, "proteus_bundle": (Path(a.proteus) / "VERSIONS").read_text().strip()
             if (Path(a.proteus) / "VERSIONS").exists() else "unknown"}
@@ -556,16 +617,17 @@ def markdown(doc: dict) -> str:
             lines.append(f"| {prog} | {name} | {' | '.join(cells)} | {' | '.join(ratios)} | {' | '.join(cold)} | "
                          f"{' | '.join(ok)} | {traced} |")
     lines += nvcc_table(doc)
+    lines += ptx_table(doc)
     lines += ["", "End to end, warm (wall s, median): "
               + "; ".join(f"{p}: plain {r['plain']['wall_s']['median']:.2f}, ours {r['ours_warm']['wall_s']['median']:.2f}, "
                           f"Proteus {r['proteus_warm']['wall_s']['median']:.2f}"
-                          + "".join(f", {label} {r[k]['wall_s']['median']:.2f}" for k, label in NVCC_LABELS
+                          + "".join(f", {label} {r[k]['wall_s']['median']:.2f}" for k, label in (*NVCC_LABELS, *PTX_LABELS)
                                     if (r.get(k) or {}).get("wall_s"))
                           for p, r in doc["programs"].items()
                           if all(r.get(k, {}).get("wall_s") for k in ("plain", "ours_warm", "proteus_warm")))]
     cpu = [f"{p}: " + ", ".join(f"{label} {r[k]['cpu_s']['median']:.2f}" for k, label in
                                 (("plain", "plain"), ("native", "native"), ("ours_warm", "ours"), ("proteus_warm", "Proteus"),
-                                 *NVCC_LABELS)
+                                 *NVCC_LABELS, *PTX_LABELS)
                                 if (r.get(k) or {}).get("cpu_s"))
            for p, r in doc["programs"].items() if (r.get("plain") or {}).get("cpu_s")]
     if cpu:
@@ -580,10 +642,13 @@ def markdown(doc: dict) -> str:
                              + ("" if r["ours_alt_warm"].get("all_ok") else " (output differs from native)"))
     for p, r in doc["programs"].items():
         parts = [f"{label} {d['median']:.3f}x ({d['min']:.3f}-{d['max']:.3f}, {d['n']} rounds)"
-                 for key, label in (("ours_cold", "ours"), ("proteus_cold", "Proteus"), ("ours_nvcc_cold", "ours on nvcc"))
+                 for key, label in (("ours_cold", "ours"), ("proteus_cold", "Proteus"), ("ours_nvcc_cold", "ours on nvcc"),
+                                    ("ours_ptx_cold", "ours via PTX"))
                  if (d := paired(r, "plain_cold", key))]
         if d := paired(r, "nvcc_cold", "ours_nvcc_cold"):
             parts.append(f"ours on nvcc over nvcc AOT {d['median']:.3f}x ({d['min']:.3f}-{d['max']:.3f}, {d['n']} rounds)")
+        if d := paired(r, "ours_cold", "ours_ptx_cold"):
+            parts.append(f"ours via PTX over ours (bitcode) {d['median']:.3f}x ({d['min']:.3f}-{d['max']:.3f}, {d['n']} rounds)")
         if parts:
             lines.append(f"\n{p}, cold end to end paired by round (each round's plain wall time over the JIT's, "
                          f"run beside it; median, min-max): " + "; ".join(parts))
@@ -595,9 +660,11 @@ def markdown(doc: dict) -> str:
         parts = [f"{label} {g[k]['median']:.2f} ({g[k]['min']:.2f}-{g[k]['max']:.2f})"
                  + ("" if k == "plain" else f", {base / g[k]['median']:.3f}x")
                  for k, label in (("plain", "plain"), ("native", "native"), ("ours_warm", "ours"), ("proteus_warm", "Proteus"),
-                                  *NVCC_LABELS) if k in g]
+                                  *NVCC_LABELS, *PTX_LABELS) if k in g]
         if "nvcc" in g and "ours_nvcc_warm" in g:
             parts.append(f"ours on nvcc over nvcc AOT {g['nvcc']['median'] / g['ours_nvcc_warm']['median']:.3f}x")
+        if "ours_warm" in g and "ours_ptx_warm" in g:
+            parts.append(f"ours via PTX over ours (bitcode) {g['ours_warm']['median'] / g['ours_ptx_warm']['median']:.3f}x")
         lines.append(f"\n{p}, kernel time on the GPU (CUPTI: the sum of its kernels per run, ms; {g['plain']['n']} traced rounds, "
                      f"warm; ratios over plain): " + "; ".join(parts))
         per = r.get("gpu_kernel_ms") or {}
@@ -610,6 +677,11 @@ def markdown(doc: dict) -> str:
             top = sorted(per["nvcc"], key=per["nvcc"].get, reverse=True)[:16]
             lines.append(f"\n{p}, per kernel (ms per run, nvcc AOT / ours on nvcc): " + "; ".join(
                 f"{n[:40]} {per['nvcc'][n]:.2f} / " + (f"{per['ours_nvcc_warm'][n]:.2f}" if n in per["ours_nvcc_warm"] else "-")
+                for n in top))
+        if "ours_warm" in per and "ours_ptx_warm" in per:
+            top = sorted(per["ours_warm"], key=per["ours_warm"].get, reverse=True)[:16]
+            lines.append(f"\n{p}, per kernel (ms per run, ours / ours via PTX): " + "; ".join(
+                f"{n[:40]} {per['ours_warm'][n]:.2f} / " + (f"{per['ours_ptx_warm'][n]:.2f}" if n in per["ours_ptx_warm"] else "-")
                 for n in top))
     for p, r in doc["programs"].items():
         if r.get("speed_trials"):
@@ -625,6 +697,13 @@ def markdown(doc: dict) -> str:
                              f"{t['kernel']}: {t['verdicts']['kept']}/{t['verdicts']['slower']}/{t['verdicts']['undecided']}"
                              + (f", {t['time_vs_original']:.2f}x" if t.get("time_vs_original") else "")
                              for t in r["speed_trials_nvcc"]))
+    for p, r in doc["programs"].items():
+        if r.get("speed_trials_ptx"):
+            lines.append(f"\n{p}, speed trials in the cold run via PTX (kernel: kept/slower/undecided variants, GPU time "
+                         "against the original): " + "; ".join(
+                             f"{t['kernel']}: {t['verdicts']['kept']}/{t['verdicts']['slower']}/{t['verdicts']['undecided']}"
+                             + (f", {t['time_vs_original']:.2f}x" if t.get("time_vs_original") else "")
+                             for t in r["speed_trials_ptx"]))
     for spec, r in doc.get("extra", {}).items():
         nat = r.get("native", {}).get("runs") or [{}]
         said = {k: ("yes" if r[k]["all_ok"] else "NO") for k in ("ours_sync", "ours_warm") if k in r}
@@ -637,6 +716,7 @@ def markdown(doc: dict) -> str:
 
 
 NVCC_LABELS = (("nvcc", "nvcc AOT"), ("ours_nvcc_warm", "ours on nvcc"))
+PTX_LABELS = (("ours_ptx_warm", "ours via PTX"),)
 
 
 def nvcc_table(doc: dict) -> list[str]:
@@ -685,6 +765,51 @@ def nvcc_table(doc: dict) -> list[str]:
     return lines
 
 
+def ptx_table(doc: dict) -> list[str]:
+    """--ptx-route: main_all on the PTX route beside its bitcode route, one row per program and
+    metric: native, ours warm, ours via PTX warm and cold, Proteus warm; ours via PTX over ours
+    and over Proteus warm."""
+    rows = [(p, r) for p, r in doc["programs"].items() if any(k in r for k in ("ours_ptx_cold", "ours_ptx_warm", "ptx_error"))]
+    if not rows:
+        return []
+    lines = ["", "**The PTX route on the clang build, beside the bitcode route** (`--ptx-route`): the recommended "
+             "build (main_all) rewritten again with PROTEUS_CODE_KIND=ptx, its kernels recorded from the PTX it "
+             "carries rather than its bitcode, in the same rounds as the columns above. Medians (min-max); ratios "
+             "are speed-ups of ours via PTX (>1 is faster): the ratio of medians, then (min-max) of the per-round "
+             "ratios.", "",
+             "| program | metric | native (bitcode build) | ours warm | ours-ptx warm | ours-ptx cold | Proteus warm "
+             "| ours-ptx / ours | ours-ptx / Proteus warm | ours-ptx cold e2e s (ours / ours-ptx) "
+             "| ours-ptx = native | variant launches (CUPTI) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for prog, r in rows:
+        if r.get("ptx_error") and not any(k in r for k in ("ours_ptx_cold", "ours_ptx_warm")):
+            lines.append(f"| {prog} | {r['ptx_error']} |" + " |" * 10)
+            continue
+        ratios = ptx_ratios(prog, r) or {}
+        for name, _, _better in PROGRAMS[prog][1]:
+            def cell(key: str) -> str:
+                m = ((r.get(key) or {}).get("metrics") or {}).get(name)
+                return f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g})" if m else "-"
+            def ratio(label: str) -> str:
+                x = (ratios.get(name) or {}).get(label)
+                if not x:
+                    return "-"
+                d = x.get("by_round")
+                return f"{x['ratio']:.2f}x" + (f" ({d['min']:.2f}-{d['max']:.2f})" if d else "")
+            bw = (r.get("ours_cold") or {}).get("wall_s")
+            pw = (r.get("ours_ptx_cold") or {}).get("wall_s")
+            cold = (f"{bw['median']:.2f} / {pw['median']:.2f} ({bw['median'] / pw['median']:.2f}x)" if bw and pw
+                    else f"- / {pw['median']:.2f}" if pw else "-")
+            ran = [k for k in ("ours_ptx_cold", "ours_ptx_warm", "ours_ptx_traced") if (r.get(k) or {}).get("runs")]
+            same = "yes" if ran and all(r[k].get("all_ok", False) for k in ran) else "NO"
+            c = r.get("cupti_ptx")
+            traced = f"{c['variant_launches']}/{c['launches']}" if c else "-"
+            lines.append(f"| {prog} | {name} | {cell('native')} | {cell('ours_warm')} | {cell('ours_ptx_warm')} "
+                         f"| {cell('ours_ptx_cold')} | {cell('proteus_warm')} | {ratio('ours_ptx_vs_ours')} "
+                         f"| {ratio('ours_ptx_vs_proteus')} | {cold} | {same} | {traced} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     if argv is None:
@@ -719,6 +844,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nvcc", action="store_true",
                     help="also each program's nvcc build (hec/PROG/main_nvcc): natively (nvcc AOT) and under the "
                          "tool, cold and warm, in the same rounds")
+    ap.add_argument("--ptx-route", action="store_true",
+                    help="also main_all rewritten with PROTEUS_CODE_KIND=ptx (its kernels recorded from their PTX, "
+                         "not their bitcode), cold and warm, in the same rounds, beside ours on the bitcode route")
     ap.add_argument("--kernel-trace-lib", default="", help="a CUPTI injection library (bench/lib/kernel_trace.c)")
     ap.add_argument("--gpu-time-rounds", type=int, default=0, metavar="N",
                     help="after the warm rounds, N rounds of them traced with CUPTI: kernel time on the GPU")

@@ -442,3 +442,124 @@ def test_nvcc_missing_build_and_phases(tmp_path):
     assert "no such file" in m["nvcc_error"] and m["ours_warm"]["all_ok"]  # the other builds ran as ever
     assert any(line.startswith("| rsbench | ") and "main_nvcc: no such file" in line
                for line in (tmp_path / "m" / "proteus-compare.md").read_text().splitlines())
+
+
+def _ptx_setup(tmp_path: Path, differs: bool = False) -> tuple[Path, Path, Path, Path]:
+    """main_all whose rewritten copy says which route the fake tool recorded it for: the tool
+    keeps its environment beside the copy and marks the copy's route (PROTEUS_CODE_KIND); under
+    the tool (its cache set) the copy runs at 12.5 M lookups/s on the bitcode route, 15 M on the
+    PTX route (another checksum, when `differs`), each with its own CUPTI trace. Every run logs
+    what ran to order.log."""
+    hec, up, log = tmp_path / "hec", tmp_path / "up", tmp_path / "order.log"
+    for path, name, rate in ((hec / "rsbench" / "main_plain", "plain", "10,000,000"),  # natively main_all prints 7
+                             (up / "bin" / "rsbench.exe", "proteus", "20,000,000")):
+        _exe(path, RSBENCH.format(t="3.2", rate=rate, check=6))
+        path.write_text(path.read_text().replace("\n", f"\necho {name} >> {log}\n", 1))
+    (up / "src" / "rsbench").mkdir(parents=True)
+    app = hec / "rsbench" / "main_all"
+    app.write_text(
+        "#!/bin/sh\nn=all; rate=12,500,000; check=7; trace='_Z6lookupv$proteus$ab\\n_Z4initv\\n_Z4initv\\n'\n"
+        'if [ -n "$PROTEUS_CACHE_DIR" ]; then\n  n=ours\n'
+        '  if [ "$(cat kind 2>/dev/null)" = ptx ]; then\n'
+        f"    n=ours-ptx; rate=15,000,000; check={8 if differs else 7}; "
+        "trace='_Z6lookupv$proteus$cd\\n_Z6lookupv$proteus$cd\\n_Z4initv\\n'\n  fi\nfi\n"
+        'if [ -n "$CUPTI_KERNEL_TRACE_FILE" ]; then printf "$trace" > "$CUPTI_KERNEL_TRACE_FILE"; n="$n-traced"\n'
+        'elif [ -n "$PROTEUS_REPORT" ]; then n="$n-cold"; fi\n'
+        f'echo "$n" >> {log}\n'
+        "cat <<X\n" + RSBENCH.format(t="2.9", rate="$rate", check="$check") + "X\n")
+    app.chmod(0o755)
+    tool = tmp_path / "tool"
+    tool.write_text('#!/bin/sh\nmkdir -p "$3" && cp "$1" "$3/" && env > "$3/tool.env" '
+                    '&& echo "${PROTEUS_CODE_KIND:-}" > "$3/kind"\n')  # proteus-rewrite EXE -o DIR
+    tool.chmod(0o755)
+    return hec, up, tool, log
+
+
+def test_ptx_route_beside_the_bitcode_route_on_one_binary(tmp_path):
+    """--ptx-route: main_all rewritten again with PROTEUS_CODE_KIND=ptx, run cold and warm in the
+    same rounds as ours, held to main_all's native output, against ours and Proteus warm, cold
+    end to end paired with ours', a CUPTI-traced warm run and a table of its own."""
+    hec, up, tool, log = _ptx_setup(tmp_path)
+    lib = tmp_path / "libkernel_trace.so"
+    lib.write_bytes(b"")  # the fakes write the trace themselves
+    out = tmp_path / "out"
+    assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(out),
+                    "--programs", "rsbench", "--ptx-route", "--kernel-trace-lib", str(lib)]) == 0
+    # the PTX side's rewrite alone ran with PROTEUS_CODE_KIND=ptx
+    ptx_env = (out / "rewritten" / "rsbench-ptx" / "tool.env").read_text().splitlines()
+    assert "PROTEUS_CODE_KIND=ptx" in ptx_env
+    assert not any(v.startswith("PROTEUS_CODE_KIND=") for v in (out / "rewritten" / "rsbench" / "tool.env").read_text().splitlines())
+    # cold rounds (plain, ours, Proteus, ours via PTX), then warm ones, rotated; then the traced runs
+    order = log.read_text().split()
+    assert order[:12] == ["plain", "ours-cold", "proteus", "ours-ptx-cold", "ours-cold", "proteus", "ours-ptx-cold", "plain",
+                          "proteus", "ours-ptx-cold", "plain", "ours-cold"]
+    assert order[12:27] == ["plain", "all", "ours", "proteus", "ours-ptx", "all", "ours", "proteus", "ours-ptx", "plain",
+                            "ours", "proteus", "ours-ptx", "plain", "all"]
+    assert order[27:] == ["ours-traced", "ours-ptx-traced"]
+    assert all((out / "logs" / f"rsbench.{label}.{i}.txt").exists() for label in ("ours-ptx-cold", "ours-ptx-warm") for i in range(3))
+    doc = json.loads((out / "proteus-compare.json").read_text())
+    r = doc["programs"]["rsbench"]
+    assert doc["stamp"]["ptx_route"] is True and r["rewrite_ptx_rc"] == 0
+    assert [len(r[k]["runs"]) for k in ("ours_ptx_cold", "ours_ptx_warm", "ours_ptx_traced")] == [3, 3, 1]
+    assert r["ours_ptx_warm"]["metrics"]["kernel lookups/s"]["median"] == 15_000_000
+    assert r["ours_warm"]["metrics"]["kernel lookups/s"]["median"] == 12_500_000  # the bitcode route kept its own copy
+    # judged against main_all's native run (checksum 7), not the plain build's (6)
+    assert r["ours_ptx_cold"]["all_ok"] and r["ours_ptx_warm"]["all_ok"] and r["ours_ptx_traced"]["all_ok"]
+    assert not r["native"]["all_ok"]
+    assert r["cupti_ptx"]["variant_launches"] == 2 and r["cupti_ptx"]["launches"] == 3 and r["cupti"]["variant_launches"] == 1
+    assert r["speed_trials_ptx"] == []  # the fakes write no report
+    ratios = r["ptx_ratios"]["kernel lookups/s"]
+    assert ratios["ours_ptx_vs_ours"]["ratio"] == pytest.approx(1.2) and ratios["ours_ptx_vs_ours"]["by_round"]["n"] == 3
+    assert ratios["ours_ptx_vs_proteus"]["ratio"] == pytest.approx(0.75)
+    assert r["ptx_ratios"]["cold_e2e_by_round"]["n"] == 3
+    assert (out / "cache" / "ours-ptx" / "rsbench") != (out / "cache" / "ours" / "rsbench")
+    md = (out / "proteus-compare.md").read_text()
+    assert "**The PTX route on the clang build, beside the bitcode route**" in md and "**nvcc builds**" not in md
+    rows = [line for line in md.splitlines() if line.startswith("| rsbench | kernel")]
+    assert len(rows) == 2 and rows[0].endswith("| NO | yes | yes | 1/3 |")  # the main table as without --ptx-route
+    cells = rows[1].split(" | ")
+    assert cells[3] == "1.25e+07 (1.25e+07-1.25e+07)" and cells[4] == "1.5e+07 (1.5e+07-1.5e+07)"
+    assert cells[7] == "1.20x (1.20-1.20)" and cells[8] == "0.75x (0.75-0.75)"  # over ours, over Proteus warm
+    assert "x)" in cells[9]  # cold end to end, ours / ours via PTX
+    assert rows[1].endswith("| yes | 2/3 |")
+    assert "ours via PTX over ours (bitcode)" in md  # the cold end to end line, paired by round
+    assert ", ours via PTX " in md  # the warm end to end line
+    # rendered again from the JSON: the same table
+    assert pc.main(["--render", str(tmp_path / "j"), str(out / "proteus-compare.json")]) == 0
+    assert rows[1] in (tmp_path / "j" / "proteus-compare.md").read_text().splitlines()
+    # without the option: no PTX side at all, and that JSON renders too
+    assert pc.main(["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--out", str(tmp_path / "plain"),
+                    "--programs", "rsbench"]) == 0
+    assert not (tmp_path / "plain" / "rewritten" / "rsbench-ptx").exists()
+    assert pc.main(["--render", str(tmp_path / "j0"), str(tmp_path / "plain" / "proteus-compare.json")]) == 0
+    j0 = json.loads((tmp_path / "j0" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert "ptx_ratios" not in j0 and "PTX" not in (tmp_path / "j0" / "proteus-compare.md").read_text()
+
+
+def test_ptx_route_output_difference_failed_rewrite_and_phases(tmp_path):
+    hec, up, tool, _ = _ptx_setup(tmp_path, differs=True)
+    args = ["--hec", str(hec), "--proteus", str(up), "--tool", str(tool), "--programs", "rsbench", "--ptx-route",
+            "--cache-dir", str(tmp_path / "cache")]
+    assert pc.main([*args, "--out", str(tmp_path / "c"), "--phase", "cold"]) == 0
+    c = json.loads((tmp_path / "c" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert not c["ours_ptx_cold"]["all_ok"] and c["ours_cold"]["all_ok"]  # checksum 8, main_all natively 7
+    assert "ours_ptx_warm" not in c and c["ptx_ratios"]["cold_e2e_by_round"]["n"] == 3
+    assert pc.main([*args, "--out", str(tmp_path / "w"), "--phase", "warm"]) == 0
+    w = json.loads((tmp_path / "w" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert w["ours_ptx_fill"]["rc"] == 0 and not w["ours_ptx_warm"]["all_ok"]  # the fakes leave their caches empty
+    assert pc.main(["--render", str(tmp_path / "j"), str(tmp_path / "c" / "proteus-compare.json"),
+                    str(tmp_path / "w" / "proteus-compare.json")]) == 0
+    j = json.loads((tmp_path / "j" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert {"ours_ptx_cold", "ours_ptx_warm"} <= set(j) and j["ptx_ratios"]["kernel lookups/s"]["ours_ptx_vs_ours"]["by_round"]
+    row = [line for line in (tmp_path / "j" / "proteus-compare.md").read_text().splitlines()
+           if line.startswith("| rsbench | kernel")][1]
+    assert row.endswith("| NO | - |")
+    # a rewrite that fails: said in the table, the other builds run as ever
+    bad = tmp_path / "bad-tool"
+    bad.write_text(f'#!/bin/sh\n[ "$PROTEUS_CODE_KIND" = ptx ] && {{ echo "no PTX here" >&2; exit 3; }}\nexec {tool} "$@"\n')
+    bad.chmod(0o755)
+    args[5] = str(bad)
+    assert pc.main([*args, "--out", str(tmp_path / "m")]) == 0
+    m = json.loads((tmp_path / "m" / "proteus-compare.json").read_text())["programs"]["rsbench"]
+    assert m["rewrite_ptx_rc"] == 3 and "no PTX here" in m["ptx_error"] and m["ours_warm"]["all_ok"] and "ptx_ratios" not in m
+    assert "| rsbench | proteus-rewrite: no PTX here |" in (tmp_path / "m" / "proteus-compare.md").read_text()
