@@ -11,7 +11,8 @@
 #                                  HeCBench's nvcc builds (.gpu/hecbench-nvcc.tar.xz) in three
 #                                  modes; SPEED=N instead times N native/warm pairs per program;
 #                                  CHECK_COST=1 adds a cold run without the default check;
-#                                  COST=N times the check instead (N cold runs a side, -j 1)
+#                                  COST=N times the check instead (N cold runs a side, -j 1);
+#                                  CLANG=1 runs the clang builds (.gpu/hecbench-clang.tar.xz) instead
 #   bench/gpu-session.sh compare   the paper's six programs: plain, ours, Proteus
 #                                  (bench/proteus_compare.py), alone on the GPU; PHASE=cold, then
 #                                  PHASE=warm with one CACHE_DIR, for a program that outlasts a call
@@ -60,7 +61,11 @@ nvcc)
        ${lib:+--kernel-trace "$lib"} --out "$OUT/cuda-samples" > "$OUT/cuda-samples.log" 2>&1)
     rm -rf "$OUT/cuda-samples/scratch"
   fi
-  tar -xJf .gpu/hecbench-nvcc.tar.xz -C /tmp/hb
+  # CLANG=1: the clang builds (.gpu/hecbench-clang.tar.xz, HeCBench's recommended recipe) in place of the nvcc ones
+  recipe=nvcc
+  [ "${CLANG:-0}" = 1 ] && recipe=recommended
+  tarball=.gpu/hecbench-$([ "$recipe" = nvcc ] && echo nvcc || echo clang).tar.xz
+  tar -xJf "$tarball" -C /tmp/hb
   # the runner as committed, over the one the tarball was packed with (the builds are what it is carried for)
   cp bench/corpora/hecbench/run.py bench/corpora/hecbench/corpus.py /tmp/hb/bench/corpora/hecbench/
   cp bench/lib/harness.py /tmp/hb/bench/lib/
@@ -70,12 +75,12 @@ nvcc)
     speed=(-j 1 --modes default-cold --check-cost-reps "$COST")
     for kv in ${COST_WITH:-}; do speed+=(--check-cost-with "$kv"); done
   fi
-  (cd /tmp/hb && timeout "${HEC_S:-480}" python3 -m bench.corpora.hecbench.run --recipes nvcc "${speed[@]}" --timeout 120 \
+  (cd /tmp/hb && timeout "${HEC_S:-480}" python3 -m bench.corpora.hecbench.run --recipes "$recipe" "${speed[@]}" --timeout 120 \
      --tool "$root/.venv/bin/proteus-rewrite" ${lib:+--kernel-trace "$lib"} --shard "${SHARD:-1/1}" ${ONLY:+--only "$ONLY"} \
      ${CHECK_COST:+--check-cost} ${MODES:+--modes "$MODES"} \
-     --out "$OUT/hecbench-nvcc" > "$OUT/hecbench-nvcc.log" 2>&1)
-  rm -rf "$OUT/hecbench-nvcc/scratch"
-  tail -3 "$OUT/cuda-samples.log" 2>/dev/null; grep -E "^- nvcc" "$OUT/hecbench-nvcc/hecbench-corpus.md"
+     --out "$OUT/hecbench-$recipe" > "$OUT/hecbench-$recipe.log" 2>&1)
+  rm -rf "$OUT/hecbench-$recipe/scratch"
+  tail -3 "$OUT/cuda-samples.log" 2>/dev/null; grep -E "^- $recipe" "$OUT/hecbench-$recipe/hecbench-corpus.md"
   ;;
 compare)   # NVCC=1: also the nvcc builds (hec/PROG/main_nvcc), natively and under the tool (--nvcc);
            # PTX=1: also main_all on the PTX route (PROTEUS_CODE_KIND=ptx when rewriting), beside ours (--ptx-route)
