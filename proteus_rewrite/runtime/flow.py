@@ -5,7 +5,9 @@
     budget    may this launch compile (the kernel's compile budget), and may the kernel be
               specialized at all (validation's denials)
     cache     the caches alone, before waiting for the compiler process's warm-up
-    compile   compile (the specializer asks the caches first), within the budget
+    compile   compile (the specializer asks the caches first), within the budget; a miss that
+              would queue the kernel's first variant compiles it here where the kernel's
+              profile from earlier runs says waiting pays (first_launch)
     verdict   an earlier run's speed verdict, the statistics, the trace and the dumps; the answer
 
 Each step takes the session and the launch's context (Miss). The steps up to compile raise to
@@ -31,7 +33,7 @@ from ..jit import specializer as spec_mod
 from ..jit.launch import Launch
 from ..jit.targets import Target, target_for
 from ..policy import BLOCK, GRID, Budget
-from . import protocol, speed, trace, validate
+from . import first_launch, protocol, speed, trace, validate
 from .launch import RawLaunch
 from .report import LaunchRecord
 from .session import KernelStats, Session
@@ -57,6 +59,7 @@ class Miss:
     launch: Launch | None = None  # what the specializer was last handed: the launch the records describe
     result: spec_mod.Result | None = None
     remembered: dict | None = None  # an earlier run's speed verdict on the variant
+    waited: dict | None = None  # compiled on the launching thread, as the kernel's profile advised (first_launch)
     trial_flags: int = protocol.IMAGE_TRIAL  # the image's flags where there is none (speed.remembered)
 
     @property
@@ -135,7 +138,11 @@ def compile(session: Session, miss: Miss) -> None:
     # asked again: compiler.ready() let go of the GIL, and another compile thread may have
     # started on this kernel meanwhile; nothing from here to the mark lets go of it
     miss.may_compile = miss.may_compile and _within_budget(session, miss)
-    compiles = miss.may_compile and not miss.cached_only
+    if miss.may_compile and miss.cached_only:  # a miss that would queue it: compile here where waiting pays
+        miss.waited = first_launch.waits(session, miss.kid, miss.cached_only)
+        if miss.waited is not None and session.compiler is not None:
+            session.compiler.ready()
+    compiles = miss.may_compile and (not miss.cached_only or miss.waited is not None)
     token = object()
     if compiles:
         miss.stats.compiling[token] = time.perf_counter()
@@ -237,6 +244,8 @@ def _count(session: Session, miss: Miss) -> int:
     stats.variants.append(variant)
     if miss.cached_only == protocol.CACHED_AHEAD:  # before any launch of it (runtime/warm.py)
         variant["loaded_ahead"] = True
+    if miss.waited is not None and result.source == "compiled":
+        variant["first_launch_waited"] = miss.waited
     check = validate.check_flag(session, result.key, miss.target.validates)  # its first launch compared first
     if check:
         variant["check"] = {"verdict": "pending"}

@@ -7,7 +7,7 @@ from .. import compat
 from ..cache import Entry
 from ..jit import specializer as spec_mod
 from ..policy import RUN_KIND, compiles_likely, decode_run, encode_run, run_key
-from . import speed, trace, warm
+from . import first_launch, speed, trace, warm
 from .report import parse_counters
 from .session import Session
 
@@ -65,7 +65,8 @@ def finish(session: Session, counters: bytes = b"", trials: bytes = b"") -> None
     """At exit, from the shim, with its per-kernel counters (protocol.COUNTERS) and what it
     followed of each variant (protocol.VARIANT: speed.received keeps the verdicts and launches):
     upstream's end-of-run trace lines and the time trace (trace.at_exit); save the tracker's
-    decisions no compile thread saved; note which launches this run's variants served
+    decisions no compile thread saved; each kernel's profile for a later run's first launch
+    (first_launch.note); note which launches this run's variants served
     (warm.note); note for the next run whether this one compiled, where that changes its guess
     (policy.compiles_likely): a steady run writes nothing."""
     try:
@@ -74,6 +75,7 @@ def finish(session: Session, counters: bytes = b"", trials: bytes = b"") -> None
         speed.received(session, trials)
         _trace_at_exit(session, counters)
         session.save_policies()
+        first_launch.note(session, counters)
         warm.note(session)
         compiled = compiled_this_run(session)
         if (compiled > 0) != compiles_likely(last_run(session)):
