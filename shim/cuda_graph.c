@@ -221,8 +221,10 @@ static void *template_of(void *exec) {   /* graph_lock held */
 
 static void wait_for(void *exec, void *graph, void *node, kinfo *ki, sentry *e, const knode *p) {
   if (!graph || atomic_load(&ki->state) != K_ACTIVE) return;
-  size_t bytes = 0;
-  for (uint32_t i = 0; i < ki->nparams; i++) bytes += ki->sizes[i];
+  /* each copy at a 16-byte boundary, as the app's own arguments are (a float4, a double2):
+   * whoever reads them through argv may read them as their type */
+  size_t bytes = 16;
+  for (uint32_t i = 0; i < ki->nparams; i++) bytes += (ki->sizes[i] + 15) & ~(size_t)15;
   waiting *w = malloc(sizeof *w + ki->nparams * sizeof(void *) + bytes);
   if (!w) return;
   w->exec = exec;
@@ -232,11 +234,11 @@ static void wait_for(void *exec, void *graph, void *node, kinfo *ki, sentry *e, 
   w->e = e;
   w->p = *p;
   w->p.params = w->argv;
-  uint8_t *at = (uint8_t *)(w->argv + ki->nparams);
+  uint8_t *at = (uint8_t *)(((uintptr_t)(w->argv + ki->nparams) + 15) & ~(uintptr_t)15);
   for (uint32_t i = 0; i < ki->nparams; i++) {
     memcpy(at, p->params[i], ki->sizes[i]);
     w->argv[i] = at;
-    at += ki->sizes[i];
+    at += (ki->sizes[i] + 15) & ~(size_t)15;
   }
   pthread_mutex_lock(&graph_lock);
   w->next = waits;

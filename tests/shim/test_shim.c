@@ -685,6 +685,8 @@ static void test_stream_capture(void) {
 typedef struct {
   void *exec, *node;
   knode p;
+  int arg0; /* the first two arguments' values at the call: the driver copies them then, and */
+  void *arg1; /* the shim may free what p.params points to once the call returns */
 } set_call;
 static set_call sets[16];
 static int nsets, destroyed_template, updated_with_copy;
@@ -712,7 +714,12 @@ static CUresult g_get(void *n, knode *p) {
   return CUDA_SUCCESS;
 }
 static CUresult g_exec_set(void *e, void *n, const knode *p) {
-  sets[nsets++] = (set_call){e, n, *p};
+  set_call c = {e, n, *p, 0, NULL};
+  if (p->params && p->params[0] && p->params[1]) {
+    memcpy(&c.arg0, p->params[0], sizeof c.arg0);
+    memcpy(&c.arg1, p->params[1], sizeof c.arg1);
+  }
+  sets[nsets++] = c;
   return CUDA_SUCCESS;
 }
 static CUresult g_set(void *n, const knode *p) {
@@ -812,7 +819,7 @@ static void test_graphs(void) {
   atomic_store(&compiling->pending, 0);
   args6[0] = &n5; /* the app's arguments may change after instantiation: the node keeps its own copy */
   EXPECT(w_cuGraphLaunch(EXEC, NULL) == CUDA_SUCCESS && nsets == 2 && sets[1].node == NODES[1]);
-  EXPECT(sets[1].p.func == (CUfunction)0xbe6 && *(int *)sets[1].p.params[0] == 6 && *(void **)sets[1].p.params[1] == buf);
+  EXPECT(sets[1].p.func == (CUfunction)0xbe6 && sets[1].arg0 == 6 && sets[1].arg1 == buf);
   EXPECT(destroyed_template == 1 && atomic_load(&ki.graph_nodes) == 2);
   args6[0] = &n6;
   EXPECT(w_cuGraphLaunch(EXEC, NULL) == CUDA_SUCCESS && nsets == 2);
