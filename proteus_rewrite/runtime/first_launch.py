@@ -81,13 +81,15 @@ def waits(session: Session, kid: int, cached_only: int) -> dict | None:
 
 
 def note(session: Session, counters: bytes) -> None:
-    """At exit: each launched kernel's profile of this run, where it differs from the one the
-    cache holds (a steady app writes nothing). What this run did not measure (no sample, no
-    compilation, no verdict) is kept from the earlier profile."""
+    """At exit: the profile of each launched kernel that had a variant in this run, where it
+    differs from the one the cache holds (a steady app writes nothing). What this run did not
+    measure (no sample, no compilation, no verdict) is kept from the earlier profile."""
     for kid, launches, *_, gpu_us, _graph_nodes, _awaiting, _name in parse_counters(counters):
         if kid < 0 or not launches:
             continue
         stats = session.stats[kid]
+        if not stats.variants:  # nothing to wait for next time that this run could add to: no cache I/O at exit
+            continue
         old = load(session, kid)
         ratios = [v["speed"]["variant_over_original"] for v in stats.variants
                   if (v.get("speed") or {}).get("verdict") in ("kept", "slower")

@@ -96,6 +96,7 @@ def test_no_wait_in_mode_1_nor_for_a_launch_loaded_ahead(state, monkeypatch):
 def test_a_steady_app_writes_its_profile_once(state, monkeypatch):
     _first_run(state, gpu_ms=5000.0, ratio=0.5)
     st, k = state()
+    assert _miss(k, "3", cached_only=0)  # its variant, from the disk cache
     puts = []
     real_put = st.cache.put
     monkeypatch.setattr(st.cache, "put", lambda entry, **kw: (puts.append(entry.kind), real_put(entry, **kw)))
