@@ -31,6 +31,10 @@ USAGE = ".usage"  # the entries' total size in bytes, kept by every put under LO
 LOCK = ".lock"
 RECOUNT_EVERY = 1024  # puts of one process between full recounts of USAGE
 CLAIMS = ".claims"  # the node-local tier's claim files
+# A hit moves its entry up the least-recently-used order only when its time there is older
+# than this: a warm run's hits then read and write nothing else (a file's time is a write to
+# the file system's metadata, per hit), and eviction still sees which entries a week's runs use.
+TOUCH_AFTER_S = 3600
 
 
 def default_cache_dir() -> Path:
@@ -167,7 +171,8 @@ class StorageCache(_NodeClaims):
         p = self.path(key)
         stats = self.stats if counted else LevelStats()
         try:
-            raw = p.read_bytes()
+            with open(p, "rb") as f:
+                raw, used = f.read(), os.fstat(f.fileno()).st_mtime
         except (FileNotFoundError, NotADirectoryError):  # a directory that is a file: the put says so
             stats.misses += 1
             return None
@@ -185,10 +190,11 @@ class StorageCache(_NodeClaims):
             except OSError:  # a read-only cache: the entry stays, and is never loaded
                 pass
             return None
-        try:
-            os.utime(p)  # least-recently-used order
-        except OSError:
-            pass
+        if time.time() - used > TOUCH_AFTER_S:
+            try:
+                os.utime(p)  # least-recently-used order
+            except OSError:
+                pass
         stats.hits += 1
         return entry
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 
 from proteus_rewrite import cache as cache_mod
 from proteus_rewrite.cache import Entry, StorageCache, make_chain
@@ -62,6 +63,19 @@ def test_truncated_or_foreign_files_are_not_entries(tmp_path):
     assert cache_mod.decode(raw[:-1]) is None
     assert cache_mod.decode(b"garbage" * 10) is None
     assert cache_mod.decode(raw, "other-key") is None
+
+
+def test_a_hit_touches_its_entry_only_when_its_time_is_old(tmp_path):
+    """The LRU order costs a metadata write per hit only where it would change something:
+    an entry used within the hour keeps its time; an older one is brought up to now."""
+    store = StorageCache(tmp_path)
+    store.put(Entry("a" * 64, "cubin", 90, b"x"))
+    p = store.path("a" * 64)
+    young = time.time() - 60
+    os.utime(p, (young, young))
+    assert store.get("a" * 64) is not None and p.stat().st_mtime == young
+    os.utime(p, (1000, 1000))
+    assert store.get("a" * 64) is not None and p.stat().st_mtime > time.time() - 60
 
 
 def test_size_cap_evicts_least_recently_used(tmp_path):
