@@ -9,7 +9,7 @@ the compile time. A first-ever run knows none of them. An earlier run does: the 
 GPU time, the compile times and the speed trials' verdicts. So each run leaves, per kernel, a
 profile in the cache (PROFILE_KIND), and a later run's first miss of the kernel, which would
 queue its variant, compiles it on the launching thread instead where that profile says the
-wait pays. Not a kernel whose variants the trials found slower, nor one never judged.
+wait pays (the gain at least twice the compile time). Not a kernel whose variants the trials found slower, nor one never judged.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from .session import Session
 
 PROFILE_KIND = "profile"  # the cache entry kind of a kernel's profile
 CHANGE = 0.10  # a profile is written again only where a figure moved by more than this
+# The gain must exceed the compile time this many times over: the wait also holds the compiler's
+# warm-up where the run has not done it yet, and both figures come from one earlier run.
+MARGIN = 2.0
 
 
 @dataclass
@@ -75,7 +78,7 @@ def waits(session: Session, kid: int, cached_only: int) -> dict | None:
     profile = load(session, kid)
     if profile is None or profile.ratio is None or profile.ratio >= 1.0 or profile.compile_ms <= 0:
         return None
-    if profile.gain_ms() <= profile.compile_ms:
+    if profile.gain_ms() <= MARGIN * profile.compile_ms:
         return None
     return {"gain_ms": round(profile.gain_ms(), 1), "compile_ms": round(profile.compile_ms, 1)}
 
