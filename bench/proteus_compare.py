@@ -738,31 +738,47 @@ def nvcc_table(doc: dict) -> list[str]:
             lines.append(f"| {prog} | {r['nvcc_error']} |" + " |" * 11)
             continue
         ratios = nvcc_ratios(prog, r) or {}
-        for name, _, better in PROGRAMS[prog][1]:
-            def cell(key: str) -> str:
-                m = ((r.get(key) or {}).get("metrics") or {}).get(name)
-                return f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g})" if m else "-"
-            def ratio(label: str) -> str:
-                x = (ratios.get(name) or {}).get(label)
-                if not x:
-                    return "-"
-                d = x.get("by_round")
-                return f"{x['ratio']:.2f}x" + (f" ({d['min']:.2f}-{d['max']:.2f})" if d else "")
-            nw = (r.get("nvcc_cold") or {}).get("wall_s")
-            ow = (r.get("ours_nvcc_cold") or {}).get("wall_s")
-            cold = (f"{nw['median']:.2f} / {ow['median']:.2f} ({nw['median'] / ow['median']:.2f}x)" if nw and ow
-                    else f"- / {ow['median']:.2f}" if ow else "-")
-            def same(*keys: str) -> str:
-                ran = [k for k in keys if (r.get(k) or {}).get("runs")]
-                return "yes" if ran and all(r[k].get("all_ok", False) for k in ran) else "NO"
-            c = r.get("cupti_nvcc")
-            traced = f"{c['variant_launches']}/{c['launches']}" if c else "-"
+        for name, _, _better in PROGRAMS[prog][1]:
             said = f" ({r['nvcc_error']})" if r.get("nvcc_error") else ""
-            lines.append(f"| {prog} | {name} | {cell('plain')} | {cell('nvcc')} | {cell('ours_nvcc_warm')}{said} "
-                         f"| {cell('ours_nvcc_cold')} | {cell('proteus_warm')} | {ratio('ours_nvcc_vs_nvcc')} "
-                         f"| {ratio('ours_nvcc_vs_proteus')} | {cold} | {same('nvcc', 'nvcc_cold')} "
-                         f"| {same('ours_nvcc_cold', 'ours_nvcc_warm', 'ours_nvcc_traced')} | {traced} |")
+            lines.append(f"| {prog} | {name} | {_cell(r, 'plain', name)} | {_cell(r, 'nvcc', name)} "
+                         f"| {_cell(r, 'ours_nvcc_warm', name)}{said} | {_cell(r, 'ours_nvcc_cold', name)} "
+                         f"| {_cell(r, 'proteus_warm', name)} | {_ratio(ratios, name, 'ours_nvcc_vs_nvcc')} "
+                         f"| {_ratio(ratios, name, 'ours_nvcc_vs_proteus')} | {_cold_pair(r, 'nvcc_cold', 'ours_nvcc_cold')} "
+                         f"| {_same(r, 'nvcc', 'nvcc_cold')} | {_same(r, 'ours_nvcc_cold', 'ours_nvcc_warm', 'ours_nvcc_traced')} "
+                         f"| {_traced(r.get('cupti_nvcc'))} |")
     return lines
+
+
+def _cell(r: dict, key: str, name: str) -> str:
+    """A series' figure in a table: median (min-max), or '-'."""
+    m = ((r.get(key) or {}).get("metrics") or {}).get(name)
+    return f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g})" if m else "-"
+
+
+def _ratio(ratios: dict, name: str, label: str) -> str:
+    """A speed-up of medians, then (min-max) of the per-round ones, or '-'."""
+    x = (ratios.get(name) or {}).get(label)
+    if not x:
+        return "-"
+    d = x.get("by_round")
+    return f"{x['ratio']:.2f}x" + (f" ({d['min']:.2f}-{d['max']:.2f})" if d else "")
+
+
+def _cold_pair(r: dict, ref: str, key: str) -> str:
+    """Cold end to end seconds, the reference's / the series', and their ratio."""
+    a, b = ((r.get(k) or {}).get("wall_s") for k in (ref, key))
+    return (f"{a['median']:.2f} / {b['median']:.2f} ({a['median'] / b['median']:.2f}x)" if a and b
+            else f"- / {b['median']:.2f}" if b else "-")
+
+
+def _same(r: dict, *keys: str) -> str:
+    """Whether every run of the series that ran printed its reference's output."""
+    ran = [k for k in keys if (r.get(k) or {}).get("runs")]
+    return "yes" if ran and all(r[k].get("all_ok", False) for k in ran) else "NO"
+
+
+def _traced(c: dict | None) -> str:
+    return f"{c['variant_launches']}/{c['launches']}" if c else "-"
 
 
 def ptx_table(doc: dict) -> list[str]:
@@ -787,26 +803,11 @@ def ptx_table(doc: dict) -> list[str]:
             continue
         ratios = ptx_ratios(prog, r) or {}
         for name, _, _better in PROGRAMS[prog][1]:
-            def cell(key: str) -> str:
-                m = ((r.get(key) or {}).get("metrics") or {}).get(name)
-                return f"{m['median']:.4g} ({m['min']:.4g}-{m['max']:.4g})" if m else "-"
-            def ratio(label: str) -> str:
-                x = (ratios.get(name) or {}).get(label)
-                if not x:
-                    return "-"
-                d = x.get("by_round")
-                return f"{x['ratio']:.2f}x" + (f" ({d['min']:.2f}-{d['max']:.2f})" if d else "")
-            bw = (r.get("ours_cold") or {}).get("wall_s")
-            pw = (r.get("ours_ptx_cold") or {}).get("wall_s")
-            cold = (f"{bw['median']:.2f} / {pw['median']:.2f} ({bw['median'] / pw['median']:.2f}x)" if bw and pw
-                    else f"- / {pw['median']:.2f}" if pw else "-")
-            ran = [k for k in ("ours_ptx_cold", "ours_ptx_warm", "ours_ptx_traced") if (r.get(k) or {}).get("runs")]
-            same = "yes" if ran and all(r[k].get("all_ok", False) for k in ran) else "NO"
-            c = r.get("cupti_ptx")
-            traced = f"{c['variant_launches']}/{c['launches']}" if c else "-"
-            lines.append(f"| {prog} | {name} | {cell('native')} | {cell('ours_warm')} | {cell('ours_ptx_warm')} "
-                         f"| {cell('ours_ptx_cold')} | {cell('proteus_warm')} | {ratio('ours_ptx_vs_ours')} "
-                         f"| {ratio('ours_ptx_vs_proteus')} | {cold} | {same} | {traced} |")
+            lines.append(f"| {prog} | {name} | {_cell(r, 'native', name)} | {_cell(r, 'ours_warm', name)} "
+                         f"| {_cell(r, 'ours_ptx_warm', name)} | {_cell(r, 'ours_ptx_cold', name)} "
+                         f"| {_cell(r, 'proteus_warm', name)} | {_ratio(ratios, name, 'ours_ptx_vs_ours')} "
+                         f"| {_ratio(ratios, name, 'ours_ptx_vs_proteus')} | {_cold_pair(r, 'ours_cold', 'ours_ptx_cold')} "
+                         f"| {_same(r, 'ours_ptx_cold', 'ours_ptx_warm', 'ours_ptx_traced')} | {_traced(r.get('cupti_ptx'))} |")
     return lines
 
 
