@@ -463,45 +463,41 @@ def by_round(res: dict, key: str, ref: str, name: str, better: str) -> dict | No
     return summary([speedup(better, x, y) for x, y in pairs if x and y])
 
 
-def nvcc_ratios(prog: str, res: dict) -> dict | None:
-    """--nvcc: ours on the nvcc build against that build run natively (nvcc AOT) and against
-    Proteus warm, per metric: the ratio of medians, and the per-round ratios' summary (the warm
-    rounds interleave them); cold end to end paired by round with the nvcc run beside it."""
-    if not any(k in res for k in ("nvcc", "nvcc_cold")):
-        return None
+def side_ratios(prog: str, res: dict, key: str, refs: tuple[tuple[str, str], ...], cold: tuple[str, str]) -> dict:
+    """`key`'s warm series against each (label, reference series), per metric: the ratio of
+    medians and the per-round ratios' summary (the warm rounds interleave them); cold end to end
+    paired by round, `cold` = (the reference's cold series, `key`'s)."""
     out: dict = {}
     for name, _, better in PROGRAMS[prog][1]:
-        med = {k: ((res.get(k) or {}).get("metrics") or {}).get(name, {}) or {} for k in ("ours_nvcc_warm", "nvcc", "proteus_warm")}
-        got = {}
-        for label, ref in (("ours_nvcc_vs_nvcc", "nvcc"), ("ours_nvcc_vs_proteus", "proteus_warm")):
-            if med["ours_nvcc_warm"].get("median") and med[ref].get("median"):
-                got[label] = {"ratio": speedup(better, med["ours_nvcc_warm"]["median"], med[ref]["median"]),
-                              "by_round": by_round(res, "ours_nvcc_warm", ref, name, better)}
-        out[name] = got
-    out["cold_e2e_by_round"] = paired(res, "nvcc_cold", "ours_nvcc_cold")
-    res["nvcc_ratios"] = out
+        med = {k: ((res.get(k) or {}).get("metrics") or {}).get(name, {}) or {} for k in (key, *(r for _, r in refs))}
+        out[name] = {label: {"ratio": speedup(better, med[key]["median"], med[ref]["median"]),
+                             "by_round": by_round(res, key, ref, name, better)}
+                     for label, ref in refs if med[key].get("median") and med[ref].get("median")}
+    out["cold_e2e_by_round"] = paired(res, *cold)
     return out
+
+
+def nvcc_ratios(prog: str, res: dict) -> dict | None:
+    """--nvcc: ours on the nvcc build against that build run natively (nvcc AOT) and against
+    Proteus warm; cold end to end beside the nvcc run (side_ratios)."""
+    if not any(k in res for k in ("nvcc", "nvcc_cold")):
+        return None
+    res["nvcc_ratios"] = side_ratios(prog, res, "ours_nvcc_warm", (("ours_nvcc_vs_nvcc", "nvcc"),
+                                                                   ("ours_nvcc_vs_proteus", "proteus_warm")),
+                                     ("nvcc_cold", "ours_nvcc_cold"))
+    return res["nvcc_ratios"]
 
 
 def ptx_ratios(prog: str, res: dict) -> dict | None:
     """--ptx-route: ours on the PTX route of main_all against ours on its bitcode route and
-    against Proteus warm, per metric: the ratio of medians, and the per-round ratios' summary
-    (the warm rounds interleave them); cold end to end paired by round with ours' cold run
-    beside it (>1: the PTX route is faster)."""
+    against Proteus warm; cold end to end beside ours' cold run, >1: the PTX route is faster
+    (side_ratios)."""
     if not any(k in res for k in ("ours_ptx_cold", "ours_ptx_warm")):
         return None
-    out: dict = {}
-    for name, _, better in PROGRAMS[prog][1]:
-        med = {k: ((res.get(k) or {}).get("metrics") or {}).get(name, {}) or {} for k in ("ours_ptx_warm", "ours_warm", "proteus_warm")}
-        got = {}
-        for label, ref in (("ours_ptx_vs_ours", "ours_warm"), ("ours_ptx_vs_proteus", "proteus_warm")):
-            if med["ours_ptx_warm"].get("median") and med[ref].get("median"):
-                got[label] = {"ratio": speedup(better, med["ours_ptx_warm"]["median"], med[ref]["median"]),
-                              "by_round": by_round(res, "ours_ptx_warm", ref, name, better)}
-        out[name] = got
-    out["cold_e2e_by_round"] = paired(res, "ours_cold", "ours_ptx_cold")
-    res["ptx_ratios"] = out
-    return out
+    res["ptx_ratios"] = side_ratios(prog, res, "ours_ptx_warm", (("ours_ptx_vs_ours", "ours_warm"),
+                                                                 ("ours_ptx_vs_proteus", "proteus_warm")),
+                                    ("ours_cold", "ours_ptx_cold"))
+    return res["ptx_ratios"]
 
 
 def render(paths: list[str], out: Path) -> int:
