@@ -312,7 +312,7 @@ static int launched_any(void) {
   return 0;
 }
 
-const char *no_gpu_reason(int may_init) {
+const char *cuda_no_gpu_reason(int may_init) {
   static char why[512];
   static _Atomic int decided;
   read_env();
@@ -575,7 +575,7 @@ const struct gpu_ops cuda_ops = {
     .event_query = cuda_event_query,
     .event_elapsed = cuda_event_elapsed,
     .event_sync = cuda_event_sync,
-    .no_gpu_reason = no_gpu_reason,
+    .no_gpu_reason = cuda_no_gpu_reason,
     .preload = &cuda_preload,
     .checks = 1,
 };

@@ -160,7 +160,7 @@ HIDDEN void *cuda_sym(const char *name);
  * told): its own cuInit failed, or the driver cannot be loaded, or, where nothing was launched,
  * cuInit fails when asked now. may_init: the driver may still be asked, which only holds before
  * the exit handlers run. */
-HIDDEN const char *no_gpu_reason(int may_init);
+HIDDEN const char *cuda_no_gpu_reason(int may_init);
 HIDDEN void init_driver_calls(void);
 HIDDEN int current_arch(void);                       /* SM version of the current context's device, 0: none */
 HIDDEN uint64_t cuda_global_address(kinfo *ki, void *owner, const char *name);   /* cuda_ops.global_address */

@@ -234,7 +234,9 @@ static void preload(warm_item *it, kinfo *ki, CUcontext ctx, int arch) {
  * jit_lock held. */
 void warm_resolve(kinfo *ki, CUcontext ctx) {
   if (!n_left || !ki->name) return;
-  int arch = current_arch();
+  gpu_arch a = {0, NULL};
+  gpu->arch(&a);   /* through the seam: cuda.c calls into this file, and a call back would make a loop */
+  int arch = a.sm;
   size_t len = strlen(ki->name);
   for (int i = 0; i < n_items; i++) {
     warm_item *it = &items[i];

@@ -142,20 +142,16 @@ gpu_fn run_job(job *j, int cached_only, int *uncached, answer_meta *m) {
 }
 
 
-/* ---- the compiler's warm-up, shared with lifecycle.c's prestart thread, which may run it ahead
- * and whose before_exit waits for it. Defined here, not there, because the compile threads
- * need it and lifecycle.c calls into this file (stop_workers): a call back would make the two
- * files a loop (tests/unit/test_architecture.py). */
+/* ---- the compiler's warm-up, once, from whichever thread comes first (lifecycle.c's prestart
+ * thread, a compile thread, or the first compile request; a caller that finds it running waits),
+ * counted as the app's wait on an app thread, and only where the platform warms up
+ * (gpu_ops.compiler_warm_up). Here, not in lifecycle.c, which calls into this file: a call back
+ * would make the two a loop (tests/unit/test_architecture.py). */
 pthread_mutex_t pre_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t pre_cond = PTHREAD_COND_INITIALIZER;
-int pre_state;                 /* pre_lock */
-int compiler_prepared;         /* pre_lock */
-int main_wrapped;              /* lifecycle.c's __libc_start_main runs the app's main: exit is guarded */
+int pre_state, compiler_prepared;   /* pre_lock */
+int main_wrapped;                   /* lifecycle.c's __libc_start_main runs the app's main: exit is guarded */
 
-/* The compiler warm-up, once, from whichever thread comes first (the prestart thread, a compile
- * thread, or the first compile request); a caller that finds it running waits for it. Counted
- * as the app's wait when an app thread runs it. Only where the run time warms this platform's
- * code generation up (gpu_ops.compiler_warm_up): elsewhere the first job goes at once. */
 void prepare_compiler(int sm, int app_thread) {
   if (!gpu->compiler_warm_up) return;
   pthread_mutex_lock(&pre_lock);
@@ -168,7 +164,6 @@ void prepare_compiler(int sm, int app_thread) {
   py_prepare_compiler(sm);
   if (app_thread) atomic_fetch_add(&t_prepare_ns, now_ns() - t0);
 }
-
 
 /* ---- asynchronous compilation (PROTEUS_ASYNC_COMPILATION): a miss queues a job and runs
  * the original kernel; workers compile and publish the function into the pending entry. */
