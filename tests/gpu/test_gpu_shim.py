@@ -291,9 +291,11 @@ def test_damaged_cache_entry_is_rebuilt_not_loaded(samples, recorded, tmp_path):
     assert run(samples / "annotated", env).stdout == native.stdout
     from proteus_rewrite import cache as cache_mod
     from proteus_rewrite.policy import WARM_KIND
+    from proteus_rewrite.runtime.first_launch import PROFILE_KIND
 
-    (entry,) = [e for e in (tmp_path / "c").glob("*.pjc")  # the variant, not the note of the run's launches (runtime/warm.py)
-                if cache_mod.decode(e.read_bytes(), e.name[:-4]).kind != WARM_KIND]
+    # the variant, not the run's notes: its launches (runtime/warm.py) and the kernel's profile (first_launch.py)
+    (entry,) = [e for e in (tmp_path / "c").glob("*.pjc")
+                if cache_mod.decode(e.read_bytes(), e.name[:-4]).kind not in (WARM_KIND, PROFILE_KIND)]
     raw = bytearray(entry.read_bytes())
     raw[len(raw) // 2] ^= 0xFF
     entry.write_bytes(bytes(raw))
