@@ -4,14 +4,16 @@
  * Before it, with the whole context idle, every allocation the launch's argument bytes point
  * into (any 8-byte word of an argument that cuMemGetAddressRange knows) and the kernel's
  * device variables are copied aside on the GPU. The variant runs and what it left is copied
- * aside too; the snapshot is restored; where the original CUfunction is known, it runs once in
- * the shadow the same way (a kernel whose own results vary from run to run, atomics or races,
- * cannot be compared, and is reported so rather than denied); the snapshot is restored again, and
- * the app's own launch then runs the original kernel (validate_begin answers NULL). After that
- * launch, validate_end compares on the GPU (compare.cu: a kernel that only tells equal from
- * different, so nothing the size of the app's memory crosses to the host when they are equal).
- * Equal, the variant is published and serves every later launch of its key. Different, the
- * allocations where they differ (the compare answers per allocation) are read back for the run
+ * aside too; the snapshot is restored, and the app's own launch then runs the original kernel
+ * (validate_begin answers NULL). After that launch, validate_end compares on the GPU (compare.cu:
+ * a kernel that only tells equal from different, so nothing the size of the app's memory crosses
+ * to the host when they are equal). Equal, the variant is published and serves every later launch
+ * of its key. Different, and where the original CUfunction is known, the original runs a second
+ * time on the snapshot, with the app's results kept aside and put back after: a kernel whose own
+ * results vary from run to run (atomics, races) cannot be compared, and is reported so rather than
+ * denied. That second run only when the first compare differs: a check then costs one extra run
+ * of the kernel, not two, and a long kernel is what the check's cost is made of. Still different,
+ * the allocations where they differ (the compare answers per allocation) are read back for the run
  * time (runtime/validate.py), which says how they differ and denies the kernel: it then runs the
  * original for good (only those: a difference confined to a few allocations must not bring the
  * whole of the app's memory across, three times). The app always goes on from the
@@ -49,7 +51,15 @@ typedef struct {
 typedef struct {
   kinfo *ki;
   sentry *e;
-  int n, shadow;
+  int n, shadow;   /* shadow: the original's second run was made (after_shadow holds its results) */
+  struct {         /* the launch, for that second run (validate_end runs inside the app's launch call) */
+    CUfunction fn;
+    void **params;
+    dim3 grid, block;
+    unsigned shmem;
+    CUstream stream;
+    launch_fn launch;
+  } original;
   vrange r[MAX_RANGES];
   size_t total;
   uint8_t *args;
@@ -141,10 +151,9 @@ CUfunction validate_refuse(kinfo *ki, const char *why) {
   return give_up(ki, e, NULL, now_ns(), why);
 }
 
-/* Run `fn` on the snapshot's memory, copy what it left aside (`which`: after_variant or
- * after_shadow), then restore the snapshot. NULL, or why not. */
-static const char *shadow_run(check *c, CUfunction fn, void **params, dim3 grid, dim3 block, unsigned shmem, CUstream stream,
-                              launch_fn launch, int which, const char *who) {
+/* Run `fn` on the memory as the snapshot has it; NULL, or why not. */
+static const char *run_kernel(CUfunction fn, void **params, dim3 grid, dim3 block, unsigned shmem, CUstream stream,
+                              launch_fn launch, const char *who) {
   static __thread char why[128];
   CUresult r = launch(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, shmem, stream, params, NULL);
   if (r != CUDA_SUCCESS) {
@@ -155,13 +164,52 @@ static const char *shadow_run(check *c, CUfunction fn, void **params, dim3 grid,
     snprintf(why, sizeof why, "the %s failed on the GPU (CUDA error %d)", who, (int)r);
     return why;
   }
-  for (int i = 0; i < c->n; i++) {
-    CUdeviceptr into = which ? c->r[i].after_shadow : c->r[i].after_variant;
-    if (copy_dtod(into, c->r[i].base, c->r[i].size) != CUDA_SUCCESS ||
+  return NULL;
+}
+
+/* The variant on the snapshot's memory; what it left goes aside, and the snapshot back. */
+static const char *variant_run(check *c, CUfunction fn, void **params, dim3 grid, dim3 block, unsigned shmem, CUstream stream,
+                               launch_fn launch) {
+  const char *why = run_kernel(fn, params, grid, block, shmem, stream, launch, "variant");
+  if (why) return why;
+  for (int i = 0; i < c->n; i++)
+    if (copy_dtod(c->r[i].after_variant, c->r[i].base, c->r[i].size) != CUDA_SUCCESS ||
         copy_dtod(c->r[i].base, c->r[i].snap, c->r[i].size) != CUDA_SUCCESS)
       return "keeping the results aside failed";
-  }
   return ctx_sync() == CUDA_SUCCESS ? NULL : "restoring the snapshot failed";
+}
+
+/* After the app's launch: the original once more on the snapshot, the app's results kept aside
+ * and put back. Its results end in after_shadow (the snapshot's buffer, no longer needed, holds
+ * them on the way). NULL, or why not. */
+static const char *original_rerun(check *c) {
+  for (int i = 0; i < c->n; i++)
+    if (!c->r[i].after_shadow && mem_alloc(&c->r[i].after_shadow, c->r[i].size) != CUDA_SUCCESS)
+      return "no device memory for the original's second run";
+  for (int i = 0; i < c->n; i++)
+    if (copy_dtod(c->r[i].after_shadow, c->r[i].base, c->r[i].size) != CUDA_SUCCESS)
+      return "keeping the app's results aside failed";
+  const char *why = NULL;
+  for (int i = 0; !why && i < c->n; i++)
+    if (copy_dtod(c->r[i].base, c->r[i].snap, c->r[i].size) != CUDA_SUCCESS) why = "restoring the snapshot failed";
+  if (!why)
+    why = run_kernel(c->original.fn, c->original.params, c->original.grid, c->original.block, c->original.shmem,
+                     c->original.stream, c->original.launch, "original kernel");
+  if (why) {   /* the app goes on from its own results whatever happened here */
+    for (int i = 0; i < c->n; i++) copy_dtod(c->r[i].base, c->r[i].after_shadow, c->r[i].size);
+    ctx_sync();
+    return why;
+  }
+  for (int i = 0; i < c->n; i++) {
+    if (copy_dtod(c->r[i].snap, c->r[i].base, c->r[i].size) != CUDA_SUCCESS ||
+        copy_dtod(c->r[i].base, c->r[i].after_shadow, c->r[i].size) != CUDA_SUCCESS)
+      return "putting the app's results back failed";
+    CUdeviceptr rerun = c->r[i].snap;
+    c->r[i].snap = c->r[i].after_shadow;
+    c->r[i].after_shadow = rerun;
+  }
+  c->shadow = 1;
+  return ctx_sync() == CUDA_SUCCESS ? NULL : "putting the app's results back failed";
 }
 
 static CUfunction check_variant(kinfo *ki, sentry *e, CUfunction variant, CUfunction original, void **params, dim3 grid,
@@ -219,7 +267,13 @@ static CUfunction check_variant(kinfo *ki, sentry *e, CUfunction variant, CUfunc
   c->e = e;
   c->t0 = t0;
   c->mark = now_ns();
-  c->shadow = original != NULL;
+  c->original.fn = original;
+  c->original.params = params;
+  c->original.grid = grid;
+  c->original.block = block;
+  c->original.shmem = shmem;
+  c->original.stream = stream;
+  c->original.launch = launch;
   if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, e, c, t0, "the context was in an error state before the launch");
   for (uint32_t i = 0; i < ki->nparams; i++)
     for (uint32_t off = 0; params && off + 8 <= ki->sizes[i]; off += 8) {
@@ -242,13 +296,11 @@ static CUfunction check_variant(kinfo *ki, sentry *e, CUfunction variant, CUfunc
   if (params) pack_args(ki, params, c->args);
   for (int i = 0; i < c->n; i++)
     if (!alloc_copy(&c->r[i].snap, c->r[i].size) || !alloc_copy(&c->r[i].after_variant, c->r[i].size) ||
-        (c->shadow && !alloc_copy(&c->r[i].after_shadow, c->r[i].size)) ||
         copy_dtod(c->r[i].snap, c->r[i].base, c->r[i].size) != CUDA_SUCCESS)
       return give_up(ki, e, c, t0, "no device memory for the snapshot");
   if (ctx_sync() != CUDA_SUCCESS) return give_up(ki, e, c, t0, "the snapshot failed");
   check_phase(CHECK_PREPARE, &c->mark);
-  const char *why = shadow_run(c, variant, params, grid, block, shmem, stream, launch, 0, "variant");
-  if (!why && original) why = shadow_run(c, original, params, grid, block, shmem, stream, launch, 1, "original kernel");
+  const char *why = variant_run(c, variant, params, grid, block, shmem, stream, launch);
   if (why) return give_up(ki, e, c, t0, why);
   check_phase(CHECK_SHADOW, &c->mark);
   c->ms = now_ms() - m0;
@@ -337,12 +389,23 @@ void validate_end(void) {
   }
   check_phase(CHECK_APP, &c->mark);
   uint8_t read[MAX_RANGES];
-  int varies = c->shadow, differs = 0;
+  int varies = 0, differs = 0;
   int told = gpu_compare(c, read, &varies);
   check_phase(CHECK_COMPARE, &c->mark);
   for (int i = 0; i < c->n; i++) {
     if (!told) read[i] = 1;   /* not compared on the GPU: the run time compares it all */
     differs |= read[i];
+  }
+  if (differs && c->original.fn) {   /* is it the variant, or does the original differ from itself? */
+    const char *why = original_rerun(c);
+    check_phase(CHECK_SHADOW, &c->mark);
+    if (why) {
+      give_up(ki, e, c, c->t0, why);
+      return;
+    }
+    if (told) told = gpu_compare(c, read, &varies);
+    check_phase(CHECK_COMPARE, &c->mark);
+    for (int i = 0; !told && i < c->n; i++) read[i] = 1;
   }
   if (told && (!differs || varies)) {
     /* equal; or the original's own two runs disagree, and there is nothing to hold the variant to */
