@@ -183,7 +183,7 @@ void *worker(void *arg) {
     while (!q_head && !q_stop) pthread_cond_wait(&q_cond, &q_lock);
     if (q_stop) {
       pthread_mutex_unlock(&q_lock);
-      return NULL;
+      park_for_exit();
     }
     job *j = q_head;
     q_head = j->next;

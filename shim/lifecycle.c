@@ -86,7 +86,10 @@ static void *prestart_main(void *arg) {
     pthread_mutex_unlock(&pre_lock);
   }
   atomic_fetch_add(&t_prestart_cpu_ns, thread_cpu_ns() - c0);
-  if (ok && preload) preload->start();   /* answers for the app's images as they come, until exit */
+  if (ok && preload) {
+    preload->start();   /* answers for the app's images as they come, until exit */
+    park_for_exit();
+  }
   return NULL;
 }
 
@@ -187,12 +190,13 @@ EXPORT void exit(int status) {
  * errors, launches while compiling, launches captured, launches timing a variant, sampled GPU
  * ms x 1000, graph nodes given a variant, launches awaiting a check, name\0 (protocol.COUNTERS). */
 static uint8_t *counters(size_t *len) {
+  kinfo *head = all_kernels;   /* kernels registered meanwhile go in front of it: the buffer fits these */
   size_t n = 0;
-  for (kinfo *k = all_kernels; k; k = k->next_all) n++;
+  for (kinfo *k = head; k; k = k->next_all) n++;
   uint8_t *buf = calloc(n + 1, PROTO_COUNTERS + 256);
   *len = 0;
   if (!buf) return NULL;
-  for (kinfo *k = all_kernels; k; k = k->next_all) {
+  for (kinfo *k = head; k; k = k->next_all) {
     if (!atomic_load(&k->launches) && !atomic_load(&k->graph_nodes)) continue;
     int32_t kid = atomic_load(&k->state) == K_ACTIVE ? k->kid : -1;
     uint64_t c[PROTO_COUNTERS_U64] = {atomic_load(&k->launches),         atomic_load(&k->hits),

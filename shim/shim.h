@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 #include <sys/types.h>
 
 #include "protocol.h"
@@ -340,6 +341,13 @@ HIDDEN extern int g_disable;
 HIDDEN void read_env(void);
 HIDDEN void prestart(const struct gpu_ops *platform);   /* Python (and the compiler's warm-up) on a thread of their own */
 HIDDEN void before_exit(void);
+/* A shim thread that exit has stopped waits for the process to end rather than ending itself:
+ * a thread's end runs the driver's and libc's per-thread teardown, which would then overlap the
+ * process's own (the runtime destroying its context, the libraries' destructors), an overlap
+ * nothing orders. */
+__attribute__((noreturn)) static inline void park_for_exit(void) {
+  for (;;) pause();
+}
 HIDDEN extern int exiting;
 HIDDEN extern _Atomic int pre_did;
 
