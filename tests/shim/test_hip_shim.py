@@ -14,9 +14,12 @@ import json
 import os
 import re
 import shutil
+import socket
 import struct
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -496,3 +499,60 @@ def test_a_cuda_process_loads_nothing_of_hip(libproteus, samples, tmp_path):
     traces = "".join(p.read_text() for p in tmp_path.glob("ld*"))
     assert "libproteus.so" in traces  # the trace is real
     assert "amdhip" not in traces and "amdhip" not in py.stdout
+
+
+def _variant_keys(shared: Path) -> list[str]:
+    """The keys of the code objects in a shared tier (not the run's notes, also entries there)."""
+    from proteus_rewrite.cache import decode
+
+    return sorted(p.name[: -len(".pjc")] for p in (shared / "entries").rglob("*.pjc")
+                  if decode(p.read_bytes(), p.name[: -len(".pjc")]).kind == "codeobj")
+
+
+@pytest.mark.parametrize("holder", ["stops renewing", "publishes"])
+def test_a_claim_held_on_another_node_inside_the_shims_compile_thread(fake, recorded, native, tmp_path, monkeypatch,
+                                                                      holder):
+    """The shared tier's claims (#52) through the real shim, defaults (compile threads): another
+    node holds the claim of every variant the run will ask for. The launches that miss run the
+    original kernel; the compile thread waits for the holder. Where the holder stops renewing, the
+    compile thread breaks its claim once the lease is over and compiles the variant itself; where
+    the holder publishes, the compile thread takes its entry and compiles nothing. Either way the
+    app's output is native and every variant ends in the shared tier once."""
+    from proteus_rewrite.file_tier import SharedFileTier
+
+    learn = run_app(hip_samples() / "loop_count", fake, tmp_path, recorded("loop_count"), "learn",
+                    PROTEUS_ASYNC_COMPILATION=None, PROTEUS_CACHE_SHARED=f"file://{tmp_path / 'learned'}")
+    assert learn.proc.returncode == 0, learn.stderr
+    keys = _variant_keys(tmp_path / "learned")
+    assert len(keys) == 4  # axpy twice, poly, mix
+    learned = SharedFileTier(tmp_path / "learned")
+    entries = {k: learned.get(k) for k in keys}
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "another-node")
+    shared = tmp_path / "shared"
+    elsewhere = SharedFileTier(shared, lease_s=1.0)
+    claims = [elsewhere.claim(k) for k in keys]
+    assert all(claims)
+    publisher = None
+    if holder == "publishes":
+        def publish():
+            time.sleep(0.5)
+            for k in keys:
+                elsewhere.put(entries[k])
+                elsewhere.release(claims[keys.index(k)])
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+    r = run_app(hip_samples() / "loop_count", fake, tmp_path, recorded("loop_count"), "run",
+                PROTEUS_ASYNC_COMPILATION=None, PROTEUS_CACHE_SHARED=f"file://{shared}", PROTEUS_CACHE_LEASE_S="1")
+    if publisher is not None:
+        publisher.join()
+    assert r.proc.returncode == 0, r.stderr
+    assert r.stdout == native("loop_count").stdout and "warning" not in r.stderr
+    claimed = r.report["claims"]
+    assert claimed["lost"] >= 1  # the launching thread's miss found the claim held ...
+    compiled = sum(k["specializations"] for k in r.report["kernels"])
+    if holder == "stops renewing":  # ... and the compile thread broke it after the lease
+        assert compiled == 4 and claimed["broken"] >= 1
+    else:  # ... and the compile thread took what the holder published
+        assert compiled == 0 and claimed["shared_hits"] >= 1
+    assert _variant_keys(shared) == keys
