@@ -28,6 +28,7 @@ _Static_assert(PROTO_VARIANT == 20 + 8 * TRIAL_RUNS + 8,
 int g_count_variants;
 static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
 static trial *all_trials;
+static int finished;   /* trial_lock: trial_finish has collected every turn, before the exit handlers */
 
 /* A trial's events once no turn can use them (every claimed turn's launch is done): else 24 per
  * timed variant stayed for the life of the process. A verdict can come on a launch, so it only
@@ -237,6 +238,7 @@ void trial_finish(void) {
   const struct gpu_ops *platform = gpu;
   if (!platform || !platform->event_sync) return;
   pthread_mutex_lock(&trial_lock);
+  finished = 1;
   for (trial *t = all_trials; t; t = t->next) {
     if (atomic_load(&t->verdict) != TRIAL_RUNNING) continue;
     uint32_t claimed = atomic_load(&t->turns);
@@ -254,7 +256,10 @@ uint8_t *trial_records(size_t *len) {
   for (trial *t = all_trials; t; t = t->next) n++;
   uint8_t *buf = malloc(n * PROTO_VARIANT + 1);
   for (trial *t = all_trials; buf && t; t = t->next) {
-    if (atomic_load(&t->verdict) == TRIAL_RUNNING) collect(t);   /* turns the GPU finished since the last launch */
+    /* turns the GPU finished since the last launch; none once trial_finish ran: the runtime's
+     * exit handler has destroyed their events since, and a query of a destroyed event is the
+     * driver's undefined behaviour */
+    if (!finished && atomic_load(&t->verdict) == TRIAL_RUNNING) collect(t);
     int v = atomic_load(&t->verdict);
     int32_t kid = t->ki->kid;
     uint32_t u[4] = {t->vid, (uint32_t)(v == TRIAL_KEPT || v == TRIAL_SLOWER ? v : PROTO_TRIAL_UNDECIDED), t->n[0], t->n[1]};
