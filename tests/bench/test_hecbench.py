@@ -242,6 +242,26 @@ def test_check_cost_reps_alternate_cold_runs_with_and_without_the_check(tmp_path
     assert "- with PROTEUS_VALIDATE_GRACE_MS=0: 1 programs" in md
 
 
+def test_a_cost_run_that_crashes_keeps_what_it_printed_last(tmp_path, doc):
+    """A checked cold run that dies is left out of the times, with its exit code and the end of
+    its stderr (a heap abort's message is the evidence a crash leaves)."""
+    name = next(p["name"] for p in doc["programs"] if p["suite"] == "corpus")
+    work = _one_build(tmp_path, name)
+    app = _script(tmp_path / "app.sh", FAKE_APP.replace("#!/bin/sh\n", "#!/bin/sh\n"
+                  'case "$PROTEUS_CACHE_DIR" in *cache-cost-check) echo "free(): invalid pointer" >&2; exit 134;; esac\n',
+                  1))
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", RUN, "--work", str(work), "--out", str(out), "--only", name,
+                           "--exe", str(app), "--tool", str(_script(tmp_path / "tool.sh", FAKE_TOOL)),
+                           "--nvidia-smi", "/nonexistent", "--modes", "default-cold", "--check-cost-reps", "1"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    (prog,) = json.loads((out / "hecbench-corpus.json").read_text())["programs"]
+    (checked,) = [r for r in prog["cost"]["recommended"]["runs"] if r["side"] == "check"]
+    assert checked["rc"] == 134 and checked["excluded"] == "output CRASH"
+    assert "free(): invalid pointer" in checked["stderr_tail"]
+
+
 def test_run_py_dry_run_prints_the_commands_and_runs_nothing(tmp_path, doc):
     name = next(p["name"] for p in doc["programs"] if p["suite"] == "paper")
     work = _one_build(tmp_path, name)

@@ -296,7 +296,7 @@ def cost_runs(program: dict, recipe: str, scratch: Path, native: dict, again: di
             env = {"LD_PRELOAD": str(scratch / recipe / "tool" / "libproteus.so"), "PROTEUS_CACHE_DIR": str(cache),
                    "PROTEUS_REPORT": str(report), **({"PROTEUS_VALIDATE": "0"} if side == "nocheck" else {}),
                    **(ctx.cost_env if side == ALSO else {})}
-            rec, _run, cmp = judged_run(program, cmd, cwd, env, native, again, ctx, rep, side)
+            rec, run, cmp = judged_run(program, cmd, cwd, env, native, again, ctx, rep, side)
             records.append(rec)
             if cmp is None:
                 continue
@@ -304,8 +304,8 @@ def cost_runs(program: dict, recipe: str, scratch: Path, native: dict, again: di
             rec["checks"] = sum(counts.get(k, 0) for k in ("same", "within-ulps", "differs", "varies"))
             rec["check_ms"] = counts.get("check_ms", 0)
             rec["shim_checks"] = counts.get("shim_checks")
-            if cmp["verdict"] not in MATCHED:
-                rec["excluded"] = f"output {cmp['verdict']}"
+            if cmp["verdict"] not in MATCHED:  # what it printed last: a crash's message is the evidence
+                rec.update(excluded=f"output {cmp['verdict']}", stderr_tail=run["stderr_tail"][-500:])
     return records
 
 
