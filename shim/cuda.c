@@ -412,7 +412,7 @@ static CUresult w_cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsi
   return proc_with(real_cuGetProcAddress_v2, sym, pfn, ver, flags, status);
 }
 
-__attribute__((visibility("default"))) void *dlsym(void *handle, const char *name) {
+EARLY __attribute__((visibility("default"))) void *dlsym(void *handle, const char *name) {
   init_real_dlsym();
   void *p = real_dlsym(handle, name);
   if (!p || name[0] != 'c' || name[1] != 'u') return p;

@@ -32,6 +32,10 @@
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
+/* Code that runs inside a sanitizer's own start-up: AddressSanitizer looks its interceptors up
+ * through dlsym, which the shim interposes, before its shadow memory exists, so an instrumented
+ * access there faults (the sanitizer build of bench/crash_hunt.py) */
+#define EARLY __attribute__((no_sanitize_address))
 
 /* A platform's handles, opaque to the core: a loaded kernel function (CUDA: a CUfunction, or a
  * CUkernel for a context-free variant; HIP: a hipFunction_t), a context (CUDA: a CUcontext;

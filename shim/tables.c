@@ -74,7 +74,7 @@ void warn(const char *fmt, ...) {
 
 void *(*real_dlsym)(void *, const char *);
 
-void init_real_dlsym(void) {
+EARLY void init_real_dlsym(void) {
   if (real_dlsym) return;
   /* dlsym itself is interposed: reach glibc's through its versioned name. */
   static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", NULL};

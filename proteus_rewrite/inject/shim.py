@@ -35,9 +35,11 @@ def source_dir() -> Path:
     return Path(__file__).resolve().parent.parent.parent / "shim"
 
 
-def build(output: str | os.PathLike, shim_dir: str | os.PathLike | None = None, cc: str | None = None) -> Path:
+def build(output: str | os.PathLike, shim_dir: str | os.PathLike | None = None, cc: str | None = None,
+          flags: tuple[str, ...] = ()) -> Path:
     """Compile the shim (C, no CUDA or HIP headers needed) from `shim_dir` (default: the source
-    tree's shim/) into `output`, atomically."""
+    tree's shim/) into `output`, atomically; `flags` go to the compiler after the defaults (a
+    sanitizer build for bench/crash_hunt.py)."""
     src = Path(shim_dir) if shim_dir else source_dir()
     srcs = [src / name for name in SOURCES]
     missing = next((s for s in srcs + [src / h for h in HEADERS] if not s.is_file()), None)
@@ -48,8 +50,8 @@ def build(output: str | os.PathLike, shim_dir: str | os.PathLike | None = None, 
     compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or "cc"
     fd, tmp = tempfile.mkstemp(prefix=".libproteus-", suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [compiler, "-std=gnu11", "-O2", "-Wall", "-shared", "-fPIC", "-fvisibility=hidden", "-o", tmp, *map(str, srcs),
-           "-ldl", "-lpthread"]
+    cmd = [compiler, "-std=gnu11", "-O2", "-Wall", "-shared", "-fPIC", "-fvisibility=hidden", *flags, "-o", tmp,
+           *map(str, srcs), "-ldl", "-lpthread"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         Path(tmp).unlink(missing_ok=True)
