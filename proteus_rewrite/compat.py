@@ -102,6 +102,7 @@ OWN_ENV: Mapping[str, str] = {
     "PROTEUS_CODE_KIND": "which code a kernel recorded with both is specialized from: auto, bitcode or ptx",
     "PROTEUS_OCCUPANCY_STEP": "try the variant at one more block per SM, kept where it spills little",
     "PROTEUS_SKIP_PASSES": "passes of LLVM's pipeline not run (default: indvars)",
+    "PROTEUS_UNROLL_THRESHOLD": "LLVM's loop-unroll threshold for the whole process (default: LLVM's own)",
     "PROTEUS_SPEED_CHECK": "time each new variant against the original; drop it where slower",
     "PROTEUS_VALIDATE": "check each variant's first launch against the original kernel",
     "PROTEUS_VALIDATE_ULPS": "float differences validation accepts, in ULPs",

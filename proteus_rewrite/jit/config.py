@@ -95,6 +95,10 @@ class CodegenConfig:
     # PROTEUS_SKIP_PASSES (ours): passes of LLVM's pipeline not run. LLVM 22's IndVarSimplify
     # raises register pressure past LLVM 19's (docs/dev/findings/registers.md).
     skip_passes: tuple[str, ...] = DEFAULT_SKIPPED
+    # PROTEUS_UNROLL_THRESHOLD (ours): LLVM's -unroll-threshold for the whole process (None:
+    # LLVM's own, 300 at O3). rsbench's variant keeps two loops that nvcc unrolls
+    # (docs/dev/findings/codegen.md); unmeasured on the GPU, so not a default.
+    unroll_threshold: int | None = None
 
     def key_fields(self) -> dict:
         return dict(_key_fields(self))
@@ -253,7 +257,17 @@ def _codegen_from_env(env: Mapping[str, str]) -> CodegenConfig:
         occupancy_step=_bool(env, "PROTEUS_OCCUPANCY_STEP", True),
         ptx_fold_floats=_bool(env, "PROTEUS_PTX_FOLD_FLOATS", False),
         skip_passes=_pass_names(env),
+        unroll_threshold=_unroll_threshold(env),
     )
+
+
+def _unroll_threshold(env: Mapping[str, str]) -> int | None:
+    raw = (env.get("PROTEUS_UNROLL_THRESHOLD") or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) > 1_000_000:
+        raise ConfigError(f"PROTEUS_UNROLL_THRESHOLD={raw!r}: expected a whole number from 0 to 1000000")
+    return int(raw)
 
 
 def code_kind(env: Mapping[str, str]) -> str:

@@ -157,6 +157,25 @@ def skip(names: tuple[str, ...]) -> None:
     _skipped = wanted
 
 
+_unroll: int | None = None  # the -unroll-threshold this process gave LLVM
+
+
+def unroll_threshold(value: int | None) -> None:
+    """LLVM's -unroll-threshold from now on in this process (None: leave LLVM's own). LLVM takes
+    a command-line option once per process, so a second, different value is refused (the
+    variant is not made; the original kernel runs), as `skip` refuses."""
+    global _unroll
+    if value is None or value == _unroll:
+        return
+    if _unroll is not None:
+        raise SpecializeError(f"PROTEUS_UNROLL_THRESHOLD: this process already unrolls at {_unroll}, and LLVM takes "
+                              "the option once per process")
+    import llvmlite.binding as llvm
+
+    llvm.set_option("proteus", f"-unroll-threshold={value}")
+    _unroll = value
+
+
 def run(module: llvm.ModuleRef, tm: llvm.TargetMachine, text: str, tuning: Tuning = Tuning()) -> None:
     """Run the pipeline over the module, in order."""
     import llvmlite.binding as llvm

@@ -392,6 +392,7 @@ def warm_up(arch: int, config: Config | None = None, driver_version: int | None 
         isa = min(isa, codegen.ptx_isa_for(codegen.compiler_cuda_version(cg.ptx_compiler)))
     with LLVM_LOCK:
         pipeline.skip(cg.skip_passes)
+        pipeline.unroll_threshold(cg.unroll_threshold)
         context = llvm.create_context()
         module = None
         try:

@@ -60,6 +60,7 @@ def optimize_and_emit(table, kernel, plan, cg: CodegenConfig, keep_ir: bool, tim
 
     with LLVM_LOCK:
         pipeline.skip(cg.skip_passes)
+        pipeline.unroll_threshold(cg.unroll_threshold)
         context = llvm.create_context()
         module = None
         try:

@@ -6,6 +6,8 @@ import hashlib
 import json
 import re
 
+import pytest
+
 from proteus_rewrite import __version__, store
 
 from ..conftest import run_cli
@@ -88,6 +90,20 @@ def test_specialize_prints_ptx_with_the_folded_values(samples):
     # fused and the pointers not yet moved to the global address space (the backend's own passes)
     assert ir.stdout.count("fmul contract float") == 8, ir.stdout[:3000]
     assert "llvm.fma" not in ir.stdout and "addrspacecast" not in ir.stdout
+
+
+@pytest.mark.parametrize("threshold, fmas", [(None, 20), ("100000", 200)])
+def test_the_unroll_threshold_decides_how_far_a_folded_loop_unrolls(samples, monkeypatch, threshold, fmas):
+    """LLVM's -unroll-threshold is process-wide: each specialize command is a process of its own.
+    200 steps of axpy_loop: partly unrolled by LLVM's own threshold, fully at 100000."""
+    if threshold is None:
+        monkeypatch.delenv("PROTEUS_UNROLL_THRESHOLD", raising=False)
+    else:
+        monkeypatch.setenv("PROTEUS_UNROLL_THRESHOLD", threshold)
+    proc = run_cli("specialize", str(samples / "loop_count"), "axpy_loop", "--arg", "0=1048576", "--arg", "1=200",
+                   "--arg", "2=0.5", "--block", "256", "--emit", "ptx")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("fma.rn.f32") == fmas
 
 
 def test_specialize_writes_a_cubin_and_ir(samples, tmp_path):

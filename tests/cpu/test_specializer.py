@@ -271,6 +271,8 @@ def test_textual_pipeline_is_applied(table):
         ({"PROTEUS_ASYNC_THREADS": "0"}, "expected auto or 1 to 64"),
         ({"PROTEUS_ASYNC_THREADS": "many"}, "PROTEUS_ASYNC_THREADS='many'"),
         ({"PROTEUS_SKIP_PASSES": "indvars,Loop Unroll"}, "'Loop Unroll' is not a pass name"),
+        ({"PROTEUS_UNROLL_THRESHOLD": "lots"}, "PROTEUS_UNROLL_THRESHOLD='lots': expected a whole number"),
+        ({"PROTEUS_UNROLL_THRESHOLD": "-1"}, "expected a whole number from 0 to 1000000"),
     ],
 )
 def test_bad_configuration_is_a_clear_error(env, message):
@@ -304,6 +306,17 @@ def test_skipped_passes_default_to_indvars_and_cannot_come_back_in_a_process(tab
         specialize(t, k, launch_for(k, {1: "8"}), again)
     cached = specialize(t, k, launch_for(k, {1: "8"}), CFG)
     assert cached.key != specializer.cache_key(t, k, cached.plan, again.codegen, ("compiler", 90), 90)
+
+
+def test_the_unroll_threshold_is_llvms_and_enters_the_cache_key(table):
+    assert CFG.codegen.unroll_threshold is None
+    high = Config.from_env({"PROTEUS_UNROLL_THRESHOLD": " 1000 "})
+    assert high.codegen.unroll_threshold == 1000
+    t = table("loop_count")
+    k = kernel(t, "axpy_loop")
+    plan = specializer.make_plan(k, launch_for(k, {1: "8"}), CFG.codegen)
+    assert specializer.cache_key(t, k, plan, high.codegen, ("compiler", 90), 90) != \
+        specializer.cache_key(t, k, plan, CFG.codegen, ("compiler", 90), 90)
 
 
 def test_unknown_pipeline_pass_lists_the_supported_ones(table):
