@@ -16,8 +16,10 @@
 #   bench/gpu-session.sh compare   the paper's six programs: plain, ours, Proteus
 #                                  (bench/proteus_compare.py), alone on the GPU; PHASE=cold, then
 #                                  PHASE=warm with one CACHE_DIR, for a program that outlasts a call
+#   bench/gpu-session.sh hunt      a rare crash's evidence: bench/crash_hunt.py's cold runs of one
+#                                  nvcc-built HeCBench program, the shim built with AddressSanitizer
 set -uo pipefail
-stage=${1:?usage: gpu-session.sh tests|nvcc|compare}
+stage=${1:?usage: gpu-session.sh tests|nvcc|compare|hunt}
 export OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 # .gpu/commit first: the device copy's .git can be older than the tree it carries
@@ -102,5 +104,24 @@ compare)   # NVCC=1: also the nvcc builds (hec/PROG/main_nvcc), natively and und
   rm -rf "$OUT/compare/rewritten"
   cat "$OUT/compare/proteus-compare.md"
   ;;
-*) echo "gpu-session.sh: unknown stage '$stage' (tests, nvcc, compare)" >&2; exit 2 ;;
+hunt)   # bench/crash_hunt.py on one nvcc-built HeCBench program (.gpu/hecbench-nvcc.tar.xz): PROGRAM
+        # (lulesh), RUNS (40) cold runs, JOBS (2) at a time, ASAN=1 (the default) with the shim
+        # built with AddressSanitizer
+  [ -x .venv/bin/proteus-rewrite ] || source bench/gpu-env.sh || exit 1
+  export PATH="$PWD/.venv/bin:$PATH"
+  mkdir -p /tmp/hb
+  [ -d /tmp/hb/bench/corpora/hecbench/work ] || tar -xJf .gpu/hecbench-nvcc.tar.xz -C /tmp/hb
+  prog=${PROGRAM:-lulesh}
+  w=/tmp/hb/bench/corpora/hecbench/work/build/nvcc/$prog
+  mapfile -d '' -t args < <(python3 -c "import json, sys
+d = json.load(open('/tmp/hb/bench/corpora/hecbench/programs.json'))
+a = next(p['args'] for p in d['programs'] if p['name'] == sys.argv[1])
+sys.stdout.write(''.join(x + chr(0) for x in a))" "$prog")
+  rm -rf /tmp/hunt-tool
+  proteus-rewrite "$w/main" -o /tmp/hunt-tool > "$OUT/hunt-rewrite.log" 2>&1 || { tail -3 "$OUT/hunt-rewrite.log"; exit 1; }
+  timeout "${HUNT_S:-500}" python -m bench.crash_hunt --tool-dir /tmp/hunt-tool --runs "${RUNS:-40}" --jobs "${JOBS:-2}" \
+    $([ "${ASAN:-1}" = 1 ] && echo --asan) --cwd "$w" --out "$OUT/hunt" -- "$w/main" "${args[@]}" 2> "$OUT/hunt.log"
+  cat "$OUT/hunt/crash-hunt.md"
+  ;;
+*) echo "gpu-session.sh: unknown stage '$stage' (tests, nvcc, compare, hunt)" >&2; exit 2 ;;
 esac
