@@ -126,6 +126,18 @@ static CUfunction give_up(kinfo *ki, sentry *e, check *c, uint64_t t0, const cha
   return NULL;
 }
 
+/* Default mode: a kernel whose original's own results varied at a check needs no check of its
+ * other variants, which can only end the same way (runtime/validate.py marks it for later runs).
+ * What validate_begin cached as its refusal ("", none) gives way to this; a malloc'd "" is left
+ * to leak, since another thread may be reading it. */
+static void mark_varies(kinfo *ki) {
+  static char varied[] = "its original kernel's own results varied from run to run at an earlier check (atomics or "
+                         "races): its variants run unchecked";
+  if (g_validate != VALIDATE_ONCE) return;
+  char *cur = atomic_load(&ki->check_refusal);
+  while ((!cur || !*cur) && !atomic_compare_exchange_weak(&ki->check_refusal, &cur, varied)) {}
+}
+
 static int add_range(check *c, CUdeviceptr p) {
   CUdeviceptr base = 0;
   size_t size = 0;
@@ -412,6 +424,7 @@ void validate_end(void) {
     py_checked(ki->kid, vid, varies ? "varies" : "same", c->args, c->nargs, c->n, c->total, c->ms + (now_ms() - m0));
     check_phase(CHECK_PYTHON, &c->mark);
     if (varies && g_validate == VALIDATE_FULL) atomic_store(&ki->state, K_DISABLED);
+    if (varies) mark_varies(ki);
     uint64_t t = c->mark, t0 = c->t0;
     free_check(c);
     check_phase(CHECK_FREE, &t);
@@ -444,6 +457,7 @@ void validate_end(void) {
                              shadow, total, c->ms + (now_ms() - m0));
   check_phase(CHECK_PYTHON, &c->mark);
   if (verdict == 1 || (verdict == 2 && g_validate == VALIDATE_FULL)) atomic_store(&ki->state, K_DISABLED);
+  if (verdict == 2) mark_varies(ki);
   uint64_t t = c->mark, t0 = c->t0;
   free(ranges);
   free(original);

@@ -45,6 +45,9 @@ DENY_FILE = "validate-deny.json"  # the single list earlier versions rewrote: re
 DENY_DIR = "validate-deny.d"  # one file per denial, <deny_key(name)>.json
 DENY_KIND = "deny"  # the cache entry kind of a denial (the chain's tiers, the shared one included)
 CHECKED_KIND = "checked"  # the cache entry kind of a variant's check verdict (once mode: never checked again)
+# the cache entry kind of a kernel whose original's own results varied at a check (once mode: its
+# later variants are not checked, since a check of them can only end the same way)
+VARIES_KIND = "varies"
 RANGE = protocol.VALIDATE_RANGE
 
 
@@ -328,9 +331,24 @@ VARIES = ("the original kernel's own results vary from run to run ({} on the sam
           "variant cannot be compared")
 
 
+VARIED = ("its original kernel's own results varied from run to run at an earlier check (atomics or races): its "
+          "variants run unchecked")
+
+
+def _varies_key(session: Session, kid: int) -> str:
+    """The cache key of kernel `kid`'s mark (VARIES_KIND), by its name and module: a rebuilt
+    kernel is checked afresh."""
+    table, record = session.kernels[kid]
+    module = table.modules[record.module].sha256 if record.module is not None else ""
+    return hashlib.sha256(f"validate-varies\0{record.name}\0{module}".encode()).hexdigest()
+
+
 def _varies(session: Session, kid: int, vid: int, outcome: Outcome, how: str) -> None:
     """The original's own two runs disagree: nothing to hold the variant to (reported; by default
-    the variant runs unchecked and is not tried again)."""
+    the variant runs unchecked and is not tried again, and neither is the check of the kernel's
+    other variants, in this run (the shim) or later ones (the mark in the cache))."""
+    from ..cache import Entry
+
     outcome.verdict = "varies"
     outcome.reason = VARIES.format(how)
     session.validation.append(outcome)
@@ -338,6 +356,11 @@ def _varies(session: Session, kid: int, vid: int, outcome: Outcome, how: str) ->
     session.warn_once(f"validate-varies:{session.kernels[kid][1].name}",
                       f"{outcome.kernel}: not validated ({outcome.reason}); {runs}")
     _remember(session, kid, vid, "unchecked", outcome.reason)
+    if mode() == "once":
+        record = session.kernels[kid][1]
+        session.cache.put(Entry(_varies_key(session, kid), VARIES_KIND, record.arch,
+                                json.dumps({"reason": outcome.reason}).encode(), {"kernel": record.demangled}),
+                          enforce_cap=False)
 
 
 def checked(session: Session, kid: int, vid: int, verdict: str, args: bytes, allocations: int, size: int,
@@ -423,11 +446,16 @@ def validated(session: Session, kid: int, vid: int, args: bytes, ranges: bytes, 
 def refusal(session: Session, kid: int) -> bytes:
     """Why the shim must not run this kernel's variant in the original's shadow (b"" if it may):
     a kernel whose module calls printf would print twice (and the app's output would not be
-    the native one). Judged per module: the bitcode names vprintf."""
+    the native one), judged per module (the bitcode names vprintf); by default, a kernel whose
+    original's results varied at an earlier run's check (full mode checks it anyway)."""
     table, record = session.kernels[kid]
     modules = [table.modules[i] for i in (record.module, *record.link_modules) if i is not None]
     if any(b"vprintf" in m.code for m in modules):
         return b"its module calls printf, which running it in the original's shadow would print twice"
+    if mode() == "once":
+        hit = session.cache.get(_varies_key(session, kid), counted=False)
+        if hit is not None and hit[0].kind == VARIES_KIND:
+            return VARIED.encode()
     return b""
 
 

@@ -109,8 +109,24 @@ def test_an_original_that_varies_told_on_the_gpu_leaves_the_variant_unchecked(on
     runtime.checked(0, 0, "varies", _args(k, {1: "3"}), 1, 8, 0.4)
     assert st.validation[0].verdict == "varies" and "its two runs differ" in st.validation[0].reason
     assert "its variant runs unchecked" in capfd.readouterr().err
+    assert b"varied from run to run" in runtime.validate_refusal(0)  # (the shim asks once a kernel: it marks it too)
     st, k = once_state()
     assert not _asks_check(k, "3")
+
+
+def test_a_kernel_whose_original_varied_is_not_checked_again_by_default(once_state, monkeypatch):
+    """A variant of a kernel whose original varied at a check can only end the same way: later
+    runs do not run its other variants in the shadow (the shim reports them skipped, and they run
+    unchecked). Full mode checks them anyway."""
+    st, k = once_state()
+    _asks_check(k, "3")
+    runtime.checked(0, 0, "varies", _args(k, {1: "3"}), 1, 8, 0.4)
+    st, k = once_state()
+    assert _asks_check(k, "4")  # a new variant still asks; the shim asks why not, and skips it
+    assert b"results varied from run to run at an earlier check" in runtime.validate_refusal(0)
+    monkeypatch.setenv("PROTEUS_VALIDATE", "1")
+    st, k = once_state()
+    assert runtime.validate_refusal(0) == b""
 
 
 def test_full_mode_checks_every_variant_every_run_and_off_checks_none(once_state, monkeypatch):
