@@ -1,7 +1,7 @@
 """Every PTX-route kernel of some nvcc-built files, specialized for one made-up launch and
 assembled by ptxas: does the rewrite read real code, and does ptxas take what it writes?
 
-    python -m bench.micro.ptx_sweep FILE... [--sample 150] [--json OUT.json]
+    python -m bench.micro.ptx_sweep FILE... [--sample 150] [--env PROTEUS_X=V ...] [--json OUT.json]
 
 FILE: an executable, a shared library or an `nvcc -c` object. Each kernel recorded with PTX
 gets pointers at made-up addresses, integers from a byte pattern, the block of its launch
@@ -39,7 +39,7 @@ def launch_for(k):
     return Launch(tuple(args), (40, 1, 1), k.max_threads or (128, 1, 1), 90, addresses)
 
 
-def sweep(path: str, sample: int) -> dict:
+def sweep(path: str, sample: int, settings: dict[str, str] | None = None) -> dict:
     from proteus_rewrite.fatbin import kernels
     from proteus_rewrite.jit import specializer
     from proteus_rewrite.jit.config import Config
@@ -48,7 +48,7 @@ def sweep(path: str, sample: int) -> dict:
     ptx = [k for k in table.kernels if k.code == "ptx" and k.specializable]
     if sample and len(ptx) > sample:
         ptx = [ptx[i * len(ptx) // sample] for i in range(sample)]
-    config = Config.from_env({"PROTEUS_PTX_COMPILER": "ptxas"})
+    config = Config.from_env({"PROTEUS_PTX_COMPILER": "ptxas", **(settings or {})})
     failures: collections.Counter = collections.Counter()
     t0 = time.perf_counter()
     ok = 0
@@ -71,11 +71,24 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+")
     ap.add_argument("--sample", type=int, default=150, help="at most this many kernels a file, evenly spaced (0: all)")
+    ap.add_argument("--env", action="append", default=[], metavar="PROTEUS_X=V",
+                    help="a setting for the specializer (e.g. PROTEUS_PTX_FOLD_FLOATS=1); repeatable")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
+    bad = [kv for kv in args.env if not kv.startswith("PROTEUS_") or "=" not in kv]
+    if bad:
+        ap.error(f"--env {bad[0]!r}: expected PROTEUS_NAME=VALUE")
+    settings = dict(kv.split("=", 1) for kv in args.env)
+    from proteus_rewrite.errors import ProteusError
+    from proteus_rewrite.jit.config import Config
+
+    try:
+        Config.from_env({"PROTEUS_PTX_COMPILER": "ptxas", **settings})
+    except ProteusError as exc:
+        ap.error(f"--env: {exc}")
     results = []
     for f in args.files:
-        r = sweep(f, args.sample)
+        r = sweep(f, args.sample, settings)
         results.append(r)
         print(f"{r['file']}: {r['kernels']} kernels, {r['ptx_route']} on the PTX route, {r['assembled']} of "
               f"{r['swept']} swept assembled ({r['seconds']} s)")

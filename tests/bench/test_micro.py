@@ -70,3 +70,13 @@ def test_ptx_sweep_assembles_an_nvcc_samples_kernels(samples, tmp_path):
     assert "loop_count_nvcc: 3 kernels, 3 on the PTX route, 3 of 3 swept assembled" in r.stdout
     (doc,) = json.loads(out.read_text())
     assert doc["assembled"] == 3 and doc["failures"] == {}
+
+
+def test_ptx_sweep_passes_settings_to_the_specializer(samples):
+    """--env: the specializer's settings; a bad one is a one-line usage error."""
+    r = _micro("ptx_sweep", str(samples / "loop_count_nvcc"), "--env", "PROTEUS_PTX_FOLD_FLOATS=1", timeout=300)
+    assert r.returncode == 0 and "3 of 3 swept assembled" in r.stdout, r.stderr
+    r = _micro("ptx_sweep", str(samples / "loop_count_nvcc"), "--env", "PROTEUS_UNROLL_THRESHOLD=many", timeout=300)
+    assert r.returncode == 2 and "PROTEUS_UNROLL_THRESHOLD='many'" in r.stderr and "Traceback" not in r.stderr
+    r = _micro("ptx_sweep", str(samples / "loop_count_nvcc"), "--env", "FOLD=1", timeout=300)
+    assert r.returncode == 2 and "expected PROTEUS_NAME=VALUE" in r.stderr
