@@ -715,34 +715,46 @@ NVCC_LABELS = (("nvcc", "nvcc AOT"), ("ours_nvcc_warm", "ours on nvcc"))
 PTX_LABELS = (("ours_ptx_warm", "ours via PTX"),)
 
 
+def _side_table(doc: dict, keys: tuple[str, ...], error_key: str, intro: str, header: str, ratios_of, row) -> list[str]:
+    """A table of one more series beside the others (nvcc_table, ptx_table): one row per program
+    and metric, `row(prog, r, name, ratios)`; a program whose series failed before it ran, one
+    row with why."""
+    rows = [(p, r) for p, r in doc["programs"].items() if any(k in r for k in (*keys, error_key))]
+    if not rows:
+        return []
+    columns = header.count("|") - 1
+    lines = ["", intro, "", header, "|" + "---|" * columns]
+    for prog, r in rows:
+        if r.get(error_key) and not any(k in r for k in keys):
+            lines.append(f"| {prog} | {r[error_key]} |" + " |" * (columns - 2))
+            continue
+        ratios = ratios_of(prog, r) or {}
+        lines.extend(row(prog, r, name, ratios) for name, _, _better in PROGRAMS[prog][1])
+    return lines
+
+
 def nvcc_table(doc: dict) -> list[str]:
     """--nvcc: the nvcc builds beside the others, one row per program and metric: nvcc AOT,
     ours on it warm and cold, Proteus warm; ours on nvcc over nvcc AOT and over Proteus warm."""
-    rows = [(p, r) for p, r in doc["programs"].items() if any(k in r for k in ("nvcc", "nvcc_cold", "nvcc_error"))]
-    if not rows:
-        return []
-    lines = ["", "**nvcc builds** (`--nvcc`): each program's nvcc build as HeCBench's Makefile builds it (SASS and PTX, "
-             "no bitcode), natively (nvcc AOT) and under proteus-rewrite (the PTX route), in the same rounds as the "
-             "columns above. Medians (min-max); ratios are speed-ups of ours on nvcc (>1 is faster): the ratio of "
-             "medians, then (min-max) of the per-round ratios.", "",
-             "| program | metric | plain | nvcc AOT | ours on nvcc warm | ours on nvcc cold | Proteus warm "
-             "| ours-nvcc / nvcc AOT | ours-nvcc / Proteus warm | ours-nvcc cold e2e s (nvcc AOT / ours-nvcc) "
-             "| nvcc = plain | ours-nvcc = nvcc | variant launches (CUPTI) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for prog, r in rows:
-        if r.get("nvcc_error") and not any(k in r for k in ("nvcc", "nvcc_cold")):
-            lines.append(f"| {prog} | {r['nvcc_error']} |" + " |" * 11)
-            continue
-        ratios = nvcc_ratios(prog, r) or {}
-        for name, _, _better in PROGRAMS[prog][1]:
-            said = f" ({r['nvcc_error']})" if r.get("nvcc_error") else ""
-            lines.append(f"| {prog} | {name} | {_cell(r, 'plain', name)} | {_cell(r, 'nvcc', name)} "
-                         f"| {_cell(r, 'ours_nvcc_warm', name)}{said} | {_cell(r, 'ours_nvcc_cold', name)} "
-                         f"| {_cell(r, 'proteus_warm', name)} | {_ratio(ratios, name, 'ours_nvcc_vs_nvcc')} "
-                         f"| {_ratio(ratios, name, 'ours_nvcc_vs_proteus')} | {_cold_pair(r, 'nvcc_cold', 'ours_nvcc_cold')} "
-                         f"| {_same(r, 'nvcc', 'nvcc_cold')} | {_same(r, 'ours_nvcc_cold', 'ours_nvcc_warm', 'ours_nvcc_traced')} "
-                         f"| {_traced(r.get('cupti_nvcc'))} |")
-    return lines
+    def row(prog: str, r: dict, name: str, ratios: dict) -> str:
+        said = f" ({r['nvcc_error']})" if r.get("nvcc_error") else ""
+        return (f"| {prog} | {name} | {_cell(r, 'plain', name)} | {_cell(r, 'nvcc', name)} "
+                f"| {_cell(r, 'ours_nvcc_warm', name)}{said} | {_cell(r, 'ours_nvcc_cold', name)} "
+                f"| {_cell(r, 'proteus_warm', name)} | {_ratio(ratios, name, 'ours_nvcc_vs_nvcc')} "
+                f"| {_ratio(ratios, name, 'ours_nvcc_vs_proteus')} | {_cold_pair(r, 'nvcc_cold', 'ours_nvcc_cold')} "
+                f"| {_same(r, 'nvcc', 'nvcc_cold')} | {_same(r, 'ours_nvcc_cold', 'ours_nvcc_warm', 'ours_nvcc_traced')} "
+                f"| {_traced(r.get('cupti_nvcc'))} |")
+
+    return _side_table(
+        doc, ("nvcc", "nvcc_cold"), "nvcc_error",
+        "**nvcc builds** (`--nvcc`): each program's nvcc build as HeCBench's Makefile builds it (SASS and PTX, "
+        "no bitcode), natively (nvcc AOT) and under proteus-rewrite (the PTX route), in the same rounds as the "
+        "columns above. Medians (min-max); ratios are speed-ups of ours on nvcc (>1 is faster): the ratio of "
+        "medians, then (min-max) of the per-round ratios.",
+        "| program | metric | plain | nvcc AOT | ours on nvcc warm | ours on nvcc cold | Proteus warm "
+        "| ours-nvcc / nvcc AOT | ours-nvcc / Proteus warm | ours-nvcc cold e2e s (nvcc AOT / ours-nvcc) "
+        "| nvcc = plain | ours-nvcc = nvcc | variant launches (CUPTI) |",
+        nvcc_ratios, row)
 
 
 def _cell(r: dict, key: str, name: str) -> str:
@@ -781,30 +793,24 @@ def ptx_table(doc: dict) -> list[str]:
     """--ptx-route: main_all on the PTX route beside its bitcode route, one row per program and
     metric: native, ours warm, ours via PTX warm and cold, Proteus warm; ours via PTX over ours
     and over Proteus warm."""
-    rows = [(p, r) for p, r in doc["programs"].items() if any(k in r for k in ("ours_ptx_cold", "ours_ptx_warm", "ptx_error"))]
-    if not rows:
-        return []
-    lines = ["", "**The PTX route on the clang build, beside the bitcode route** (`--ptx-route`): the recommended "
-             "build (main_all) rewritten again with PROTEUS_CODE_KIND=ptx, its kernels recorded from the PTX it "
-             "carries rather than its bitcode, in the same rounds as the columns above. Medians (min-max); ratios "
-             "are speed-ups of ours via PTX (>1 is faster): the ratio of medians, then (min-max) of the per-round "
-             "ratios.", "",
-             "| program | metric | native (bitcode build) | ours warm | ours-ptx warm | ours-ptx cold | Proteus warm "
-             "| ours-ptx / ours | ours-ptx / Proteus warm | ours-ptx cold e2e s (ours / ours-ptx) "
-             "| ours-ptx = native | variant launches (CUPTI) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for prog, r in rows:
-        if r.get("ptx_error") and not any(k in r for k in ("ours_ptx_cold", "ours_ptx_warm")):
-            lines.append(f"| {prog} | {r['ptx_error']} |" + " |" * 10)
-            continue
-        ratios = ptx_ratios(prog, r) or {}
-        for name, _, _better in PROGRAMS[prog][1]:
-            lines.append(f"| {prog} | {name} | {_cell(r, 'native', name)} | {_cell(r, 'ours_warm', name)} "
-                         f"| {_cell(r, 'ours_ptx_warm', name)} | {_cell(r, 'ours_ptx_cold', name)} "
-                         f"| {_cell(r, 'proteus_warm', name)} | {_ratio(ratios, name, 'ours_ptx_vs_ours')} "
-                         f"| {_ratio(ratios, name, 'ours_ptx_vs_proteus')} | {_cold_pair(r, 'ours_cold', 'ours_ptx_cold')} "
-                         f"| {_same(r, 'ours_ptx_cold', 'ours_ptx_warm', 'ours_ptx_traced')} | {_traced(r.get('cupti_ptx'))} |")
-    return lines
+    def row(prog: str, r: dict, name: str, ratios: dict) -> str:
+        return (f"| {prog} | {name} | {_cell(r, 'native', name)} | {_cell(r, 'ours_warm', name)} "
+                f"| {_cell(r, 'ours_ptx_warm', name)} | {_cell(r, 'ours_ptx_cold', name)} "
+                f"| {_cell(r, 'proteus_warm', name)} | {_ratio(ratios, name, 'ours_ptx_vs_ours')} "
+                f"| {_ratio(ratios, name, 'ours_ptx_vs_proteus')} | {_cold_pair(r, 'ours_cold', 'ours_ptx_cold')} "
+                f"| {_same(r, 'ours_ptx_cold', 'ours_ptx_warm', 'ours_ptx_traced')} | {_traced(r.get('cupti_ptx'))} |")
+
+    return _side_table(
+        doc, ("ours_ptx_cold", "ours_ptx_warm"), "ptx_error",
+        "**The PTX route on the clang build, beside the bitcode route** (`--ptx-route`): the recommended "
+        "build (main_all) rewritten again with PROTEUS_CODE_KIND=ptx, its kernels recorded from the PTX it "
+        "carries rather than its bitcode, in the same rounds as the columns above. Medians (min-max); ratios "
+        "are speed-ups of ours via PTX (>1 is faster): the ratio of medians, then (min-max) of the per-round "
+        "ratios.",
+        "| program | metric | native (bitcode build) | ours warm | ours-ptx warm | ours-ptx cold | Proteus warm "
+        "| ours-ptx / ours | ours-ptx / Proteus warm | ours-ptx cold e2e s (ours / ours-ptx) "
+        "| ours-ptx = native | variant launches (CUPTI) |",
+        ptx_ratios, row)
 
 
 def main(argv: list[str] | None = None) -> int:
