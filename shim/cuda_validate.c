@@ -127,15 +127,20 @@ static CUfunction give_up(kinfo *ki, sentry *e, check *c, uint64_t t0, const cha
 }
 
 /* Default mode: a kernel whose original's own results varied at a check needs no check of its
- * other variants, which can only end the same way (runtime/validate.py marks it for later runs).
- * What validate_begin cached as its refusal ("", none) gives way to this; a malloc'd "" is left
- * to leak, since another thread may be reading it. */
+ * other variants, which can only end the same way. The run time has just marked it for later
+ * runs (runtime/validate.py); asked again, it says so, and that replaces what validate_begin
+ * cached as the kernel's refusal ("", none). A malloc'd "" is left to leak: another thread may
+ * be reading it. */
 static void mark_varies(kinfo *ki) {
-  static char varied[] = "its original kernel's own results varied from run to run at an earlier check (atomics or "
-                         "races): its variants run unchecked";
   if (g_validate != VALIDATE_ONCE) return;
+  char *why = py_validate_refusal(ki->kid);
+  if (!why || !*why) {
+    free(why);
+    return;
+  }
   char *cur = atomic_load(&ki->check_refusal);
-  while ((!cur || !*cur) && !atomic_compare_exchange_weak(&ki->check_refusal, &cur, varied)) {}
+  while ((!cur || !*cur) && !atomic_compare_exchange_weak(&ki->check_refusal, &cur, why)) {}
+  if (cur && *cur) free(why);   /* it had a refusal of its own */
 }
 
 static int add_range(check *c, CUdeviceptr p) {
@@ -422,9 +427,9 @@ void validate_end(void) {
   if (told && (!differs || varies)) {
     /* equal; or the original's own two runs disagree, and there is nothing to hold the variant to */
     py_checked(ki->kid, vid, varies ? "varies" : "same", c->args, c->nargs, c->n, c->total, c->ms + (now_ms() - m0));
+    if (varies) mark_varies(ki);
     check_phase(CHECK_PYTHON, &c->mark);
     if (varies && g_validate == VALIDATE_FULL) atomic_store(&ki->state, K_DISABLED);
-    if (varies) mark_varies(ki);
     uint64_t t = c->mark, t0 = c->t0;
     free_check(c);
     check_phase(CHECK_FREE, &t);
@@ -455,9 +460,9 @@ void validate_end(void) {
   check_phase(CHECK_READBACK, &c->mark);
   int verdict = py_validated(ki->kid, vid, c->args, c->nargs, ranges, (size_t)c->n * PROTO_VALIDATE_RANGE, variant, original,
                              shadow, total, c->ms + (now_ms() - m0));
+  if (verdict == 2) mark_varies(ki);
   check_phase(CHECK_PYTHON, &c->mark);
   if (verdict == 1 || (verdict == 2 && g_validate == VALIDATE_FULL)) atomic_store(&ki->state, K_DISABLED);
-  if (verdict == 2) mark_varies(ki);
   uint64_t t = c->mark, t0 = c->t0;
   free(ranges);
   free(original);
